@@ -1,0 +1,78 @@
+// The worker node's internal HTTP contract (DESIGN "Node internal contract"): request, response and stream
+// event shapes of POST /internal/v1/completions. Shared by the node (server side) and the facade (client side).
+import { Type, type Static } from '@sinclair/typebox'
+
+export const ChatMessage = Type.Object(
+  { role: Type.String({ minLength: 1 }), content: Type.String() },
+  { additionalProperties: true },
+)
+export type ChatMessage = Static<typeof ChatMessage>
+
+/** Sampling parameters; ranges mirror OpenAI's and vLLM's. Bounds are checked as 422 by the engine's validation. */
+export const SamplingFields = {
+  max_tokens: Type.Optional(Type.Integer()),
+  temperature: Type.Optional(Type.Number()),
+  top_p: Type.Optional(Type.Number()),
+  top_k: Type.Optional(Type.Integer()),
+  min_p: Type.Optional(Type.Number()),
+  seed: Type.Optional(Type.Integer()),
+  stop: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())])),
+  presence_penalty: Type.Optional(Type.Number()),
+  frequency_penalty: Type.Optional(Type.Number()),
+  repetition_penalty: Type.Optional(Type.Number()),
+  ignore_eos: Type.Optional(Type.Boolean()),
+  min_tokens: Type.Optional(Type.Integer()),
+}
+
+export const CompletionRequest = Type.Object(
+  {
+    model: Type.String({ minLength: 1 }),
+    messages: Type.Optional(Type.Array(ChatMessage, { minItems: 1 })),
+    prompt: Type.Optional(Type.String()),
+    input_ids: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }), { minItems: 1 })),
+    ...SamplingFields,
+    stream: Type.Optional(Type.Boolean()),
+    request_id: Type.Optional(Type.String({ maxLength: 128 })),
+  },
+  { additionalProperties: false },
+)
+export type CompletionRequest = Static<typeof CompletionRequest>
+
+export const FinishReason = Type.Union([Type.Literal('stop'), Type.Literal('length')])
+export type FinishReason = Static<typeof FinishReason>
+
+export const Usage = Type.Object({ prompt_tokens: Type.Integer(), completion_tokens: Type.Integer() })
+export type Usage = Static<typeof Usage>
+
+/** Milliseconds: time waiting for admission, to the first token, and end to end. */
+export const Timings = Type.Object({ queue_ms: Type.Number(), ttft_ms: Type.Number(), total_ms: Type.Number() })
+export type Timings = Static<typeof Timings>
+
+export const CompletionResponse = Type.Object({
+  id: Type.String(),
+  model: Type.String(),
+  text: Type.String(),
+  finish_reason: FinishReason,
+  usage: Usage,
+  timings: Timings,
+})
+export type CompletionResponse = Static<typeof CompletionResponse>
+
+/** One SSE `data:` event of a streamed completion. Deltas carry `text`; the last event carries finish and usage. */
+export type StreamEvent =
+  | { id: string; text: string }
+  | { id: string; text: ''; finish_reason: FinishReason; usage: Usage; timings: Timings }
+  | { error: { message: string; type: string; code: number } }
+
+/** GET /health body. */
+export interface HealthBody {
+  status: 'ready' | 'loading' | 'draining' | 'unhealthy'
+  models: string[]
+  provider: string
+  workers: { total: number; ready: number }
+  running: number
+  waiting: number
+  /** How many more sequences the node can take now (free running slots plus free queue places). */
+  capacity: number
+  [k: string]: unknown
+}
