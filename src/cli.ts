@@ -3,7 +3,9 @@ import { isOnnxdError } from './shared/errors.js'
 
 type Command = { summary: string; load: () => Promise<{ run(argv: string[]): Promise<number | void> }> }
 
-const COMMANDS: Record<string, Command> = {}
+const COMMANDS: Record<string, Command> = {
+  generate: { summary: 'generate a completion in this process: onnxd generate --model DIR "prompt"', load: () => import('./cli/generate.js') },
+}
 
 export function usage(): string {
   const rows = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(20)} ${c.summary}`)

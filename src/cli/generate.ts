@@ -1,0 +1,98 @@
+// `onnxd generate --model DIR "prompt"`: one completion in this process, printed with its token counts.
+import { parseArgs } from 'node:util'
+import { Engine } from '../engine/engine.js'
+import type { SeqEvent } from '../engine/types.js'
+import { OnnxdError, fromErrorData } from '../shared/errors.js'
+import type { Dtype } from '../engine/model/bundle.js'
+import { DEFAULT_MODEL_DIR, resolveModelDir } from './model-dir.js'
+
+const HELP = `usage: onnxd generate [--model DIR] [options] "prompt"
+
+  --model DIR          model bundle (default: ${DEFAULT_MODEL_DIR}, built on first use)
+  --chat               treat the prompt as one user message and apply the chat template
+  --max-tokens N       (default 64)
+  --temperature T      (default 0: greedy)
+  --top-p P --top-k K --min-p P --seed N --stop S (repeatable)
+  --ignore-eos         generate max-tokens tokens
+  --dtype fp32|fp16|q4|int8|quantized
+  --json               print the result as JSON
+`
+
+export async function run(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      model: { type: 'string' },
+      chat: { type: 'boolean' },
+      'max-tokens': { type: 'string' },
+      temperature: { type: 'string' },
+      'top-p': { type: 'string' },
+      'top-k': { type: 'string' },
+      'min-p': { type: 'string' },
+      seed: { type: 'string' },
+      stop: { type: 'string', multiple: true },
+      'ignore-eos': { type: 'boolean' },
+      dtype: { type: 'string' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  })
+  if (values.help || positionals.length !== 1) {
+    process.stdout.write(HELP)
+    return values.help ? 0 : 2
+  }
+  const num = (name: string, v: string | undefined): number | undefined => {
+    if (v === undefined) return undefined
+    const n = Number(v)
+    if (!Number.isFinite(n)) throw new OnnxdError('config', `--${name} must be a number. Given: ${v}`)
+    return n
+  }
+  const modelDir = await resolveModelDir(values.model)
+  const engine = await Engine.load({ modelDir, dtype: values.dtype as Dtype | undefined })
+  try {
+    const prompt = positionals[0]
+    const started = performance.now()
+    const events: SeqEvent[] = []
+    await new Promise<void>((resolve) => {
+      engine.submit(
+        {
+          model: engine.model.id,
+          request_id: 'cli',
+          ...(values.chat ? { messages: [{ role: 'user', content: prompt }] } : { prompt }),
+          max_tokens: num('max-tokens', values['max-tokens']) ?? 64,
+          temperature: num('temperature', values.temperature) ?? 0,
+          top_p: num('top-p', values['top-p']),
+          top_k: num('top-k', values['top-k']),
+          min_p: num('min-p', values['min-p']),
+          seed: num('seed', values.seed),
+          stop: values.stop,
+          ignore_eos: values['ignore-eos'],
+        },
+        (e) => {
+          events.push(e)
+          if (e.type === 'token' && !values.json) process.stdout.write(e.text)
+          if (e.type === 'done' || e.type === 'error') resolve()
+        },
+      )
+    })
+    const last = events[events.length - 1]
+    if (last.type === 'error') throw fromErrorData(last.error)
+    if (last.type !== 'done') throw new Error('generation ended without a result')
+    const seconds = (performance.now() - started) / 1000
+    const text = events.map((e) => (e.type === 'token' || e.type === 'done' ? e.text : '')).join('')
+    const summary = {
+      model: engine.model.id,
+      finish_reason: last.finishReason,
+      prompt_tokens: last.usage.prompt_tokens,
+      completion_tokens: last.usage.completion_tokens,
+      seconds: Number(seconds.toFixed(3)),
+      tokens_per_second: Number((last.usage.completion_tokens / seconds).toFixed(1)),
+    }
+    if (values.json) process.stdout.write(JSON.stringify({ text, ...summary }) + '\n')
+    else process.stdout.write(`${last.text}\n\n[${summary.prompt_tokens} prompt tokens, ${summary.completion_tokens} completion tokens, finish_reason ${summary.finish_reason}, ${summary.tokens_per_second} tokens/s]\n`)
+    return 0
+  } finally {
+    await engine.close()
+  }
+}

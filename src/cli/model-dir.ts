@@ -1,0 +1,11 @@
+// Where the CLI finds its model: an explicit bundle directory, ONNXD_MODEL, or the embedded default (built once).
+import { resolve } from 'node:path'
+
+export const DEFAULT_MODEL_DIR = 'models/onnxd-tiny'
+
+export async function resolveModelDir(given: string | undefined): Promise<string> {
+  const dir = given ?? process.env.ONNXD_MODEL
+  if (dir) return resolve(dir)
+  const { ensureDefaultModel } = await import('../engine/model/builder/index.js')
+  return ensureDefaultModel(resolve(DEFAULT_MODEL_DIR), 'tiny')
+}

@@ -1,0 +1,84 @@
+// One engine replica in the current thread: a loaded model and its batcher. Turns contract requests into
+// sequences (tokenize, chat template, sampling validation) and streams their events to a sink. The piscina
+// worker runs one of these; `onnxd generate` and the benchmarks use it directly.
+import { randomUUID } from 'node:crypto'
+import { OnnxdError, toErrorData } from '../shared/errors.js'
+import { loadModel, type LoadedModel, type LoadOptions } from './model/load.js'
+import { Batcher, type BatcherObserver, type BatcherOptions } from './scheduler/batcher.js'
+import { Sequence, type SeqSink } from './scheduler/sequence.js'
+import { validateSampling } from './generation/params.js'
+import type { EngineRequest, EngineStats } from './types.js'
+
+export interface EngineOptions extends LoadOptions, Partial<BatcherOptions> {
+  modelDir: string
+}
+
+export const DEFAULT_BATCHER: BatcherOptions = {
+  maxRunning: 64,
+  maxWaiting: 256,
+  maxBatchedTokens: 512,
+  kvBudgetBytes: 2 * 1024 ** 3,
+}
+
+export class Engine {
+  private constructor(
+    readonly model: LoadedModel,
+    private readonly batcher: Batcher,
+  ) {}
+
+  static async load(opts: EngineOptions, observer?: BatcherObserver): Promise<Engine> {
+    const model = await loadModel(opts.modelDir, opts)
+    const b: BatcherOptions = {
+      maxRunning: opts.maxRunning ?? DEFAULT_BATCHER.maxRunning,
+      maxWaiting: opts.maxWaiting ?? DEFAULT_BATCHER.maxWaiting,
+      maxBatchedTokens: opts.maxBatchedTokens ?? DEFAULT_BATCHER.maxBatchedTokens,
+      kvBudgetBytes: opts.kvBudgetBytes ?? DEFAULT_BATCHER.kvBudgetBytes,
+    }
+    return new Engine(model, new Batcher(model, b, observer))
+  }
+
+  /** Prompt token ids of a request: exactly one of messages, prompt or input_ids. */
+  promptIds(req: EngineRequest): number[] {
+    const given = [req.messages, req.prompt, req.input_ids].filter((v) => v !== undefined).length
+    if (given !== 1) throw new OnnxdError('invalid_request', 'exactly one of `messages`, `prompt` or `input_ids` is required')
+    if (req.input_ids) {
+      const bad = req.input_ids.find((t) => !Number.isInteger(t) || t < 0 || t >= this.model.vocab)
+      if (bad !== undefined) throw new OnnxdError('invalid_value', `\`input_ids\` must be integers in [0, ${this.model.vocab}). Given: ${bad}`)
+      return req.input_ids
+    }
+    const tok = this.model.tokenizer
+    if (!tok) throw new OnnxdError('invalid_value', `model ${this.model.id} has no tokenizer: send \`input_ids\``)
+    const ids = req.messages ? tok.encodeChat(req.messages) : tok.encode(req.prompt!)
+    if (ids.length === 0) throw new OnnxdError('invalid_value', '`prompt` encodes to no tokens')
+    return ids
+  }
+
+  /**
+   * Validates and queues a request. Events go to `sink`: accepted, tokens, then done or error. Returns a cancel
+   * function; cancelling drops the sequence at the next step. Validation errors arrive as an `error` event.
+   */
+  submit(req: EngineRequest, sink: SeqSink): () => void {
+    let seq: Sequence
+    try {
+      if (req.model !== this.model.id) throw new OnnxdError('invalid_value', `model \`${req.model}\` is not served here. Available: ${this.model.id}`)
+      const ids = this.promptIds(req)
+      const params = validateSampling(req, { maxContext: this.model.contextLength, promptTokens: ids.length })
+      seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink)
+      this.batcher.submit(seq)
+      sink({ type: 'accepted', promptTokens: ids.length })
+    } catch (e) {
+      sink({ type: 'error', error: toErrorData(e) })
+      return () => {}
+    }
+    return () => seq.cancel()
+  }
+
+  stats(): EngineStats {
+    return this.batcher.stats()
+  }
+
+  async close(): Promise<void> {
+    await this.batcher.close()
+    await this.model.session.dispose()
+  }
+}

@@ -1,0 +1,72 @@
+// The engine's public face for other layers (node HTTP, CLI, benchmarks): the EngineClient interface that the
+// piscina pool implements, and the option and event types it speaks. Other layers import engine code from here.
+import type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation } from './types.js'
+
+export type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation }
+export type { FinishReason, Timings, Usage } from './types.js'
+
+export type Provider = 'cpu' | 'cuda' | 'tensorrt'
+
+export interface PoolOptions {
+  /** Model bundle directory, and the id it is served under (default: the folder name). */
+  modelDir: string
+  modelId?: string
+  dtype?: 'fp32' | 'fp16' | 'q4' | 'int8' | 'quantized'
+  provider?: Provider
+  deviceId?: number
+  allowCpuFallback?: boolean
+  /** Worker threads, each an engine replica with its own session. */
+  workers?: number
+  /** ORT intra-op threads per worker (0 = ORT's default: all cores). */
+  intraOpThreads?: number
+  maxRunning?: number
+  maxWaiting?: number
+  maxBatchedTokens?: number
+  kvBudgetBytes?: number
+  /** A worker whose step loop shows no sign of life for this long is unhealthy. */
+  heartbeatTimeoutMs?: number
+  /** Test hook: lets tests crash or stall a worker through EngineClient.inject(). */
+  faultInjection?: boolean
+}
+
+export interface WorkerHealth {
+  threadId: number
+  ready: boolean
+  /** Milliseconds since the worker's step loop last showed life. */
+  heartbeatAgeMs: number
+  stats: EngineStats | null
+}
+
+export interface PoolHealth {
+  status: 'loading' | 'ready' | 'unhealthy' | 'draining'
+  model: string
+  provider: Provider
+  contextLength: number | null
+  workers: WorkerHealth[]
+  running: number
+  waiting: number
+  /** Sequences the pool can take now: free running slots plus free queue places, over all workers. */
+  capacity: number
+  kvUsedBytes: number
+  kvBudgetBytes: number
+  restarts: number
+}
+
+export interface EngineObserver {
+  onStep?(s: StepObservation): void
+  onFinish?(f: FinishObservation): void
+  onWorkerRestart?(): void
+}
+
+export interface EngineClient {
+  /** Resolves once every worker has loaded the model (rejects with the load error, e.g. a bad bundle). */
+  ready(): Promise<void>
+  /** Starts a request; events arrive on `sink` (accepted, tokens, done | error). Returns a cancel function. */
+  submit(req: EngineRequest, sink: (e: SeqEvent) => void): () => void
+  health(): PoolHealth
+  /** Stops admitting (health turns draining); in-flight requests go on. */
+  drain(): void
+  close(): Promise<void>
+  /** Test hook (only with faultInjection): crash a worker, or stall its step loop for `ms`. */
+  inject?(fault: { kind: 'crash' } | { kind: 'stall'; ms: number }): Promise<void>
+}

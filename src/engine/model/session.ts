@@ -1,0 +1,206 @@
+// The only module that imports onnxruntime-node: creates the decoder session on an execution provider, discovers
+// its signature from the session metadata, and runs one forward step over a padded batch.
+import { existsSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { createRequire } from 'node:module'
+import * as ort from 'onnxruntime-node'
+import { OnnxdError } from '../../shared/errors.js'
+import type { Bundle } from './bundle.js'
+import { toFloat32 } from './fp16.js'
+
+export type Provider = 'cpu' | 'cuda' | 'tensorrt'
+export type IntDtype = 'int64' | 'int32'
+export type KvDtype = 'float32' | 'float16'
+export type KvData = Float32Array | Uint16Array
+
+/** One past/present tensor, viewed as [outer, batch, heads, seq, headDim]; outer is 2 for stacked (GPT-2) caches. */
+export interface KvTensor {
+  data: KvData
+  /** The graph's own dims (4-D, or 5-D for stacked). */
+  dims: number[]
+}
+
+export interface Signature {
+  ids: { name: string; dtype: IntDtype }
+  mask: { name: string; dtype: IntDtype } | null
+  positions: { name: string; dtype: IntDtype } | null
+  kv: {
+    layers: number
+    /** True for legacy caches that stack key and value: past_<i> [2, batch, heads, past, headDim]. */
+    stacked: boolean
+    heads: number
+    headDim: number
+    dtype: KvDtype
+    pastNames: string[]
+    presentNames: string[]
+  }
+  logits: { name: string; dtype: KvDtype; vocab: number }
+}
+
+export interface SessionOptions {
+  provider?: Provider
+  deviceId?: number
+  /** Allow starting on CPU when the requested GPU provider is not installed. */
+  allowCpuFallback?: boolean
+  intraOpThreads?: number
+}
+
+/** A forward step over a batch: `rows` × `seq` new tokens, on top of `past` (seq length `pastLen`). */
+export interface ForwardInput {
+  rows: number
+  seq: number
+  pastLen: number
+  /** [rows * seq] token ids (pad slots hold any valid id). */
+  ids: Int32Array
+  /** [rows * (pastLen + seq)] 1 for real slots, 0 for padding. */
+  mask: Uint8Array
+  /** [rows * seq] position of each new token in its own sequence. */
+  positions: Int32Array
+  past: KvTensor[]
+}
+
+export interface ForwardOutput {
+  /** Float32 logits of the requested (row, position) pairs, [picks.length * vocab]. */
+  logits: Float32Array
+  present: KvTensor[]
+}
+
+const ORT_DIR = dirname(createRequire(import.meta.url).resolve('onnxruntime-node/package.json'))
+
+function providerInstalled(p: Provider): boolean {
+  if (p === 'cpu') return true
+  const lib = `libonnxruntime_providers_${p}.so`
+  const dir = join(ORT_DIR, 'bin', 'napi-v6', process.platform, process.arch)
+  return existsSync(join(dir, lib))
+}
+
+export const INSTALL_HINT: Record<Exclude<Provider, 'cpu'>, string> = {
+  cuda: 'install the CUDA execution provider with `npm install onnxruntime-node --onnxruntime-node-install=cuda12` (or ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node) on a host with CUDA 12 and cuDNN 9; see README "GPU hosts"',
+  tensorrt: 'install the CUDA execution provider as for cuda, plus TensorRT 10 libraries on the library path; see README "GPU hosts"',
+}
+
+function discover(s: ort.InferenceSession, where: string): Signature {
+  const ins = new Map(s.inputMetadata.filter((m) => m.isTensor).map((m) => [m.name, m as ort.InferenceSession.TensorValueMetadata]))
+  const outs = new Map(s.outputMetadata.filter((m) => m.isTensor).map((m) => [m.name, m as ort.InferenceSession.TensorValueMetadata]))
+  const intOf = (name: string): { name: string; dtype: IntDtype } | null => {
+    const m = ins.get(name)
+    if (!m) return null
+    if (m.type !== 'int64' && m.type !== 'int32') throw new OnnxdError('bad_bundle', `${where}: input ${name} has type ${m.type}, expected int64 or int32`)
+    return { name, dtype: m.type }
+  }
+  const ids = intOf('input_ids') ?? (() => { throw new OnnxdError('bad_bundle', `${where}: not a decoder: no input_ids input`) })()
+  const logitsMeta = outs.get('logits') ?? (() => { throw new OnnxdError('bad_bundle', `${where}: not a decoder: no logits output`) })()
+  const vocab = logitsMeta.shape[logitsMeta.shape.length - 1]
+  if (typeof vocab !== 'number') throw new OnnxdError('bad_bundle', `${where}: logits has no fixed vocabulary dimension`)
+  if (logitsMeta.type !== 'float32' && logitsMeta.type !== 'float16') throw new OnnxdError('bad_bundle', `${where}: logits type ${logitsMeta.type} is not supported`)
+
+  const pastNames: string[] = []
+  const presentNames: string[] = []
+  let stacked = false
+  for (let i = 0; ; i++) {
+    if (ins.has(`past_key_values.${i}.key`)) {
+      pastNames.push(`past_key_values.${i}.key`, `past_key_values.${i}.value`)
+      presentNames.push(`present.${i}.key`, `present.${i}.value`)
+    } else if (ins.has(`past_${i}`)) {
+      stacked = true
+      pastNames.push(`past_${i}`)
+      presentNames.push(`present_${i}`)
+    } else break
+  }
+  if (pastNames.length === 0) throw new OnnxdError('bad_bundle', `${where}: no KV-cache inputs (past_key_values.<i>.key|value or past_<i>)`)
+  for (const n of presentNames) if (!outs.has(n)) throw new OnnxdError('bad_bundle', `${where}: output ${n} is missing`)
+  const m0 = ins.get(pastNames[0])!
+  const shape = m0.shape
+  const heads = shape[shape.length - 3]
+  const headDim = shape[shape.length - 1]
+  if (typeof heads !== 'number' || typeof headDim !== 'number') throw new OnnxdError('bad_bundle', `${where}: ${pastNames[0]} has no fixed heads/head size`)
+  if (m0.type !== 'float32' && m0.type !== 'float16') throw new OnnxdError('bad_bundle', `${where}: KV type ${m0.type} is not supported`)
+  return {
+    ids,
+    mask: intOf('attention_mask'),
+    positions: intOf('position_ids'),
+    kv: { layers: stacked ? pastNames.length : pastNames.length / 2, stacked, heads, headDim, dtype: m0.type, pastNames, presentNames },
+    logits: { name: 'logits', dtype: logitsMeta.type, vocab },
+  }
+}
+
+const intTensor = (dtype: IntDtype, src: ArrayLike<number>, dims: number[]): ort.Tensor => {
+  if (dtype === 'int32') return new ort.Tensor('int32', Int32Array.from(src), dims)
+  const a = new BigInt64Array(src.length)
+  for (let i = 0; i < src.length; i++) a[i] = BigInt(src[i])
+  return new ort.Tensor('int64', a, dims)
+}
+
+export class DecoderSession {
+  private constructor(
+    private readonly session: ort.InferenceSession,
+    readonly signature: Signature,
+    readonly provider: Provider,
+  ) {}
+
+  static async create(bundle: Bundle, opts: SessionOptions = {}): Promise<DecoderSession> {
+    let provider: Provider = opts.provider ?? 'cpu'
+    if (!providerInstalled(provider)) {
+      if (!opts.allowCpuFallback) {
+        throw new OnnxdError('config', `execution provider '${provider}' is not installed: ${INSTALL_HINT[provider as Exclude<Provider, 'cpu'>]}. To start on CPU instead, set ONNXD_ALLOW_CPU_FALLBACK=1.`)
+      }
+      provider = 'cpu'
+    }
+    const ep: ort.InferenceSession.ExecutionProviderConfig =
+      provider === 'cpu' ? 'cpu' : { name: provider, deviceId: opts.deviceId ?? 0 } as ort.InferenceSession.ExecutionProviderConfig
+    let session: ort.InferenceSession
+    try {
+      session = await ort.InferenceSession.create(bundle.onnxPath, {
+        executionProviders: [ep],
+        graphOptimizationLevel: 'all',
+        intraOpNumThreads: opts.intraOpThreads ?? 0,
+        interOpNumThreads: 1,
+        executionMode: 'sequential',
+        logSeverityLevel: 3,
+      })
+    } catch (e) {
+      throw new OnnxdError('bad_bundle', `${bundle.onnxPath}: cannot load ONNX model: ${(e as Error).message}`)
+    }
+    const sig = discover(session, bundle.onnxPath)
+    return new DecoderSession(session, sig, provider)
+  }
+
+  /** An empty cache for `rows` sequences (past length 0). */
+  emptyPast(rows: number): KvTensor[] {
+    const { stacked, heads, headDim, dtype, pastNames } = this.signature.kv
+    const dims = stacked ? [2, rows, heads, 0, headDim] : [rows, heads, 0, headDim]
+    return pastNames.map(() => ({ data: dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims }))
+  }
+
+  /**
+   * Runs one step. `picks` are flat indices (row * seq + position) whose logits are wanted; only those rows are
+   * converted to float32, so a long prefill never copies logits it does not use.
+   */
+  async forward(x: ForwardInput, picks: number[]): Promise<ForwardOutput> {
+    const sig = this.signature
+    const feeds: Record<string, ort.Tensor> = {}
+    feeds[sig.ids.name] = intTensor(sig.ids.dtype, x.ids, [x.rows, x.seq])
+    if (sig.mask) feeds[sig.mask.name] = intTensor(sig.mask.dtype, x.mask, [x.rows, x.pastLen + x.seq])
+    if (sig.positions) feeds[sig.positions.name] = intTensor(sig.positions.dtype, x.positions, [x.rows, x.seq])
+    sig.kv.pastNames.forEach((n, i) => {
+      feeds[n] = new ort.Tensor(sig.kv.dtype, x.past[i].data, x.past[i].dims)
+    })
+    let out: ort.InferenceSession.ReturnType
+    try {
+      out = await this.session.run(feeds)
+    } catch (e) {
+      throw new OnnxdError('internal', `forward step failed: ${(e as Error).message}`)
+    }
+    const logitsT = out[sig.logits.name]
+    const V = sig.logits.vocab
+    const logits = new Float32Array(picks.length * V)
+    const src = logitsT.data as Float32Array | Uint16Array
+    picks.forEach((p, i) => toFloat32(src.subarray(p * V, (p + 1) * V), logits.subarray(i * V, (i + 1) * V)))
+    const present = sig.kv.presentNames.map((n) => ({ data: out[n].data as KvData, dims: [...out[n].dims] }))
+    return { logits, present }
+  }
+
+  async dispose(): Promise<void> {
+    await this.session.release()
+  }
+}

@@ -1,0 +1,29 @@
+// Messages between the pool (main thread) and engine workers. Plain data only (structured clone).
+import type { MessagePort } from 'node:worker_threads'
+import type { EngineRequest, EngineStats, FinishObservation, StepObservation } from '../types.js'
+import type { EngineOptions } from '../engine.js'
+
+/** What each worker is started with. */
+export interface WorkerData {
+  engine: EngineOptions
+  /** BroadcastChannel name on which workers report readiness, stats and observations. */
+  channel: string
+  faultInjection: boolean
+}
+
+/** A piscina task. `request` resolves when its sequence ends; its events flow over `port`. */
+export type Task =
+  | { kind: 'request'; req: EngineRequest; port: MessagePort }
+  | { kind: 'crash' }
+  | { kind: 'stall'; ms: number }
+
+/** Main -> worker, on a request's port. */
+export type PortCommand = { type: 'cancel' }
+
+/** Worker -> main, on the broadcast channel. */
+export type Broadcast =
+  | { type: 'ready'; threadId: number; model: string; contextLength: number; provider: string }
+  | { type: 'failed'; threadId: number; error: string }
+  | { type: 'stats'; threadId: number; stats: EngineStats }
+  | { type: 'step'; threadId: number; step: StepObservation }
+  | { type: 'finish'; threadId: number; finish: FinishObservation }

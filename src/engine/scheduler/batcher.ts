@@ -1,0 +1,286 @@
+// The continuous-batching step loop of one engine replica: admits waiting sequences into a prefill group, runs
+// prefill in chunks of at most `maxBatchedTokens` tokens between decode steps of the running batch, merges a
+// prefilled group into the running batch, and drops finished or cancelled rows at once.
+//
+// Stall bound: a running stream waits at most one prefill chunk (<= maxBatchedTokens prompt tokens) between two
+// of its decode steps, because the loop alternates one chunk and one decode step.
+import type { LoadedModel } from '../model/load.js'
+import type { ForwardInput } from '../model/session.js'
+import { OnnxdError, toErrorData } from '../../shared/errors.js'
+import type { EngineStats, FinishObservation, StepObservation } from '../types.js'
+import { gather, kvBytes, type KvBatch } from './kv.js'
+import type { Sequence } from './sequence.js'
+
+export interface BatcherOptions {
+  /** Max sequences decoding together (running batch rows plus the prefill group). */
+  maxRunning: number
+  /** Max sequences waiting for admission; beyond it submit() throws queue_full. */
+  maxWaiting: number
+  /** Max prompt tokens (rows x chunk length) in one prefill forward. */
+  maxBatchedTokens: number
+  /** KV-cache budget in bytes for the worst case of every admitted sequence reaching its max_tokens. */
+  kvBudgetBytes: number
+}
+
+export interface BatcherObserver {
+  onStep?(s: StepObservation): void
+  onFinish?(f: FinishObservation): void
+}
+
+/** Sequences being prefilled together: prompts left-padded to one length and consumed column by column. */
+interface PrefillGroup {
+  seqs: Sequence[]
+  width: number
+  /** Columns of the padded prompt matrix already in the cache. */
+  cursor: number
+  ids: Int32Array
+  pads: number[]
+  kv: KvBatch
+}
+
+export class Batcher {
+  private readonly waiting: Sequence[] = []
+  private running: Sequence[] = []
+  private kv: KvBatch | null = null
+  private group: PrefillGroup | null = null
+  private wake: (() => void) | null = null
+  private closed = false
+  private heartbeat = Date.now()
+  private readonly loopDone: Promise<void>
+  private readonly padding: 'left' | 'right'
+
+  constructor(
+    private readonly model: LoadedModel,
+    private readonly opts: BatcherOptions,
+    private readonly observer: BatcherObserver = {},
+  ) {
+    this.padding = model.bundle.padding
+    this.loopDone = this.loop()
+  }
+
+  /** Queues a sequence; throws queue_full when the waiting queue is at its bound. */
+  submit(seq: Sequence): void {
+    if (this.closed) throw new OnnxdError('not_ready', 'engine is shutting down', { retryAfterS: 1 })
+    if (this.waiting.length >= this.opts.maxWaiting) {
+      throw new OnnxdError('queue_full', `queue full (${this.opts.maxWaiting} waiting)`, { retryAfterS: 1 })
+    }
+    const need = this.reserveBytes([seq])
+    if (need > this.opts.kvBudgetBytes) {
+      throw new OnnxdError('context_length_exceeded', `prompt tokens + max_tokens need ${need} bytes of KV cache, over this node's budget of ${this.opts.kvBudgetBytes}. Given: ${seq.promptIds.length} + ${seq.maxTokens}`)
+    }
+    this.waiting.push(seq)
+    this.wake?.()
+  }
+
+  stats(): EngineStats {
+    return {
+      running: this.running.length,
+      waiting: this.waiting.length,
+      prefilling: this.group?.seqs.length ?? 0,
+      kvUsedBytes: (this.kv ? kvBytes(this.kv) : 0) + (this.group ? kvBytes(this.group.kv) : 0),
+      kvBudgetBytes: this.opts.kvBudgetBytes,
+      maxRunning: this.opts.maxRunning,
+      maxWaiting: this.opts.maxWaiting,
+      heartbeat: this.heartbeat,
+    }
+  }
+
+  /** Stops the loop. In-flight sequences end with `error` events unless they finished first. */
+  async close(): Promise<void> {
+    this.closed = true
+    this.wake?.()
+    await this.loopDone
+  }
+
+  /** Worst-case padded cache bytes if `extra` joined everything admitted now. */
+  private reserveBytes(extra: Sequence[]): number {
+    const all = [...this.running, ...(this.group?.seqs ?? []), ...extra]
+    const longest = all.reduce((m, s) => Math.max(m, s.promptIds.length + s.maxTokens), 0)
+    return all.length * longest * this.model.kvBytesPerToken
+  }
+
+  private async loop(): Promise<void> {
+    while (!this.closed) {
+      this.heartbeat = Date.now()
+      this.dropCancelled()
+      if (!this.group) this.admit()
+      if (!this.group && this.running.length === 0) {
+        await new Promise<void>((r) => {
+          this.wake = r
+          // Idle ticks keep the heartbeat fresh, so a quiet engine is not mistaken for a hung one.
+          const t = setTimeout(r, 1000)
+          t.unref?.()
+        })
+        this.wake = null
+        continue
+      }
+      try {
+        if (this.group) await this.prefillChunk()
+        if (this.running.length) await this.decodeStep()
+      } catch (e) {
+        this.failAll(toErrorData(e).message)
+      }
+    }
+    const err = new OnnxdError('not_ready', 'engine closed before the request finished')
+    for (const s of [...this.waiting, ...(this.group?.seqs ?? []), ...this.running]) s.fail(toErrorData(err))
+    this.waiting.length = 0
+    this.running = []
+    this.group = null
+    this.kv = null
+  }
+
+  private failAll(message: string): void {
+    const err = toErrorData(new OnnxdError('internal', message))
+    for (const s of [...(this.group?.seqs ?? []), ...this.running]) {
+      s.fail(err)
+      this.observer.onFinish?.(s.observation('error'))
+    }
+    this.group = null
+    this.running = []
+    this.kv = null
+  }
+
+  /** Ends a cancelled sequence: its sink hears an error (nobody is listening any more) and metrics count an abort. */
+  private abort(s: Sequence): void {
+    s.fail({ code: 'internal', message: 'request cancelled' })
+    this.observer.onFinish?.(s.observation('abort'))
+  }
+
+  private dropCancelled(): void {
+    for (let i = this.waiting.length - 1; i >= 0; i--) {
+      const s = this.waiting[i]
+      if (s.cancelled) {
+        this.waiting.splice(i, 1)
+        this.abort(s)
+      }
+    }
+    if (this.group && this.group.seqs.every((s) => s.cancelled)) {
+      for (const s of this.group.seqs) this.abort(s)
+      this.group = null
+    }
+    if (this.running.some((s) => s.cancelled)) this.keepRunning((s) => !s.cancelled)
+  }
+
+  /** Keeps the running rows that pass `keep`, compacting the cache; dropped cancelled rows are observed as aborts. */
+  private keepRunning(keep: (s: Sequence) => boolean): void {
+    const picks: Array<[number, number]> = []
+    const next: Sequence[] = []
+    this.running.forEach((s, r) => {
+      if (keep(s)) {
+        picks.push([0, r])
+        next.push(s)
+      } else if (s.cancelled && !s.done) this.abort(s)
+    })
+    this.running = next
+    this.kv = next.length && this.kv ? gather([this.kv], picks, this.padding) : null
+  }
+
+  /** Moves waiting sequences into a new prefill group while slots and the KV budget allow. */
+  private admit(): void {
+    const take: Sequence[] = []
+    // GroupQueryAttention graphs keep each row's cache left-aligned, so their prompts are prefilled one at a time.
+    const maxGroup = this.padding === 'right' ? 1 : this.opts.maxBatchedTokens
+    while (
+      this.waiting.length &&
+      take.length < maxGroup &&
+      this.running.length + take.length < this.opts.maxRunning &&
+      this.reserveBytes([...take, this.waiting[0]]) <= this.opts.kvBudgetBytes
+    ) {
+      take.push(this.waiting.shift()!)
+    }
+    if (!take.length) return
+    const width = take.reduce((m, s) => Math.max(m, s.promptIds.length), 0)
+    const ids = new Int32Array(take.length * width)
+    const pads = take.map((s, r) => {
+      const pad = width - s.promptIds.length
+      ids.set(s.promptIds, r * width + pad)
+      s.admitted()
+      return pad
+    })
+    this.group = { seqs: take, width, cursor: 0, ids, pads, kv: { tensors: this.model.session.emptyPast(take.length), lens: take.map(() => 0), pastLen: 0 } }
+  }
+
+  private async prefillChunk(): Promise<void> {
+    const g = this.group!
+    const rows = g.seqs.length
+    const seq = Math.max(1, Math.min(g.width - g.cursor, Math.floor(this.opts.maxBatchedTokens / rows)))
+    const total = g.cursor + seq
+    const x: ForwardInput = {
+      rows,
+      seq,
+      pastLen: g.cursor,
+      ids: new Int32Array(rows * seq),
+      mask: new Uint8Array(rows * total),
+      positions: new Int32Array(rows * seq),
+      past: g.kv.tensors,
+    }
+    for (let r = 0; r < rows; r++) {
+      const pad = g.pads[r]
+      x.ids.set(g.ids.subarray(r * g.width + g.cursor, r * g.width + total), r * seq)
+      for (let c = 0; c < total; c++) x.mask[r * total + c] = c >= pad ? 1 : 0
+      for (let j = 0; j < seq; j++) x.positions[r * seq + j] = Math.max(0, g.cursor + j - pad)
+    }
+    const last = total === g.width
+    const picks = last ? g.seqs.map((_, r) => r * seq + seq - 1) : []
+    const t0 = performance.now()
+    const out = await this.model.session.forward(x, picks)
+    this.observer.onStep?.({ phase: 'prefill', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows * seq })
+    g.cursor = total
+    g.kv = { tensors: out.present, pastLen: total, lens: g.pads.map((p) => Math.max(0, total - p)) }
+    if (!last) return
+
+    // The whole prompt is in the cache: sample each row's first token, then move the live rows into the batch.
+    this.group = null
+    const V = this.model.vocab
+    const keep: Array<[number, number]> = []
+    g.seqs.forEach((s, r) => {
+      if (s.cancelled) {
+        this.abort(s)
+        return
+      }
+      if (s.step(out.logits.subarray(r * V, (r + 1) * V))) this.observer.onFinish?.(s.observation('done'))
+      else keep.push([1, r])
+    })
+    if (!keep.length) return
+    const merged: Array<[number, number]> = this.kv ? [...this.running.map((_, r): [number, number] => [0, r]), ...keep] : keep.map(([, r]) => [0, r])
+    this.running = [...this.running, ...keep.map(([, r]) => g.seqs[r])]
+    this.kv = gather(this.kv ? [this.kv, g.kv] : [g.kv], merged, this.padding)
+  }
+
+  private async decodeStep(): Promise<void> {
+    const kv = this.kv!
+    const rows = this.running.length
+    const P = kv.pastLen
+    const total = P + 1
+    const x: ForwardInput = {
+      rows,
+      seq: 1,
+      pastLen: P,
+      ids: new Int32Array(rows),
+      mask: new Uint8Array(rows * total),
+      positions: new Int32Array(rows),
+      past: kv.tensors,
+    }
+    for (let r = 0; r < rows; r++) {
+      const len = kv.lens[r]
+      x.ids[r] = this.running[r].pending
+      x.positions[r] = len
+      if (this.padding === 'left') x.mask.fill(1, r * total + P - len, (r + 1) * total)
+      else x.mask.fill(1, r * total, r * total + len + 1)
+    }
+    const t0 = performance.now()
+    const out = await this.model.session.forward(x, this.running.map((_, r) => r))
+    this.observer.onStep?.({ phase: 'decode', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows })
+    this.kv = { tensors: out.present, pastLen: total, lens: kv.lens.map((l) => l + 1) }
+    const V = this.model.vocab
+    let finished = false
+    this.running.forEach((s, r) => {
+      if (s.cancelled) return
+      if (s.step(out.logits.subarray(r * V, (r + 1) * V))) {
+        finished = true
+        this.observer.onFinish?.(s.observation('done'))
+      }
+    })
+    if (finished) this.keepRunning((s) => !s.done && !s.cancelled)
+  }
+}

@@ -1,0 +1,150 @@
+// One request's generation state: sampling, incremental detokenization, stop strings, finish rules, timings and
+// its event sink. The batcher calls step() once per forward with this row's logits.
+import type { ErrorData } from '../../shared/errors.js'
+import type { LoadedModel } from '../model/load.js'
+import type { FinishObservation, FinishReason, SeqEvent } from '../types.js'
+import type { SamplingParams } from '../generation/params.js'
+import { Sampler, TokenHistory } from '../generation/sampling.js'
+import { StopMatcher } from '../generation/stopping.js'
+import { IncrementalDecoder } from '../generation/detokenize.js'
+
+export type SeqSink = (e: SeqEvent) => void
+
+export class Sequence {
+  done = false
+  cancelled = false
+  /** The last sampled token, fed to the next decode step. */
+  pending = -1
+  readonly generated: number[] = []
+  private finishReason: FinishReason | null = null
+  private readonly sampler: Sampler
+  private readonly stop: StopMatcher | null
+  private readonly detok: IncrementalDecoder | null
+  private readonly history: TokenHistory
+  private readonly arrival = performance.now()
+  private admittedAt: number | null = null
+  private readonly tokenTimes: number[] = []
+
+  constructor(
+    readonly id: string,
+    readonly promptIds: number[],
+    readonly params: SamplingParams,
+    private readonly model: LoadedModel,
+    private readonly sink: SeqSink,
+  ) {
+    // The sampler masks EOS itself until min_tokens (unless ignore_eos).
+    this.sampler = new Sampler(params, model.vocab, { eosIds: params.ignore_eos ? [] : [...model.eos] })
+    this.history = new TokenHistory(promptIds)
+    this.stop = params.stop.length ? new StopMatcher(params.stop) : null
+    const tok = model.tokenizer
+    this.detok = tok ? new IncrementalDecoder((ids) => tok.decode(ids), { contextIds: promptIds }) : null
+  }
+
+  get maxTokens(): number {
+    return this.params.max_tokens
+  }
+
+  admitted(): void {
+    this.admittedAt = performance.now()
+  }
+
+  cancel(): void {
+    this.cancelled = true
+  }
+
+  /** Samples the next token from this row's logits (overwriting them); returns true when the sequence has finished. */
+  step(logits: Float32Array): boolean {
+    const p = this.params
+    // The row is this step's own copy, so sampling may overwrite it.
+    const token = this.sampler.sampleInPlace(logits, this.history)
+    this.history.push(token)
+    this.tokenTimes.push(performance.now())
+    this.generated.push(token)
+    let text = ''
+    if (!p.ignore_eos && this.model.eos.has(token)) {
+      this.finish('stop')
+      return true
+    }
+    if (this.detok) {
+      const delta = this.detok.push(token)
+      if (this.stop) {
+        const r = this.stop.push(delta)
+        text = r.emit
+        if (r.stopped) {
+          this.finishReason = 'stop'
+          this.emitDone(text)
+          return true
+        }
+      } else text = delta
+    }
+    if (this.generated.length >= p.max_tokens || this.promptIds.length + this.generated.length >= this.model.contextLength) {
+      this.finish('length', text)
+      return true
+    }
+    this.pending = token
+    this.sink({ type: 'token', text, tokens: 1, ids: [token] })
+    return false
+  }
+
+  /** Ends the sequence: flushes text held back by the detokenizer and the stop matcher. */
+  private finish(reason: FinishReason, text = ''): void {
+    this.finishReason = reason
+    if (this.detok) {
+      const tail = this.detok.flush()
+      if (this.stop) {
+        const r = this.stop.push(tail)
+        text += r.emit
+        if (r.stopped) {
+          this.emitDone(text)
+          return
+        }
+        text += this.stop.flush()
+      } else text += tail
+    }
+    this.emitDone(text)
+  }
+
+  private emitDone(text: string): void {
+    this.done = true
+    const now = performance.now()
+    const first = this.tokenTimes[0] ?? now
+    this.sink({
+      type: 'done',
+      text,
+      // finish() and stop strings only end a sequence inside step(), so the last sampled token is not yet sent.
+      ids: this.generated.slice(-1),
+      finishReason: this.finishReason!,
+      usage: { prompt_tokens: this.promptIds.length, completion_tokens: this.generated.length },
+      timings: {
+        queue_ms: round((this.admittedAt ?? now) - this.arrival),
+        ttft_ms: round(first - this.arrival),
+        total_ms: round(now - this.arrival),
+      },
+    })
+  }
+
+  fail(error: ErrorData): void {
+    if (this.done) return
+    this.done = true
+    this.sink({ type: 'error', error })
+  }
+
+  observation(reason: FinishObservation['finishReason'] | 'done'): FinishObservation {
+    const now = performance.now()
+    const t = this.tokenTimes
+    const gaps: number[] = []
+    for (let i = 1; i < t.length; i++) gaps.push((t[i] - t[i - 1]) / 1000)
+    return {
+      finishReason: reason === 'done' ? (this.finishReason ?? 'stop') : reason,
+      promptTokens: this.promptIds.length,
+      completionTokens: this.generated.length,
+      queueSeconds: ((this.admittedAt ?? now) - this.arrival) / 1000,
+      ttftSeconds: t.length ? (t[0] - this.arrival) / 1000 : null,
+      e2eSeconds: (now - this.arrival) / 1000,
+      tpotSeconds: t.length > 1 ? (t[t.length - 1] - t[0]) / 1000 / (t.length - 1) : null,
+      interTokenSeconds: gaps,
+    }
+  }
+}
+
+const round = (ms: number): number => Math.round(ms * 1000) / 1000

@@ -1,0 +1,53 @@
+// The piscina worker entry: one engine replica per thread. Loads the model before taking tasks, runs each
+// request as a long-lived task that streams events over its own MessagePort, and reports readiness, stats and
+// metric observations on a BroadcastChannel.
+import { BroadcastChannel, threadId, workerData } from 'node:worker_threads'
+import { Engine } from '../engine.js'
+import type { Broadcast, PortCommand, Task, WorkerData } from '../pool/protocol.js'
+import type { SeqEvent } from '../types.js'
+
+const data = workerData as WorkerData
+const channel = new BroadcastChannel(data.channel)
+const post = (m: Broadcast): void => channel.postMessage(m)
+
+async function init(): Promise<(t: Task) => Promise<null>> {
+  let engine: Engine
+  try {
+    engine = await Engine.load(data.engine, {
+      onStep: (step) => post({ type: 'step', threadId, step }),
+      onFinish: (finish) => post({ type: 'finish', threadId, finish }),
+    })
+  } catch (e) {
+    post({ type: 'failed', threadId, error: (e as Error).message })
+    throw e
+  }
+  const stats = (): void => post({ type: 'stats', threadId, stats: engine.stats() })
+  // While a forward step blocks this thread the timer cannot fire: stale stats are what make a hung worker visible.
+  setInterval(stats, 250).unref()
+  post({ type: 'ready', threadId, model: engine.model.id, contextLength: engine.model.contextLength, provider: engine.model.session.provider })
+  stats()
+
+  return async (t: Task): Promise<null> => {
+    if (t.kind === 'crash' && data.faultInjection) process.exit(1)
+    if (t.kind === 'stall' && data.faultInjection) {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, t.ms)
+      return null
+    }
+    if (t.kind !== 'request') return null
+    const { port } = t
+    return new Promise<null>((resolve) => {
+      const cancel = engine.submit(t.req, (e: SeqEvent) => {
+        port.postMessage(e)
+        if (e.type === 'done' || e.type === 'error') {
+          port.close()
+          resolve(null)
+        }
+      })
+      port.on('message', (m: PortCommand) => {
+        if (m.type === 'cancel') cancel()
+      })
+    })
+  }
+}
+
+export default init()

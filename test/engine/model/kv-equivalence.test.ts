@@ -1,0 +1,46 @@
+// Step-by-step decoding through the KV cache must give the logits of one full forward pass without it.
+import { describe, expect, it } from 'vitest'
+import { readBundle } from '../../../src/engine/model/bundle.js'
+import { DecoderSession } from '../../../src/engine/model/session.js'
+import { DECODER_FIXTURES, fixture, haveFixtures } from '../../helpers/fixtures.js'
+
+async function maxDiffCachedVsFull(dir: string): Promise<{ diff: number; scale: number }> {
+  const s = await DecoderSession.create(readBundle(dir))
+  try {
+    const V = s.signature.logits.vocab
+    const n = 7
+    const ids = Int32Array.from({ length: n }, (_, i) => (i * 37 + 5) % V)
+    const full = await s.forward(
+      { rows: 1, seq: n, pastLen: 0, ids, mask: new Uint8Array(n).fill(1), positions: Int32Array.from({ length: n }, (_, i) => i), past: s.emptyPast(1) },
+      Array.from({ length: n }, (_, i) => i),
+    )
+    let past = s.emptyPast(1)
+    let diff = 0
+    let scale = 0
+    for (let i = 0; i < n; i++) {
+      const step = await s.forward(
+        { rows: 1, seq: 1, pastLen: i, ids: ids.subarray(i, i + 1), mask: new Uint8Array(i + 1).fill(1), positions: Int32Array.of(i), past },
+        [0],
+      )
+      past = step.present
+      for (let v = 0; v < V; v++) {
+        diff = Math.max(diff, Math.abs(step.logits[v] - full.logits[i * V + v]))
+        scale = Math.max(scale, Math.abs(full.logits[i * V + v]))
+      }
+    }
+    return { diff, scale }
+  } finally {
+    await s.dispose()
+  }
+}
+
+describe.skipIf(!haveFixtures)('KV cache equivalence on the shared fixtures', () => {
+  for (const f of DECODER_FIXTURES) {
+    it(`${f.name}: cached decoding equals the full forward pass`, async () => {
+      const { diff, scale } = await maxDiffCachedVsFull(fixture(f.name))
+      expect(scale).toBeGreaterThan(0)
+      // fp32 graphs: 1e-4 absolute. fp16 graphs round every activation to 11 bits, so allow 1e-2 of the logit scale.
+      expect(diff).toBeLessThanOrEqual(f.fp16 ? 1e-2 * Math.max(1, scale) : 1e-4)
+    })
+  }
+})

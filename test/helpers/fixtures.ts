@@ -1,0 +1,17 @@
+// Where the shared third-party model fixtures live: ONNXD_FIXTURES (CI sets it to ../shared/fixtures).
+import { existsSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+
+export const FIXTURES = resolve(process.env.ONNXD_FIXTURES ?? join(import.meta.dirname, '../../../shared/fixtures'))
+export const haveFixtures = existsSync(FIXTURES)
+export const fixture = (name: string): string => join(FIXTURES, name)
+
+/** The decoder fixtures, with the dtype of their KV cache (fp16 graphs are compared with a looser tolerance). */
+export const DECODER_FIXTURES = [
+  { name: 'stories260K-hf', fp16: false },
+  { name: 'tiny-random-gpt2-fp32', fp16: false },
+  { name: 'tiny-random-gpt2-fp16', fp16: true },
+  { name: 'tiny-random-LlamaForCausalLM-fp16', fp16: true },
+  { name: 'tiny-random-LlamaForCausalLM-fp32-derived', fp16: false },
+  { name: 'tiny-qwen35-cuda', fp16: true },
+] as const
