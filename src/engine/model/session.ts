@@ -162,7 +162,26 @@ export class DecoderSession {
       throw new OnnxdError('bad_bundle', `${bundle.onnxPath}: cannot load ONNX model: ${(e as Error).message}`)
     }
     const sig = discover(session, bundle.onnxPath)
-    return new DecoderSession(session, sig, provider)
+    const s = new DecoderSession(session, sig, provider)
+    s.chunkedPrefill = await s.probeChunkedPrefill()
+    return s
+  }
+
+  /**
+   * Whether the graph takes several new tokens on top of a non-empty cache (chunked prefill). Some exports only
+   * handle "prompt" (empty past) and "one token" steps: onnxruntime-genai's MultiHeadAttention mask subgraph
+   * fails with "invalid expand shape" otherwise. Probed once with a 1-token then a 2-token step.
+   */
+  chunkedPrefill = true
+
+  private async probeChunkedPrefill(): Promise<boolean> {
+    const one = await this.forward({ rows: 1, seq: 1, pastLen: 0, ids: Int32Array.of(0), mask: Uint8Array.of(1), positions: Int32Array.of(0), past: this.emptyPast(1) }, [])
+    try {
+      await this.forward({ rows: 1, seq: 2, pastLen: 1, ids: Int32Array.of(0, 0), mask: Uint8Array.of(1, 1, 1), positions: Int32Array.of(1, 2), past: one.present }, [])
+      return true
+    } catch {
+      return false
+    }
   }
 
   /** An empty cache for `rows` sequences (past length 0). */

@@ -3,7 +3,9 @@
 // prefilled group into the running batch, and drops finished or cancelled rows at once.
 //
 // Stall bound: a running stream waits at most one prefill chunk (<= maxBatchedTokens prompt tokens) between two
-// of its decode steps, because the loop alternates one chunk and one decode step.
+// of its decode steps, because the loop alternates one chunk and one decode step. Graphs that cannot take a chunk
+// on top of a cache (see DecoderSession.chunkedPrefill) prefill a whole group at once: then the bound is one
+// group, whose rows x prompt width admit() keeps within maxBatchedTokens unless a single prompt is longer.
 import type { LoadedModel } from '../model/load.js'
 import type { ForwardInput } from '../model/session.js'
 import { OnnxdError, toErrorData } from '../../shared/errors.js'
@@ -180,16 +182,20 @@ export class Batcher {
     const take: Sequence[] = []
     // GroupQueryAttention graphs keep each row's cache left-aligned, so their prompts are prefilled one at a time.
     const maxGroup = this.padding === 'right' ? 1 : this.opts.maxBatchedTokens
+    const chunked = this.model.session.chunkedPrefill
+    let width = 0
     while (
       this.waiting.length &&
       take.length < maxGroup &&
+      (chunked || take.length === 0 || (take.length + 1) * Math.max(width, this.waiting[0].promptIds.length) <= this.opts.maxBatchedTokens) &&
       this.running.length + take.length < this.opts.maxRunning &&
       this.reserveBytes([...take, this.waiting[0]]) <= this.opts.kvBudgetBytes
     ) {
-      take.push(this.waiting.shift()!)
+      const s = this.waiting.shift()!
+      width = Math.max(width, s.promptIds.length)
+      take.push(s)
     }
     if (!take.length) return
-    const width = take.reduce((m, s) => Math.max(m, s.promptIds.length), 0)
     const ids = new Int32Array(take.length * width)
     const pads = take.map((s, r) => {
       const pad = width - s.promptIds.length
@@ -203,7 +209,9 @@ export class Batcher {
   private async prefillChunk(): Promise<void> {
     const g = this.group!
     const rows = g.seqs.length
-    const seq = Math.max(1, Math.min(g.width - g.cursor, Math.floor(this.opts.maxBatchedTokens / rows)))
+    const seq = this.model.session.chunkedPrefill
+      ? Math.max(1, Math.min(g.width - g.cursor, Math.floor(this.opts.maxBatchedTokens / rows)))
+      : g.width
     const total = g.cursor + seq
     const x: ForwardInput = {
       rows,

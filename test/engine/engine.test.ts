@@ -1,0 +1,100 @@
+// The engine end to end on a real trained model (stories260K-hf): determinism, stop strings, validation.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { Engine } from '../../src/engine/engine.js'
+import { fixture, haveFixtures } from '../helpers/fixtures.js'
+import { runRequest } from '../helpers/engine-run.js'
+
+describe.skipIf(!haveFixtures)('engine on stories260K-hf', () => {
+  let engine: Engine
+  beforeAll(async () => {
+    engine = await Engine.load({ modelDir: fixture('stories260K-hf') })
+  })
+  afterAll(() => engine.close())
+
+  const prompt = 'Once upon a time'
+
+  it('writes a story: greedy decoding is deterministic and readable', async () => {
+    const a = await runRequest(engine, { prompt, max_tokens: 40, temperature: 0 })
+    const b = await runRequest(engine, { prompt, max_tokens: 40, temperature: 0 })
+    expect(a.end.type).toBe('done')
+    expect(a.ids).toEqual(b.ids)
+    expect(a.text).toBe(b.text)
+    // A trained TinyStories model continues with English words, not byte soup.
+    expect(a.text).toMatch(/\b(there|was|a|little|girl|boy|named)\b/)
+    if (a.end.type === 'done') {
+      expect(a.end.usage.completion_tokens).toBe(40)
+      expect(a.end.usage.prompt_tokens).toBe(5)
+      expect(a.end.finishReason).toBe('length')
+    }
+  })
+
+  it('the same seed gives the same sample; other seeds differ', async () => {
+    const req = { prompt, max_tokens: 30, temperature: 1, top_p: 0.95 }
+    const a = await runRequest(engine, { ...req, seed: 7 })
+    const b = await runRequest(engine, { ...req, seed: 7 })
+    expect(a.ids).toEqual(b.ids)
+    const others = await Promise.all([8, 9, 10].map((seed) => runRequest(engine, { ...req, seed })))
+    expect(others.some((o) => o.ids.join() !== a.ids.join())).toBe(true)
+  })
+
+  it('stops at a stop string that spans tokens, without streaming any of it', async () => {
+    const full = await runRequest(engine, { prompt, max_tokens: 40, temperature: 0 })
+    // A stop string cut from the middle of the greedy text, across token boundaries.
+    const at = full.text.indexOf(' ', 12)
+    const stop = full.text.slice(at, at + 7)
+    expect(stop.length).toBe(7)
+    const r = await runRequest(engine, { prompt, max_tokens: 40, temperature: 0, stop })
+    expect(r.end.type).toBe('done')
+    if (r.end.type !== 'done') return
+    expect(r.end.finishReason).toBe('stop')
+    expect(r.text).toBe(full.text.slice(0, full.text.indexOf(stop)))
+    // No delta ever carried part of the stop string: the stream is exactly the final text.
+    const streamed = r.events.map((e) => (e.type === 'token' || e.type === 'done' ? e.text : ''))
+    expect(streamed.join('')).not.toContain(stop)
+    expect(r.end.usage.completion_tokens).toBeLessThan(40)
+  })
+
+  it('max_tokens 1 finishes at the first token', async () => {
+    const r = await runRequest(engine, { prompt, max_tokens: 1, temperature: 0 })
+    expect(r.end.type === 'done' && r.end.finishReason).toBe('length')
+    expect(r.ids).toHaveLength(1)
+  })
+
+  it('rejects out-of-range sampling values as invalid_value', async () => {
+    const r = await runRequest(engine, { prompt, temperature: 5 })
+    expect(r.end.type).toBe('error')
+    if (r.end.type === 'error') {
+      expect(r.end.error.code).toBe('invalid_value')
+      expect(r.end.error.message).toMatch(/temperature/)
+    }
+  })
+
+  it('rejects prompt + max_tokens over the context as context_length_exceeded', async () => {
+    const r = await runRequest(engine, { prompt, max_tokens: 600 })
+    expect(r.end.type === 'error' && r.end.error.code).toBe('context_length_exceeded')
+  })
+
+  it('needs exactly one of messages, prompt, input_ids', async () => {
+    const r = await runRequest(engine, { prompt, input_ids: [1, 2] })
+    expect(r.end.type === 'error' && r.end.error.code).toBe('invalid_request')
+    const none = await runRequest(engine, {})
+    expect(none.end.type === 'error' && none.end.error.code).toBe('invalid_request')
+  })
+
+  it('rejects messages for a base model without a chat template, and unknown models', async () => {
+    const r = await runRequest(engine, { messages: [{ role: 'user', content: 'hi' }] })
+    expect(r.end.type === 'error' && r.end.error.message).toMatch(/no chat template/)
+    const m = await runRequest(engine, { prompt, model: 'gpt-4' })
+    expect(m.end.type === 'error' && m.end.error.code).toBe('invalid_value')
+  })
+
+  it('a cancelled request ends at once and frees its slot', async () => {
+    const run = runRequest(engine, { prompt, max_tokens: 400, temperature: 0, ignore_eos: true }, (n) => {
+      if (n === 3) run.cancel()
+    })
+    const r = await run
+    expect(r.end.type).toBe('error')
+    expect(r.ids.length).toBeLessThan(10)
+    expect(engine.stats().running).toBe(0)
+  })
+})
