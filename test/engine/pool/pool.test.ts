@@ -1,0 +1,81 @@
+// The piscina engine pool: workers load the model, stream tokens, survive a crashed worker, and report a stalled
+// step loop as unhealthy.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createEnginePool } from '../../../src/engine/pool/pool.js'
+import type { EngineClient, EngineRequest, SeqEvent } from '../../../src/engine/index.js'
+import { fixture, haveFixtures } from '../../helpers/fixtures.js'
+import { deferred } from '../../helpers/deferred.js'
+
+function collect(pool: EngineClient, req: Partial<EngineRequest>, onEvent?: (e: SeqEvent) => void): Promise<SeqEvent[]> {
+  const events: SeqEvent[] = []
+  return new Promise((resolve) => {
+    pool.submit({ model: 'stories260K-hf', request_id: 'r', prompt: 'Once upon a time', ...req } as EngineRequest, (e) => {
+      events.push(e)
+      onEvent?.(e)
+      if (e.type === 'done' || e.type === 'error') resolve(events)
+    })
+  })
+}
+
+async function until(cond: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
+  const t0 = Date.now()
+  while (!cond()) {
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+describe.skipIf(!haveFixtures)('engine pool', () => {
+  let pool: EngineClient
+  let restarts = 0
+  beforeAll(async () => {
+    pool = createEnginePool(
+      { modelDir: fixture('stories260K-hf'), workers: 1, intraOpThreads: 1, heartbeatTimeoutMs: 1000, faultInjection: true },
+      { onWorkerRestart: () => restarts++ },
+    )
+    await pool.ready()
+  })
+  afterAll(() => pool.close())
+
+  it('is ready with the model loaded and streams a completion from a worker thread', async () => {
+    const h = pool.health()
+    expect(h.status).toBe('ready')
+    expect(h.model).toBe('stories260K-hf')
+    expect(h.provider).toBe('cpu')
+    expect(h.workers).toHaveLength(1)
+    const events = await collect(pool, { max_tokens: 12, temperature: 0 })
+    expect(events[0].type).toBe('accepted')
+    const end = events[events.length - 1]
+    expect(end.type).toBe('done')
+    expect(events.filter((e) => e.type === 'token').length).toBe(11)
+  })
+
+  it('a crashed worker fails its in-flight requests with worker_crashed, is replaced, and the pool serves again', async () => {
+    const started = deferred<void>()
+    const inflight = collect(pool, { max_tokens: 500, temperature: 0, ignore_eos: true }, (e) => e.type === 'token' && started.resolve())
+    await started.promise
+    await pool.inject!({ kind: 'crash' })
+    const events = await inflight
+    const end = events[events.length - 1]
+    expect(end.type === 'error' && end.error.code).toBe('worker_crashed')
+    await until(() => restarts === 1 && pool.health().status === 'ready', 'the replacement worker')
+    expect(pool.health().restarts).toBe(1)
+    const again = await collect(pool, { max_tokens: 5, temperature: 0 })
+    expect(again[again.length - 1].type).toBe('done')
+  })
+
+  it('a stalled step loop turns the pool unhealthy, and ready again when it recovers', async () => {
+    const stall = pool.inject!({ kind: 'stall', ms: 2500 })
+    await until(() => pool.health().status === 'unhealthy', 'unhealthy')
+    await stall
+    await until(() => pool.health().status === 'ready', 'ready again')
+  })
+
+  it('a draining pool refuses new requests with not_ready', async () => {
+    pool.drain()
+    expect(pool.health().status).toBe('draining')
+    const events = await collect(pool, { max_tokens: 2 })
+    const end = events[events.length - 1]
+    expect(end.type === 'error' && end.error.code).toBe('not_ready')
+  })
+})
