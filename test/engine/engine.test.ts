@@ -1,7 +1,7 @@
 // The engine end to end on a real trained model (stories260K-hf): determinism, stop strings, validation.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../src/engine/engine.js'
-import { fixture, haveFixtures } from '../helpers/fixtures.js'
+import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures.js'
 import { runRequest } from '../helpers/engine-run.js'
 
 describe.skipIf(!haveFixtures)('engine on stories260K-hf', () => {
@@ -96,5 +96,35 @@ describe.skipIf(!haveFixtures)('engine on stories260K-hf', () => {
     expect(r.end.type).toBe('error')
     expect(r.ids.length).toBeLessThan(10)
     expect(engine.stats().running).toBe(0)
+  })
+})
+
+describe('engine on the embedded default model (onnxd-tiny)', () => {
+  let engine: Engine
+  beforeAll(async () => {
+    engine = await Engine.load({ modelDir: defaultModelDir() })
+  })
+  afterAll(() => engine.close())
+
+  it('applies the chat template to messages', async () => {
+    const tok = engine.model.tokenizer!
+    const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello 👋' }]
+    const rendered = tok.renderChat(messages)
+    expect(rendered).toContain('<|im_start|>user\nHello 👋<|im_end|>')
+    expect(rendered.endsWith('<|im_start|>assistant\n')).toBe(true)
+    const r = await runRequest(engine, { messages, max_tokens: 8, temperature: 0, ignore_eos: true })
+    expect(r.end.type === 'done' && r.end.usage.prompt_tokens).toBe(tok.encodeChat(messages).length)
+  })
+
+  it('streams deltas that add up to the decoded tokens, multi-byte characters included', async () => {
+    // Sampling at temperature 1.5 from random weights emits plenty of lone UTF-8 bytes and multi-byte pieces.
+    for (const seed of [1, 2, 3]) {
+      const r = await runRequest(engine, { prompt: 'héllo 日本 🙂', max_tokens: 60, temperature: 1.5, seed, ignore_eos: true })
+      expect(r.end.type).toBe('done')
+      expect(r.text).toBe(engine.model.tokenizer!.decode(r.ids))
+      const deltas = r.events.flatMap((e) => (e.type === 'token' && e.text ? [e.text] : []))
+      // A delta may only carry U+FFFD when the model really produced an invalid byte sequence there.
+      if (!r.text.includes('\uFFFD')) for (const d of deltas) expect(d).not.toContain('\uFFFD')
+    }
   })
 })

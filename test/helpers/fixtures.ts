@@ -15,3 +15,10 @@ export const DECODER_FIXTURES = [
   { name: 'tiny-random-LlamaForCausalLM-fp32-derived', fp16: false },
   { name: 'tiny-qwen35-cuda', fp16: true },
 ] as const
+
+/** The embedded default model (tiny preset), built by test/setup/default-model.ts. */
+export const defaultModelDir = (): string => {
+  const dir = process.env.ONNXD_TEST_MODEL
+  if (!dir) throw new Error('ONNXD_TEST_MODEL is not set: run the tests through vitest (globalSetup builds the model)')
+  return dir
+}

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest'
 import { readBundle } from '../../../src/engine/model/bundle.js'
 import { DecoderSession } from '../../../src/engine/model/session.js'
-import { DECODER_FIXTURES, fixture, haveFixtures } from '../../helpers/fixtures.js'
+import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
 async function maxDiffCachedVsFull(dir: string): Promise<{ diff: number; scale: number }> {
   const s = await DecoderSession.create(readBundle(dir))
@@ -43,4 +43,12 @@ describe.skipIf(!haveFixtures)('KV cache equivalence on the shared fixtures', ()
       expect(diff).toBeLessThanOrEqual(f.fp16 ? 1e-2 * Math.max(1, scale) : 1e-4)
     })
   }
+})
+
+describe('KV cache equivalence on the embedded default model', () => {
+  it('onnxd-tiny: cached decoding equals the full forward pass', async () => {
+    const { diff, scale } = await maxDiffCachedVsFull(defaultModelDir())
+    expect(scale).toBeGreaterThan(0)
+    expect(diff).toBeLessThanOrEqual(1e-4)
+  })
 })
