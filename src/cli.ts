@@ -4,7 +4,13 @@ import { isOnnxdError } from './shared/errors.js'
 type Command = { summary: string; load: () => Promise<{ run(argv: string[]): Promise<number | void> }> }
 
 const COMMANDS: Record<string, Command> = {
+  model: { summary: 'build the embedded default model: onnxd model build tiny|small|135m [--out DIR] [--seed N]', load: () => import('./cli/model.js') },
   generate: { summary: 'generate a completion in this process: onnxd generate --model DIR "prompt"', load: () => import('./cli/generate.js') },
+  node: { summary: 'run a worker node: onnxd node [--model DIR] [--port N] [--provider cpu|cuda|tensorrt] ...', load: () => import('./cli/node.js') },
+  facade: { summary: 'run the public /v1 facade alone: onnxd facade --nodes URL,...', load: () => import('./cli/facade.js') },
+  account: { summary: 'manage accounts: onnxd account create|credit|subscription|show|list', load: () => import('./cli/account.js') },
+  key: { summary: 'manage API keys: onnxd key create <account-id> [--name N] [--rpm N] | list | revoke', load: () => import('./cli/key.js') },
+  token: { summary: 'mint a session token: onnxd token <account-id> [--ttl S]', load: () => import('./cli/token.js') },
 }
 
 export function usage(): string {

@@ -1,0 +1,134 @@
+// Builds the embedded default model bundle (Llama architecture, seeded random weights, real BPE tokenizer) in
+// the Hugging Face ONNX export layout, and makes sure one exists before the engine loads it.
+import { randomBytes } from 'node:crypto'
+import { existsSync } from 'node:fs'
+import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { basename, dirname, join, resolve } from 'node:path'
+import { OnnxdError } from '../../../shared/errors.js'
+import { llamaGraph } from './graph.js'
+import { PRESETS, isPresetName, parameterCount, type Preset, type PresetName } from './presets.js'
+import { BOS_ID, EOS_ID, PAD_ID, specialTokensMap, tokenizerConfig, tokenizerJsonText, trainByteLevelBpe } from './tokenizer.js'
+import { writeOnnx } from './write-onnx.js'
+
+export { PRESETS, parameterCount, type Preset, type PresetName }
+
+/** Written into model.onnx's producer_version; bump it when the graph or the weights' generation changes. */
+export const BUILDER_VERSION = '1'
+
+export interface BuildOptions {
+  preset: string
+  outDir: string
+  /** Weight seed, a non-negative safe integer. Default 0. */
+  seed?: number
+}
+
+export interface BuildResult {
+  dir: string
+  parameters: number
+  /** Bytes of every file written. */
+  bytes: number
+}
+
+export function configJson(p: Preset): Record<string, unknown> {
+  return {
+    architectures: ['LlamaForCausalLM'],
+    attention_bias: false,
+    attention_dropout: 0.0,
+    bos_token_id: BOS_ID,
+    eos_token_id: EOS_ID,
+    head_dim: p.headDim,
+    hidden_act: 'silu',
+    hidden_size: p.hiddenSize,
+    initializer_range: p.initStd,
+    intermediate_size: p.intermediateSize,
+    max_position_embeddings: p.maxPositions,
+    mlp_bias: false,
+    model_type: 'llama',
+    num_attention_heads: p.heads,
+    num_hidden_layers: p.layers,
+    num_key_value_heads: p.kvHeads,
+    pad_token_id: PAD_ID,
+    pretraining_tp: 1,
+    rms_norm_eps: p.rmsNormEps,
+    rope_scaling: null,
+    rope_theta: p.ropeTheta,
+    tie_word_embeddings: p.tieEmbeddings,
+    torch_dtype: 'float32',
+    use_cache: true,
+    vocab_size: p.vocabSize,
+    // transformers.js reads this to fetch model.onnx_data alongside model.onnx.
+    ...(p.externalData ? { 'transformers.js_config': { use_external_data_format: true } } : {}),
+  }
+}
+
+const json = (v: unknown): string => JSON.stringify(v, null, 2) + '\n'
+
+function checkSeed(seed: number): number {
+  if (!Number.isSafeInteger(seed) || seed < 0) throw new OnnxdError('config', `seed must be a non-negative integer. Given: ${seed}`)
+  return seed
+}
+
+export function presetOf(name: string): Preset {
+  if (!isPresetName(name)) throw new OnnxdError('config', `unknown model preset '${name}': expected one of ${Object.keys(PRESETS).join(', ')}`)
+  return PRESETS[name]
+}
+
+/** Writes a complete bundle into `outDir` (created if needed; files of an earlier build are overwritten). */
+export async function buildModel(opts: BuildOptions): Promise<BuildResult> {
+  const p = presetOf(opts.preset)
+  const seed = checkSeed(opts.seed ?? 0)
+  const dir = resolve(opts.outDir)
+  await mkdir(join(dir, 'onnx'), { recursive: true })
+  // A rebuild that dies half-way must not look finished: config.json marks a complete bundle, so it goes first.
+  await rm(join(dir, 'config.json'), { force: true })
+
+  const bpe = trainByteLevelBpe(p.vocabSize)
+  // model.onnx is written first and config.json last, so a directory with config.json in it is a finished bundle.
+  const files: [string, string][] = [
+    ['tokenizer.json', tokenizerJsonText(bpe)],
+    ['tokenizer_config.json', json(tokenizerConfig(p.vocabSize, p.maxPositions))],
+    ['special_tokens_map.json', json(specialTokensMap())],
+    ['generation_config.json', json({ bos_token_id: BOS_ID, eos_token_id: EOS_ID, pad_token_id: PAD_ID })],
+    ['config.json', json(configJson(p))],
+  ]
+  let bytes = 0
+  bytes += await writeOnnx(join(dir, 'onnx', 'model.onnx'), llamaGraph(p), {
+    seed,
+    externalData: p.externalData,
+    producerVersion: BUILDER_VERSION,
+  })
+  for (const [name, text] of files) {
+    await writeFile(join(dir, name), text)
+    bytes += Buffer.byteLength(text)
+  }
+  return { dir, parameters: parameterCount(p), bytes }
+}
+
+/**
+ * Returns `dir`, building the preset there first unless `dir/config.json` exists. The build goes into a temporary
+ * directory beside `dir` and is renamed into place, so a crash never leaves a half-written bundle behind and two
+ * processes racing to build it both end up with one complete bundle.
+ */
+export async function ensureDefaultModel(dir: string, preset = 'tiny'): Promise<string> {
+  const target = resolve(dir)
+  if (existsSync(join(target, 'config.json'))) return target
+  presetOf(preset)
+  // Never build over something that is not ours: only an absent or empty directory is replaced.
+  if (existsSync(target) && (!(await stat(target)).isDirectory() || (await readdir(target)).length > 0)) {
+    throw new OnnxdError('bad_bundle', `${target}: exists but holds no config.json; move it away to build the default model there`)
+  }
+  await mkdir(dirname(target), { recursive: true })
+  const tmp = join(dirname(target), `.${basename(target)}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`)
+  try {
+    await buildModel({ preset, outDir: tmp })
+    try {
+      await rename(tmp, target) // replaces an empty directory; fails on a non-empty one
+    } catch (e) {
+      // Another process finished first: its bundle is as good as ours.
+      if (!existsSync(join(target, 'config.json'))) throw e
+    }
+  } finally {
+    await rm(tmp, { recursive: true, force: true })
+  }
+  return target
+}

@@ -1,0 +1,97 @@
+// Writes a decoder graph to model.onnx, its weights inline or in a `model.onnx_data` file beside it (the
+// external-data layout optimum and onnx-community use), generating each weight just before it is written.
+import { open, rm, writeFile } from 'node:fs/promises'
+import { endianness } from 'node:os'
+import { basename } from 'node:path'
+import type { DecoderGraph, WeightSpec } from './graph.js'
+import { DataLocation, DataType, encodeModel, type Tensor } from './onnx-proto.js'
+import { Rng } from './prng.js'
+
+/** ONNX IR version 8 is the one that goes with opset 17. */
+const IR_VERSION = 8
+const OPSET = 17
+/** Tensors under this many bytes stay inline even in external mode (onnx's own default size_threshold). */
+const EXTERNAL_MIN_BYTES = 1024
+/** External tensors start on page boundaries so ONNX Runtime can map them instead of copying. */
+const EXTERNAL_ALIGN = 4096
+
+export interface WriteOptions {
+  seed: number
+  externalData: boolean
+  producerVersion: string
+}
+
+function makeWeight(w: WeightSpec, seed: number): Float32Array {
+  const n = w.dims.reduce((a, b) => a * b, 1)
+  switch (w.init.kind) {
+    case 'ones':
+      return new Float32Array(n).fill(1)
+    case 'values': {
+      const v = w.init.make()
+      if (v.length !== n) throw new Error(`${w.name}: ${v.length} values for dims [${w.dims.join(', ')}]`)
+      return v
+    }
+    case 'normal': {
+      const v = new Float32Array(n)
+      new Rng(seed, w.name).fillNormal(v, w.init.std)
+      return v
+    }
+  }
+}
+
+const bytesOf = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength)
+
+/** Writes `path` (and `path` + `_data` in external mode). Returns the bytes written. */
+export async function writeOnnx(path: string, graph: DecoderGraph, opts: WriteOptions): Promise<number> {
+  // raw_data is little-endian by the ONNX spec; Float32Array bytes are the host's order.
+  if (endianness() !== 'LE') throw new Error('the model builder needs a little-endian host')
+  const dataPath = `${path}_data`
+  const initializer: Tensor[] = [...graph.constants]
+  let dataBytes = 0
+  if (opts.externalData) {
+    const fh = await open(dataPath, 'w')
+    try {
+      for (const w of graph.weights) {
+        const values = makeWeight(w, opts.seed)
+        const bytes = bytesOf(values)
+        if (bytes.length < EXTERNAL_MIN_BYTES) {
+          initializer.push({ name: w.name, dims: w.dims, data_type: DataType.FLOAT, raw_data: bytes })
+          continue
+        }
+        const pad = (EXTERNAL_ALIGN - (dataBytes % EXTERNAL_ALIGN)) % EXTERNAL_ALIGN
+        if (pad) await fh.write(new Uint8Array(pad))
+        const offset = dataBytes + pad
+        await fh.write(bytes)
+        dataBytes = offset + bytes.length
+        initializer.push({
+          name: w.name,
+          dims: w.dims,
+          data_type: DataType.FLOAT,
+          external_data: [
+            { key: 'location', value: basename(dataPath) },
+            { key: 'offset', value: String(offset) },
+            { key: 'length', value: String(bytes.length) },
+          ],
+          data_location: DataLocation.EXTERNAL,
+        })
+      }
+    } finally {
+      await fh.close()
+    }
+  } else {
+    // A stale data file from an earlier external build would sit in the bundle unused.
+    await rm(dataPath, { force: true })
+    for (const w of graph.weights) {
+      initializer.push({ name: w.name, dims: w.dims, data_type: DataType.FLOAT, raw_data: bytesOf(makeWeight(w, opts.seed)) })
+    }
+  }
+  const model = encodeModel({
+    ir_version: IR_VERSION,
+    opset_import: [{ domain: '', version: OPSET }],
+    producer_name: 'onnxd',
+    producer_version: opts.producerVersion,
+    graph: { name: 'main_graph', node: graph.nodes, initializer, input: graph.inputs, output: graph.outputs },
+  })
+  await writeFile(path, model)
+  return model.length + dataBytes
+}
