@@ -7,6 +7,7 @@ import { loadModel, type LoadedModel, type LoadOptions } from './model/load.js'
 import { Batcher, type BatcherObserver, type BatcherOptions } from './scheduler/batcher.js'
 import { Sequence, type SeqSink } from './scheduler/sequence.js'
 import { validateSampling } from './generation/params.js'
+import { SamplerScratch } from './generation/sampling.js'
 import type { EngineRequest, EngineStats } from './types.js'
 
 export interface EngineOptions extends LoadOptions, Partial<BatcherOptions> {
@@ -21,10 +22,15 @@ export const DEFAULT_BATCHER: BatcherOptions = {
 }
 
 export class Engine {
+  /** Sampling scratch memory, shared by every sequence of this engine (they sample one at a time). */
+  private readonly scratch: SamplerScratch
+
   private constructor(
     readonly model: LoadedModel,
     private readonly batcher: Batcher,
-  ) {}
+  ) {
+    this.scratch = new SamplerScratch(model.vocab)
+  }
 
   static async load(opts: EngineOptions, observer?: BatcherObserver): Promise<Engine> {
     const model = await loadModel(opts.modelDir, opts)
@@ -63,7 +69,7 @@ export class Engine {
       if (req.model !== this.model.id) throw new OnnxdError('invalid_value', `model \`${req.model}\` is not served here. Available: ${this.model.id}`)
       const ids = this.promptIds(req)
       const params = validateSampling(req, { maxContext: this.model.contextLength, promptTokens: ids.length })
-      seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink)
+      seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink, this.scratch)
       this.batcher.submit(seq)
       sink({ type: 'accepted', promptTokens: ids.length })
     } catch (e) {

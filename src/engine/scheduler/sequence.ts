@@ -4,7 +4,7 @@ import type { ErrorData } from '../../shared/errors.js'
 import type { LoadedModel } from '../model/load.js'
 import type { FinishObservation, FinishReason, SeqEvent } from '../types.js'
 import type { SamplingParams } from '../generation/params.js'
-import { Sampler, TokenHistory } from '../generation/sampling.js'
+import { Sampler, SamplerScratch, TokenHistory } from '../generation/sampling.js'
 import { StopMatcher } from '../generation/stopping.js'
 import { IncrementalDecoder } from '../generation/detokenize.js'
 
@@ -31,9 +31,10 @@ export class Sequence {
     readonly params: SamplingParams,
     private readonly model: LoadedModel,
     private readonly sink: SeqSink,
+    scratch?: SamplerScratch,
   ) {
-    // The sampler masks EOS itself until min_tokens (unless ignore_eos).
-    this.sampler = new Sampler(params, model.vocab, { eosIds: params.ignore_eos ? [] : [...model.eos] })
+    // The sampler masks EOS itself until min_tokens (unless ignore_eos). Samplers of one thread share scratch space.
+    this.sampler = new Sampler(params, model.vocab, { eosIds: params.ignore_eos ? [] : [...model.eos], scratch })
     this.history = new TokenHistory(promptIds)
     this.stop = params.stop.length ? new StopMatcher(params.stop) : null
     const tok = model.tokenizer

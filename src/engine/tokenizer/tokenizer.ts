@@ -50,8 +50,12 @@ export class TextTokenizer {
     return this.tok.encode(text, { add_special_tokens: addSpecialTokens }).ids
   }
 
+  /**
+   * Special tokens are skipped. Space clean-up (" ." -> ".") is off: a streamed space cannot be taken back, so the
+   * final text must be the plain concatenation of what was streamed.
+   */
   decode(ids: number[]): string {
-    return this.tok.decode(ids, { skip_special_tokens: true })
+    return this.tok.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false })
   }
 
   tokenId(token: string): number | undefined {
