@@ -55,14 +55,20 @@ export const CompletionResponse = Type.Object({
   finish_reason: FinishReason,
   usage: Usage,
   timings: Timings,
+  /** Token ids of the completion (the same tokens as `text`), for callers that detokenize or audit themselves. */
+  output_ids: Type.Optional(Type.Array(Type.Integer())),
 })
 export type CompletionResponse = Static<typeof CompletionResponse>
 
-/** One SSE `data:` event of a streamed completion. Deltas carry `text`; the last event carries finish and usage. */
+/**
+ * One SSE `data:` event of a streamed completion. Deltas carry `text` (and the delta's token `ids`); the last event
+ * carries finish and usage.
+ */
 export type StreamEvent =
-  | { id: string; text: string }
+  | { id: string; text: string; ids?: number[] }
   | { id: string; text: ''; finish_reason: FinishReason; usage: Usage; timings: Timings }
-  | { error: { message: string; type: string; code: number } }
+  /** An error after the stream began; `usage` counts what was produced before it (billing a stream that ends early). */
+  | { error: { message: string; type: string; code: number }; usage?: Usage }
 
 /** GET /health body. */
 export interface HealthBody {
@@ -74,5 +80,11 @@ export interface HealthBody {
   waiting: number
   /** How many more sequences the node can take now (free running slots plus free queue places). */
   capacity: number
+  /** KV-cache bytes in use and budgeted, over all workers; `usage` is used / budget (0..1). */
+  kv_cache?: { used_bytes: number; budget_bytes: number; usage: number }
+  /** Worker threads restarted since start. */
+  restarts?: number
+  /** The model's context length in tokens (null until a worker has loaded it). */
+  context_length?: number | null
   [k: string]: unknown
 }

@@ -22,6 +22,7 @@ export interface PoolOptions {
   maxRunning?: number
   maxWaiting?: number
   maxBatchedTokens?: number
+  /** KV-cache budget of each worker (the node's budget split between its workers). */
   kvBudgetBytes?: number
   /** A worker whose step loop shows no sign of life for this long is unhealthy. */
   heartbeatTimeoutMs?: number

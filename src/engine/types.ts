@@ -8,7 +8,11 @@ export type { FinishReason, Timings, Usage }
 /** What a caller submits: the internal contract's request body (validated into a sequence inside the worker). */
 export type EngineRequest = CompletionRequest & { request_id: string }
 
-/** Events of one sequence, in order: accepted, then token deltas, then exactly one of done or error. */
+/**
+ * Events of one sequence, in order: accepted, then token deltas, then exactly one of done or error. Every event
+ * carries only what is new: `done` has the last delta (text held back until the end, and the last token id), so
+ * the whole completion is the concatenation of all token events and `done`.
+ */
 export type SeqEvent =
   | { type: 'accepted'; promptTokens: number; queueMs?: number }
   | { type: 'token'; text: string; tokens: number; ids: number[] }

@@ -1,0 +1,89 @@
+// Builds the worker node's HTTP app (fastify) over an EngineClient: /health, /health/live, /metrics and
+// /internal/v1/completions, one error handler, graceful drain. Never listens: the CLI (or a test) does.
+// Imports: node internals, engine types, fastify.
+import Fastify, { type FastifyInstance, type LogLevel } from 'fastify'
+import type { Registry } from 'prom-client'
+import type { EngineClient } from '../engine/index.js'
+import { NodeState, type NodeControl } from './drain.js'
+import { servedModelId, type NodeOptions } from './options.js'
+import { registerErrorHandlers } from './plugins/errors.js'
+import { createMetrics, createRegistry, registerMetricsRoute, type NodeMetrics } from './plugins/metrics.js'
+import { COMPLETIONS_PATH, registerCompletionRoutes, requestIdFor } from './routes/completions.js'
+import { registerHealthRoutes } from './routes/health.js'
+
+export type { DrainResult, NodeControl } from './drain.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The node's admission state and graceful drain (see NodeControl). */
+    node: NodeControl
+  }
+}
+
+export interface NodeDeps {
+  engine: EngineClient
+  /** Where metrics register when `metrics` is not given (default: a fresh Registry, never the global one). */
+  registry?: Registry
+  /** Metrics whose observer was handed to the engine (the CLI creates them before the pool). */
+  metrics?: NodeMetrics
+  /** Log destination (default stdout); tests capture logs here. */
+  logStream?: { write(line: string): void }
+}
+
+/** Header paths never logged, whatever a serializer or a child logger adds. */
+export const REDACT = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'req.headers.cookie',
+  'headers.authorization',
+  'headers["x-api-key"]',
+  'headers.cookie',
+]
+
+export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
+  const { engine } = deps
+  const model = servedModelId(opts)
+  const metrics = deps.metrics ?? createMetrics(deps.registry ?? createRegistry(), model, opts.provider)
+  metrics.setHealthSource(() => engine.health())
+  const state = new NodeState(engine, opts.drainTimeoutMs)
+
+  const app = Fastify({
+    logger: {
+      level: opts.logLevel,
+      redact: { paths: REDACT, censor: '[redacted]' },
+      ...(deps.logStream ? { stream: deps.logStream } : {}),
+    },
+    bodyLimit: opts.bodyLimit,
+    genReqId: (req) => requestIdFor(req.headers['x-request-id']),
+    // While closing, our own drain answers 503 in the spec's error object; fastify's built-in 503 has another shape.
+    return503OnClosing: false,
+    // After the drain, close() must not wait on streams whose clients stopped reading.
+    forceCloseConnections: true,
+    ajv: {
+      customOptions: {
+        // The internal contract rejects unknown fields (400) instead of stripping them, and "5" is not a number.
+        removeAdditional: false,
+        coerceTypes: false,
+        useDefaults: true,
+      },
+    },
+  })
+
+  app.decorate('node', state as NodeControl)
+  registerErrorHandlers(app, (code, request) => {
+    if (request.routeOptions.url === COMPLETIONS_PATH) metrics.requestFailed(code)
+  })
+  // Probes and scrapes every few seconds would drown the request log: at most warn for them.
+  const probeLogLevel: LogLevel = ['info', 'debug', 'trace'].includes(opts.logLevel) ? 'warn' : opts.logLevel
+  registerHealthRoutes(app, { engine, control: state, fallback: { model, provider: opts.provider }, logLevel: probeLogLevel })
+  registerMetricsRoute(app, metrics, probeLogLevel)
+  registerCompletionRoutes(app, { engine, state, metrics })
+
+  // close() without a drain first (tests, a second signal): stop admitting and end what is still running at once.
+  app.addHook('preClose', async () => {
+    state.stopAdmitting()
+    state.abortAll()
+    await state.whenIdle()
+  })
+  return app
+}

@@ -1,0 +1,196 @@
+// The node's Prometheus metrics: vLLM's metric set under an `onnxd_` prefix, in an app-owned Registry (never the
+// global one), fed by the engine's EngineObserver (histograms, counters) and by pool health at scrape time (gauges).
+// The only prom-client importer outside tests. Imports: engine types, shared errors, prom-client.
+import type { FastifyInstance, LogLevel } from 'fastify'
+import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import type { EngineObserver, FinishObservation, PoolHealth, StepObservation } from '../../engine/index.js'
+import type { ErrorCode } from '../../shared/errors.js'
+
+/** vLLM's buckets (vllm/v1/metrics/loggers.py), so dashboards and SLO queries carry over unchanged. */
+export const BUCKETS = {
+  ttft: [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
+  tpot: [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0],
+  requestLatency: [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+  iterationTokens: [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+  /** Ours: rows per step, powers of two up to a large max_running. */
+  batchSize: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+  /** Ours: one forward step, from sub-millisecond tiny-model decode to multi-second long prefills on CPU. */
+  stepSeconds: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0],
+  /** vLLM's build_1_2_5_buckets, up to 128k tokens (the context length is unknown when metrics are built). */
+  requestTokens: build125(131072),
+} as const
+
+function build125(max: number): number[] {
+  const out: number[] = []
+  for (let exp = 1; ; exp *= 10) {
+    for (const m of [1, 2, 5]) {
+      if (m * exp > max) return out
+      out.push(m * exp)
+    }
+  }
+}
+
+export const FINISH_REASONS = ['stop', 'length', 'abort', 'error'] as const
+const PHASES = ['prefill', 'decode'] as const
+
+export interface NodeMetrics {
+  readonly registry: Registry
+  /** Hand this to createEnginePool: the pool forwards every worker's observations to it. */
+  readonly observer: EngineObserver
+  /** Where scrape-time gauges read from (the engine's health()); until set, they read zero. */
+  setHealthSource(source: () => PoolHealth): void
+  /** The registry in the Prometheus text format, with scrape-time gauges read from one health snapshot. */
+  scrape(): Promise<string>
+  /** Counts a completion answered with an error (rejected at admission, or failed after acceptance). */
+  requestFailed(code: ErrorCode | 'client_gone'): void
+}
+
+/** A fresh Registry for one app (the global one throws "already registered" when an app is built twice). */
+export function createRegistry(): Registry {
+  return new Registry()
+}
+
+/**
+ * Registers every onnxd metric in `registry`. `modelName` labels the request metrics (vLLM's `model_name`);
+ * `provider` is the configured provider, used by `onnxd_info` until the health source says which one runs.
+ */
+export function createMetrics(registry: Registry, modelName: string, provider: string): NodeMetrics {
+  let health: (() => PoolHealth) | null = null
+  const m = { model_name: modelName }
+  const registers = [registry]
+  const L = ['model_name'] as const
+
+  /** Health as of this scrape: one read per scrape keeps the gauges consistent with each other. */
+  let snapshot: PoolHealth | null | undefined
+  const read = (): PoolHealth | null => {
+    if (snapshot !== undefined) return snapshot
+    try {
+      return health ? health() : null
+    } catch {
+      return null // a failing health source must not fail the whole scrape; the gauges read zero
+    }
+  }
+  const gauge = (name: string, help: string, value: (h: PoolHealth) => number): Gauge<'model_name'> =>
+    new Gauge({
+      name,
+      help,
+      labelNames: L,
+      registers,
+      collect() {
+        const h = read()
+        this.set(m, h ? value(h) : 0)
+      },
+    })
+
+  gauge('onnxd_num_requests_running', 'Number of sequences in running batches (prefill or decode).', (h) => h.running)
+  gauge('onnxd_num_requests_waiting', 'Number of sequences waiting for admission to a batch.', (h) => h.waiting)
+  gauge('onnxd_kv_cache_usage_perc', 'KV-cache usage over all workers. 1 means 100 percent usage.', (h) =>
+    h.kvBudgetBytes > 0 ? Math.min(1, h.kvUsedBytes / h.kvBudgetBytes) : 0,
+  )
+  gauge('onnxd_kv_cache_used_bytes', 'KV-cache bytes in use over all workers.', (h) => h.kvUsedBytes)
+  gauge('onnxd_kv_cache_budget_bytes', 'KV-cache bytes budgeted over all workers.', (h) => h.kvBudgetBytes)
+  gauge('onnxd_workers_total', 'Engine worker threads configured.', (h) => h.workers.length)
+  gauge('onnxd_workers_ready', 'Engine worker threads with the model loaded.', (h) => h.workers.filter((w) => w.ready).length)
+
+  new Gauge({
+    name: 'onnxd_info',
+    help: 'Always 1; labels name the served model and the execution provider that actually runs it.',
+    labelNames: ['model', 'provider'] as const,
+    registers,
+    collect() {
+      const h = read()
+      // A CPU fallback changes the provider after start: report the one running, one series only.
+      this.reset()
+      this.set({ model: h?.model || modelName, provider: h?.provider ?? provider }, 1)
+    },
+  })
+
+  const histogram = <T extends string>(name: string, help: string, buckets: readonly number[], labelNames: readonly T[]) =>
+    new Histogram<T>({ name, help, buckets: [...buckets], labelNames, registers })
+
+  const ttft = histogram('onnxd_time_to_first_token_seconds', 'Histogram of time to first token in seconds.', BUCKETS.ttft, L)
+  const tpot = histogram('onnxd_time_per_output_token_seconds', 'Histogram of mean time per output token (after the first) in seconds.', BUCKETS.tpot, L)
+  const itl = histogram('onnxd_inter_token_latency_seconds', 'Histogram of time between consecutive output tokens in seconds.', BUCKETS.tpot, L)
+  const e2e = histogram('onnxd_e2e_request_latency_seconds', 'Histogram of end-to-end request latency in seconds.', BUCKETS.requestLatency, L)
+  const queue = histogram('onnxd_request_queue_time_seconds', 'Histogram of time spent waiting for admission in seconds.', BUCKETS.requestLatency, L)
+  const promptHist = histogram('onnxd_request_prompt_tokens', 'Histogram of prompt tokens per request.', BUCKETS.requestTokens, L)
+  const genHist = histogram('onnxd_request_generation_tokens', 'Histogram of generated tokens per request.', BUCKETS.requestTokens, L)
+  const PL = ['model_name', 'phase'] as const
+  const iterTokens = histogram('onnxd_iteration_tokens_total', 'Histogram of tokens per engine step.', BUCKETS.iterationTokens, PL)
+  const batchSize = histogram('onnxd_batch_size', 'Histogram of sequences (rows) per engine step.', BUCKETS.batchSize, PL)
+  const stepSeconds = histogram('onnxd_batch_step_seconds', 'Histogram of one engine step (forward pass and sampling) in seconds.', BUCKETS.stepSeconds, PL)
+
+  const promptTokens = new Counter({ name: 'onnxd_prompt_tokens_total', help: 'Number of prompt tokens processed.', labelNames: L, registers })
+  const genTokens = new Counter({ name: 'onnxd_generation_tokens_total', help: 'Number of generation tokens produced.', labelNames: L, registers })
+  const success = new Counter({
+    name: 'onnxd_request_success_total',
+    help: 'Count of finished requests by finish reason (stop, length, abort, error).',
+    labelNames: ['model_name', 'finished_reason'] as const,
+    registers,
+  })
+  const failures = new Counter({
+    name: 'onnxd_request_failures_total',
+    help: 'Completions answered with an error, by error code (client_gone: the client disconnected).',
+    labelNames: ['model_name', 'code'] as const,
+    registers,
+  })
+  const restarts = new Counter({ name: 'onnxd_worker_restarts_total', help: 'Engine worker threads restarted after a crash or stall.', labelNames: L, registers })
+
+  // Series exist from the first scrape, so rate() and absent() work before any traffic (as vLLM does).
+  for (const h of [ttft, tpot, itl, e2e, queue, promptHist, genHist]) h.zero(m)
+  for (const h of [iterTokens, batchSize, stepSeconds]) for (const phase of PHASES) h.zero({ ...m, phase })
+  for (const c of [promptTokens, genTokens, restarts]) c.inc(m, 0)
+  for (const r of FINISH_REASONS) success.inc({ ...m, finished_reason: r }, 0)
+
+  const observer: EngineObserver = {
+    onStep(s: StepObservation) {
+      const l = { ...m, phase: s.phase }
+      iterTokens.observe(l, s.tokens)
+      batchSize.observe(l, s.batch)
+      stepSeconds.observe(l, s.seconds)
+    },
+    onFinish(f: FinishObservation) {
+      success.inc({ ...m, finished_reason: f.finishReason })
+      promptTokens.inc(m, f.promptTokens)
+      genTokens.inc(m, f.completionTokens)
+      promptHist.observe(m, f.promptTokens)
+      genHist.observe(m, f.completionTokens)
+      queue.observe(m, f.queueSeconds)
+      e2e.observe(m, f.e2eSeconds)
+      if (f.ttftSeconds !== null) ttft.observe(m, f.ttftSeconds)
+      if (f.tpotSeconds !== null) tpot.observe(m, f.tpotSeconds)
+      for (const s of f.interTokenSeconds) itl.observe(m, s)
+    },
+    onWorkerRestart() {
+      restarts.inc(m)
+    },
+  }
+
+  return {
+    registry,
+    observer,
+    setHealthSource(source) {
+      health = source
+    },
+    async scrape() {
+      snapshot = undefined
+      snapshot = read()
+      try {
+        return await registry.metrics()
+      } finally {
+        snapshot = undefined
+      }
+    },
+    requestFailed(code) {
+      failures.inc({ ...m, code })
+    },
+  }
+}
+
+/** GET /metrics: the app's registry in the Prometheus text format. */
+export function registerMetricsRoute(app: FastifyInstance, metrics: NodeMetrics, logLevel: LogLevel): void {
+  app.get('/metrics', { logLevel }, async (_request, reply) => {
+    const text = await metrics.scrape()
+    return reply.type(metrics.registry.contentType).send(text)
+  })
+}

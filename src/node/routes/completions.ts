@@ -1,0 +1,240 @@
+// POST /internal/v1/completions: admits a request into the engine, answers JSON or an SSE stream, cancels the
+// sequence the moment its client disconnects. Imports: engine types, contract, shared errors, node internals.
+import { randomUUID } from 'node:crypto'
+import type { ServerResponse } from 'node:http'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { CompletionRequest, CompletionResponse, type StreamEvent, type Usage } from '../../contract/completions.js'
+import type { EngineClient, EngineRequest } from '../../engine/index.js'
+import { fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
+import type { NodeState } from '../drain.js'
+import type { NodeMetrics } from '../plugins/metrics.js'
+import { ErrorBodySchema, logFailure, toHttpError } from '../plugins/errors.js'
+import { SeqChannel, type ChannelEvent } from '../sequence.js'
+
+export const COMPLETIONS_PATH = '/internal/v1/completions'
+
+export interface CompletionRouteDeps {
+  engine: EngineClient
+  state: NodeState
+  metrics: NodeMetrics
+}
+
+/** Shape rules the schema cannot say cheaply; a body that breaks them is malformed (400), like a missing field. */
+function checkInput(body: CompletionRequest): void {
+  const given = (['messages', 'prompt', 'input_ids'] as const).filter((k) => body[k] !== undefined)
+  if (given.length !== 1) {
+    throw new OnnxdError(
+      'invalid_request',
+      given.length === 0
+        ? "Missing required field: one of 'messages', 'prompt' or 'input_ids'"
+        : `Exactly one of 'messages', 'prompt' or 'input_ids' is allowed. Given: ${given.join(', ')}`,
+    )
+  }
+}
+
+/** An unknown model is a value error (422), answered here so the request never reaches a worker. */
+function checkModel(engine: EngineClient, model: string): void {
+  let served: string
+  try {
+    served = engine.health().model
+  } catch {
+    return // the engine will answer for itself
+  }
+  if (served && model !== served) {
+    throw new OnnxdError('invalid_value', `The model '${model}' does not exist on this node. Available: ${served}`)
+  }
+}
+
+export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionRouteDeps): void {
+  const { engine, state, metrics } = deps
+  app.withTypeProvider<TypeBoxTypeProvider>().post(
+    COMPLETIONS_PATH,
+    {
+      schema: {
+        body: CompletionRequest,
+        response: { 200: CompletionResponse, '4xx': ErrorBodySchema, '5xx': ErrorBodySchema },
+      },
+      // A draining node refuses before reading the body: the 503 tells the router to go elsewhere, whatever the body.
+      onRequest: async () => {
+        if (state.draining) throw new OnnxdError('not_ready', 'The node is draining', { retryAfterS: 1 })
+      },
+    },
+    async (request, reply) => {
+      const body = request.body
+      // Draining may have begun while the body was being read.
+      if (state.draining) throw new OnnxdError('not_ready', 'The node is draining', { retryAfterS: 1 })
+      checkInput(body)
+      checkModel(engine, body.model)
+
+      const requestId = body.request_id ?? request.id
+      const log = request.log.child({ request_id: requestId })
+      const req: EngineRequest = { ...body, request_id: requestId }
+      // Never the prompt text (STYLE 13): sizes only.
+      log.info(
+        { stream: body.stream === true, max_tokens: body.max_tokens, messages: body.messages?.length, prompt_chars: body.prompt?.length, input_ids: body.input_ids?.length },
+        'completion submitted',
+      )
+
+      const seq = new SeqChannel(engine, req)
+      const stop = new AbortController() // ends waits on a slow client when the request is aborted
+      const release = state.track((err) => {
+        seq.abort(toErrorData(err))
+        stop.abort()
+      })
+      // The response's 'close' before it finished means the client went away (the request's own 'close' fires
+      // as soon as its body has been read, so it cannot tell).
+      const onClose = (): void => {
+        if (!reply.raw.writableFinished) seq.clientGone()
+      }
+      reply.raw.once('close', onClose)
+      if (request.raw.socket?.destroyed === true) seq.clientGone()
+      try {
+        const first = await seq.next()
+        if (first.type === 'gone') return abandon(reply, log, metrics)
+        if (first.type === 'error') throw fromErrorData(first.error)
+        const pending = first.type === 'accepted' ? null : first // the pool sends `accepted` first; tolerate it not
+        const promptTokens = first.type === 'accepted' ? first.promptTokens : 0
+        if (body.stream === true) {
+          return await streamSse(reply, seq, pending, { requestId, promptTokens, log, metrics, signal: stop.signal })
+        }
+        // Token events are deltas, and so is `done`: it carries what was not yet sent (the last sampled token,
+        // text the detokenizer or the stop matcher held back). The answer is their concatenation.
+        const text: string[] = []
+        const ids: number[] = []
+        let e = pending ?? (await seq.next())
+        for (; e.type === 'accepted' || e.type === 'token'; e = await seq.next()) {
+          if (e.type === 'token') {
+            text.push(e.text)
+            ids.push(...e.ids)
+          }
+        }
+        if (e.type === 'gone') return abandon(reply, log, metrics)
+        if (e.type === 'error') throw fromErrorData(e.error)
+        text.push(e.text)
+        ids.push(...e.ids)
+        log.info({ prompt_tokens: e.usage.prompt_tokens, completion_tokens: e.usage.completion_tokens, finish_reason: e.finishReason }, 'completion finished')
+        const res: CompletionResponse = {
+          id: requestId,
+          model: body.model,
+          text: text.join(''),
+          finish_reason: e.finishReason,
+          usage: e.usage,
+          timings: e.timings,
+          output_ids: ids,
+        }
+        return reply.code(200).send(res)
+      } finally {
+        release()
+        reply.raw.off('close', onClose)
+      }
+    },
+  )
+}
+
+/** The client is gone and its sequence cancelled: nothing can be sent, so take the reply out of fastify's hands. */
+function abandon(reply: FastifyReply, log: FastifyRequest['log'], metrics: NodeMetrics): FastifyReply {
+  log.info('client disconnected; sequence cancelled')
+  metrics.requestFailed('client_gone')
+  reply.hijack()
+  if (!reply.raw.destroyed) reply.raw.destroy()
+  return reply
+}
+
+interface StreamCtx {
+  requestId: string
+  promptTokens: number
+  log: FastifyRequest['log']
+  metrics: NodeMetrics
+  signal: AbortSignal
+}
+
+/** Writes one SSE frame; on backpressure waits for 'drain', the socket closing, or the request being aborted. */
+function frame(res: ServerResponse, data: string, signal: AbortSignal): Promise<void> | undefined {
+  if (res.destroyed || res.writableEnded) return undefined
+  if (res.write(`data: ${data}\n\n`) || signal.aborted) return undefined
+  return new Promise<void>((resolve) => {
+    const done = (): void => {
+      res.off('drain', done)
+      res.off('close', done)
+      signal.removeEventListener('abort', done)
+      resolve()
+    }
+    res.on('drain', done)
+    res.on('close', done)
+    signal.addEventListener('abort', done)
+  })
+}
+
+/**
+ * The accepted sequence as `text/event-stream`: a `data:` frame per delta with text or ids, a final frame with
+ * finish reason, usage and timings, then `data: [DONE]`. An error after acceptance is a `data: {"error":…}` frame
+ * (with the usage so far, for billing) before [DONE]: the 200 status has already gone out.
+ */
+async function streamSse(
+  reply: FastifyReply,
+  seq: SeqChannel,
+  pending: ChannelEvent | null,
+  ctx: StreamCtx,
+): Promise<FastifyReply> {
+  const { requestId: id, log, metrics, signal } = ctx
+  reply.hijack()
+  const res = reply.raw
+  // A write to a socket the client reset would otherwise raise an unhandled 'error' on the response.
+  const onError = (err: Error): void => log.debug({ err }, 'stream write failed')
+  res.on('error', onError)
+  res.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache',
+    connection: 'keep-alive',
+    'x-accel-buffering': 'no', // proxies must not buffer the stream
+    'x-request-id': id,
+  })
+  res.flushHeaders() // the client learns of acceptance now, not at the first token
+  let completionTokens = 0
+  try {
+    let e = pending ?? (await seq.next())
+    for (;;) {
+      if (e.type === 'token') {
+        completionTokens += e.tokens
+        if (e.text !== '' || e.ids.length > 0) {
+          const ev: StreamEvent = { id, text: e.text, ids: e.ids }
+          await frame(res, JSON.stringify(ev), signal)
+        }
+      } else if (e.type === 'done') {
+        // `done` is the last delta: the last sampled token, and text the detokenizer or stop matcher held back.
+        if (e.text !== '' || e.ids.length > 0) await frame(res, JSON.stringify({ id, text: e.text, ids: e.ids } satisfies StreamEvent), signal)
+        const last: StreamEvent = { id, text: '', finish_reason: e.finishReason, usage: e.usage, timings: e.timings }
+        void frame(res, JSON.stringify(last), signal)
+        log.info({ prompt_tokens: e.usage.prompt_tokens, completion_tokens: e.usage.completion_tokens, finish_reason: e.finishReason }, 'completion finished')
+        break
+      } else if (e.type === 'error') {
+        const err = fromErrorData(e.error)
+        const http = toHttpError(err)
+        logFailure(reply.request, err, http.status)
+        metrics.requestFailed(err.code)
+        const usage: Usage = { prompt_tokens: ctx.promptTokens, completion_tokens: completionTokens }
+        const ev: StreamEvent = { error: http.body.error, usage }
+        void frame(res, JSON.stringify(ev), signal)
+        break
+      } else if (e.type === 'gone') {
+        abandon(reply, log, metrics)
+        return reply
+      }
+      // `accepted` repeated or unknown events carry nothing for the client.
+      e = await seq.next()
+    }
+    if (!res.destroyed && !res.writableEnded) res.end('data: [DONE]\n\n')
+  } finally {
+    res.off('error', onError)
+    // Keep swallowing late socket errors after we are done with the response.
+    if (!res.writableFinished) res.once('error', () => {})
+  }
+  return reply
+}
+
+/** A request id for requests that bring none: the `x-request-id` header when sane, else a fresh one. */
+export function requestIdFor(header: string | string[] | undefined): string {
+  const h = Array.isArray(header) ? header[0] : header
+  return h !== undefined && /^[\w.:@-]{1,128}$/.test(h) ? h : `cmpl-${randomUUID()}`
+}

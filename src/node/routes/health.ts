@@ -1,0 +1,85 @@
+// GET /health (readiness, with what a router needs to place requests) and GET /health/live (liveness).
+// Imports: engine types, node state, contract types.
+import type { FastifyInstance, LogLevel } from 'fastify'
+import { Type } from '@sinclair/typebox'
+import type { EngineClient, PoolHealth } from '../../engine/index.js'
+import type { HealthBody } from '../../contract/completions.js'
+import type { NodeControl } from '../drain.js'
+
+export const HealthBodySchema = Type.Object({
+  status: Type.Union([Type.Literal('ready'), Type.Literal('loading'), Type.Literal('draining'), Type.Literal('unhealthy')]),
+  models: Type.Array(Type.String()),
+  provider: Type.String(),
+  workers: Type.Object({ total: Type.Integer(), ready: Type.Integer() }),
+  running: Type.Integer(),
+  waiting: Type.Integer(),
+  capacity: Type.Integer(),
+  kv_cache: Type.Object({ used_bytes: Type.Number(), budget_bytes: Type.Number(), usage: Type.Number() }),
+  restarts: Type.Integer(),
+  context_length: Type.Union([Type.Integer(), Type.Null()]),
+})
+
+/** The /health body for a pool health snapshot; the node's own drain state overrides the pool's status. */
+export function healthBody(h: PoolHealth, draining: boolean): HealthBody {
+  const status = draining ? 'draining' : h.status
+  return {
+    status,
+    models: h.model ? [h.model] : [],
+    provider: h.provider,
+    workers: { total: h.workers.length, ready: h.workers.filter((w) => w.ready).length },
+    running: h.running,
+    waiting: h.waiting,
+    // A router should send nothing to a node that is not ready, whatever slots its workers have free.
+    capacity: status === 'ready' ? Math.max(0, h.capacity) : 0,
+    kv_cache: {
+      used_bytes: h.kvUsedBytes,
+      budget_bytes: h.kvBudgetBytes,
+      usage: h.kvBudgetBytes > 0 ? Math.min(1, h.kvUsedBytes / h.kvBudgetBytes) : 0,
+    },
+    restarts: h.restarts,
+    context_length: h.contextLength,
+  }
+}
+
+export interface HealthRouteDeps {
+  engine: EngineClient
+  control: NodeControl
+  /** Model and provider to report when the engine cannot say. */
+  fallback: { model: string; provider: string }
+  /** Log level of these routes: probes arrive every few seconds and would drown the request log. */
+  logLevel: LogLevel
+}
+
+export function registerHealthRoutes(app: FastifyInstance, deps: HealthRouteDeps): void {
+  const schema = { response: { 200: HealthBodySchema, 503: HealthBodySchema } }
+  app.get('/health', { schema, logLevel: deps.logLevel }, async (request, reply) => {
+    let body: HealthBody
+    try {
+      body = healthBody(deps.engine.health(), deps.control.draining)
+    } catch (err) {
+      // A health() that throws is itself a sign of trouble: say unhealthy rather than answer 500.
+      request.log.error({ err }, 'engine health failed')
+      body = healthBody(unknownHealth(deps.fallback), deps.control.draining)
+      body.status = deps.control.draining ? 'draining' : 'unhealthy'
+    }
+    return reply.code(body.status === 'ready' ? 200 : 503).send(body)
+  })
+  const live = { response: { 200: Type.Object({ status: Type.Literal('alive') }) } }
+  app.get('/health/live', { schema: live, logLevel: deps.logLevel }, async () => ({ status: 'alive' as const }))
+}
+
+function unknownHealth(f: { model: string; provider: string }): PoolHealth {
+  return {
+    status: 'unhealthy',
+    model: f.model,
+    provider: f.provider as PoolHealth['provider'],
+    contextLength: null,
+    workers: [],
+    running: 0,
+    waiting: 0,
+    capacity: 0,
+    kvUsedBytes: 0,
+    kvBudgetBytes: 0,
+    restarts: 0,
+  }
+}

@@ -1,0 +1,142 @@
+// The node's options: env strings converted strictly, defaults filled, every problem listed by field, frozen,
+// and mapped onto the engine's PoolOptions.
+import { describe, expect, it } from 'vitest'
+import { isOnnxdError, type OnnxdError } from '../../src/shared/errors.js'
+import { defaultKvBudgetMb, loadNodeOptions, NODE_ENV, NODE_FLAGS, nodeFlags, servedModelId, toPoolOptions } from '../../src/node/options.js'
+
+const GiB = 1024 ** 3
+const sys = { totalMemBytes: 8 * GiB }
+
+function configError(fn: () => unknown): OnnxdError {
+  try {
+    fn()
+  } catch (e) {
+    if (isOnnxdError(e) && e.code === 'config') return e
+    throw e
+  }
+  throw new Error('expected a config error')
+}
+
+describe('loadNodeOptions', () => {
+  it('fills the documented defaults', () => {
+    expect(loadNodeOptions({}, {}, {}, sys)).toEqual({
+      port: 8081,
+      host: '127.0.0.1',
+      model: 'models/onnxd-tiny',
+      provider: 'cpu',
+      deviceId: 0,
+      allowCpuFallback: false,
+      workers: 1,
+      intraOpThreads: 0,
+      maxRunning: 64,
+      maxWaiting: 256,
+      maxBatchedTokens: 512,
+      kvBudgetMb: 2048,
+      heartbeatTimeoutMs: 5000,
+      drainTimeoutMs: 30_000,
+      bodyLimit: 4 * 1024 * 1024,
+      logLevel: 'info',
+    })
+  })
+
+  it('defaults the KV budget to a quarter of memory, at most 4096 MiB', () => {
+    expect(defaultKvBudgetMb({ totalMemBytes: 4 * GiB })).toBe(1024)
+    expect(defaultKvBudgetMb({ totalMemBytes: 64 * GiB })).toBe(4096)
+  })
+
+  it('reads every ONNXD_* variable, converting strings', () => {
+    const o = loadNodeOptions(
+      {
+        ONNXD_NODE_PORT: '9000',
+        ONNXD_NODE_HOST: '0.0.0.0',
+        ONNXD_MODEL: '/models/SmolLM2-135M',
+        ONNXD_MODEL_ID: 'smollm2',
+        ONNXD_DTYPE: 'fp16',
+        ONNXD_PROVIDER: 'cuda',
+        ONNXD_DEVICE_ID: '1',
+        ONNXD_ALLOW_CPU_FALLBACK: 'true',
+        ONNXD_WORKERS: '2',
+        ONNXD_INTRA_OP_THREADS: '4',
+        ONNXD_MAX_RUNNING: '32',
+        ONNXD_MAX_WAITING: '100',
+        ONNXD_MAX_BATCHED_TOKENS: '1024',
+        ONNXD_KV_BUDGET_MB: '512',
+        ONNXD_HEARTBEAT_TIMEOUT_MS: '10000',
+        ONNXD_DRAIN_TIMEOUT_MS: '5000',
+        ONNXD_NODE_BODY_LIMIT: '65536',
+        ONNXD_LOG_LEVEL: 'debug',
+      },
+      {},
+      {},
+      sys,
+    )
+    expect(o).toMatchObject({ port: 9000, host: '0.0.0.0', model: '/models/SmolLM2-135M', modelId: 'smollm2', dtype: 'fp16', provider: 'cuda', deviceId: 1, allowCpuFallback: true })
+    expect(o).toMatchObject({ workers: 2, intraOpThreads: 4, maxRunning: 32, maxWaiting: 100, maxBatchedTokens: 1024, kvBudgetMb: 512 })
+    expect(o).toMatchObject({ heartbeatTimeoutMs: 10000, drainTimeoutMs: 5000, bodyLimit: 65536, logLevel: 'debug' })
+  })
+
+  it('lets flags win over the environment, and the environment over the file', () => {
+    const o = loadNodeOptions({ ONNXD_NODE_PORT: '9000', ONNXD_WORKERS: '3' }, nodeFlags({ port: '9100', 'allow-cpu-fallback': true }), { port: 1, workers: 2, maxRunning: 8 }, sys)
+    expect(o).toMatchObject({ port: 9100, workers: 3, maxRunning: 8, allowCpuFallback: true })
+  })
+
+  it('lists every problem in one config error, naming field, variable, flag and value', () => {
+    const e = configError(() =>
+      loadNodeOptions({ ONNXD_NODE_PORT: '80a', ONNXD_WORKERS: '1.5', ONNXD_PROVIDER: 'rocm', ONNXD_ALLOW_CPU_FALLBACK: 'maybe', ONNXD_LOG_LEVEL: 'loud' }, {}, {}, sys),
+    )
+    const problems = (e.details as { problems: string[] }).problems
+    expect(problems).toHaveLength(5)
+    expect(e.message).toContain('port (ONNXD_NODE_PORT, --port): must be an integer. Given: "80a"')
+    expect(e.message).toContain('workers (ONNXD_WORKERS, --workers): must be an integer. Given: "1.5"')
+    expect(e.message).toContain('provider (ONNXD_PROVIDER, --provider): must be one of cpu, cuda, tensorrt. Given: "rocm"')
+    expect(e.message).toContain('allowCpuFallback (ONNXD_ALLOW_CPU_FALLBACK, --allow-cpu-fallback)')
+    expect(e.message).toContain('logLevel (ONNXD_LOG_LEVEL, --log-level): must be one of fatal, error, warn, info, debug, trace, silent')
+  })
+
+  it('rejects out-of-range values, unknown file options, and max_batched_tokens below max_running', () => {
+    expect(configError(() => loadNodeOptions({ ONNXD_WORKERS: '0' }, {}, {}, sys)).message).toContain('workers (ONNXD_WORKERS, --workers): must be >= 1')
+    expect(configError(() => loadNodeOptions({}, {}, { gpu: true }, sys)).message).toContain('gpu: unknown option')
+    expect(configError(() => loadNodeOptions({ ONNXD_MAX_RUNNING: '64', ONNXD_MAX_BATCHED_TOKENS: '32' }, {}, {}, sys)).message).toContain(
+      'maxBatchedTokens (ONNXD_MAX_BATCHED_TOKENS, --max-batched-tokens) must be >= maxRunning (ONNXD_MAX_RUNNING). Given: 32 and 64',
+    )
+  })
+
+  it('freezes the result', () => {
+    const o = loadNodeOptions({}, {}, {}, sys)
+    expect(Object.isFrozen(o)).toBe(true)
+    expect(() => {
+      ;(o as { port: number }).port = 1
+    }).toThrow(TypeError)
+  })
+
+  it('has an env variable and a flag for every option', () => {
+    for (const [field, env] of Object.entries(NODE_ENV)) {
+      expect(env, field).toMatch(/^ONNXD_[A-Z_]+$/)
+      expect(NODE_FLAGS[field as keyof typeof NODE_FLAGS], field).toMatch(/^[a-z][a-z-]*$/)
+    }
+  })
+})
+
+describe('toPoolOptions', () => {
+  it('maps node options onto the pool, the KV budget in bytes and the model id from the folder name', () => {
+    const o = loadNodeOptions({ ONNXD_MODEL: '/srv/models/SmolLM2-135M/', ONNXD_KV_BUDGET_MB: '256', ONNXD_PROVIDER: 'tensorrt' }, {}, {}, sys)
+    expect(servedModelId(o)).toBe('SmolLM2-135M')
+    expect(toPoolOptions(o)).toEqual({
+      modelDir: '/srv/models/SmolLM2-135M/',
+      modelId: 'SmolLM2-135M',
+      provider: 'tensorrt',
+      deviceId: 0,
+      allowCpuFallback: false,
+      workers: 1,
+      intraOpThreads: 0,
+      maxRunning: 64,
+      maxWaiting: 256,
+      maxBatchedTokens: 512,
+      kvBudgetBytes: 256 * 1024 * 1024,
+      heartbeatTimeoutMs: 5000,
+    })
+    expect(toPoolOptions(loadNodeOptions({ ONNXD_DTYPE: 'q4', ONNXD_MODEL_ID: 'x' }, {}, {}, sys))).toMatchObject({ dtype: 'q4', modelId: 'x' })
+    // The budget is the node's; the pool gives kvBudgetBytes to each worker.
+    expect(toPoolOptions(loadNodeOptions({ ONNXD_WORKERS: '4', ONNXD_KV_BUDGET_MB: '1024' }, {}, {}, sys)).kvBudgetBytes).toBe(256 * 1024 * 1024)
+  })
+})
