@@ -4,6 +4,7 @@ import { isOnnxdError } from './shared/errors.js'
 type Command = { summary: string; load: () => Promise<{ run(argv: string[]): Promise<number | void> }> }
 
 const COMMANDS: Record<string, Command> = {
+  serve: { summary: 'run a node and the /v1 facade in front of it (what npm start runs)', load: () => import('./cli/serve.js') },
   model: { summary: 'build the embedded default model: onnxd model build tiny|small|135m [--out DIR] [--seed N]', load: () => import('./cli/model.js') },
   generate: { summary: 'generate a completion in this process: onnxd generate --model DIR "prompt"', load: () => import('./cli/generate.js') },
   node: { summary: 'run a worker node: onnxd node [--model DIR] [--port N] [--provider cpu|cuda|tensorrt] ...', load: () => import('./cli/node.js') },
@@ -11,6 +12,7 @@ const COMMANDS: Record<string, Command> = {
   account: { summary: 'manage accounts: onnxd account create|credit|subscription|show|list', load: () => import('./cli/account.js') },
   key: { summary: 'manage API keys: onnxd key create <account-id> [--name N] [--rpm N] | list | revoke', load: () => import('./cli/key.js') },
   token: { summary: 'mint a session token: onnxd token <account-id> [--ttl S]', load: () => import('./cli/token.js') },
+  bench: { summary: 'serving benchmark with references: onnxd bench [--preset 135m] [--concurrency 1,4,16,64] | compare A.json B.json', load: () => import('./cli/bench.js') },
 }
 
 export function usage(): string {

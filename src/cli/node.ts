@@ -57,29 +57,44 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
   const opts = loadNodeOptions(env, nodeFlags(values), readNodeConfig(typeof values.config === 'string' ? values.config : undefined))
 
   // Signals first: a SIGTERM during the model build or load must still shut down cleanly.
-  let signalled: NodeJS.Signals | null = null
+  return withShutdownSignals('onnxd node', (shutdown) => serveNode(opts, shutdown))
+}
+
+/**
+ * Runs `fn` with a promise that resolves on the first SIGTERM or SIGINT; a second signal exits at once, skipping
+ * the rest of the grace period.
+ */
+export async function withShutdownSignals<T>(name: string, fn: (shutdown: Promise<NodeJS.Signals>) => Promise<T>): Promise<T> {
+  let signalled = false
   let onShutdown: (s: NodeJS.Signals) => void = () => {}
   const shutdown = new Promise<NodeJS.Signals>((resolve) => (onShutdown = resolve))
   const onSignal = (s: NodeJS.Signals): void => {
-    if (signalled !== null) {
-      // A second signal means "now": skip the rest of the grace period.
-      process.stderr.write(`onnxd node: ${s} again; exiting without waiting for in-flight requests\n`)
+    if (signalled) {
+      process.stderr.write(`${name}: ${s} again; exiting without waiting for in-flight requests\n`)
       process.exit(1)
     }
-    signalled = s
+    signalled = true
     onShutdown(s)
   }
   process.on('SIGTERM', onSignal)
   process.on('SIGINT', onSignal)
   try {
-    return await serve(opts, shutdown)
+    return await fn(shutdown)
   } finally {
     process.off('SIGTERM', onSignal)
     process.off('SIGINT', onSignal)
   }
 }
 
-async function serve(opts: NodeOptions, shutdown: Promise<NodeJS.Signals>): Promise<number> {
+export interface ServeHooks {
+  /** After the node listens (before the model is ready), e.g. to start a co-located facade. */
+  onListening?(url: string): Promise<void>
+  /** After in-flight requests drained, before the node closes, e.g. to close that facade. */
+  onDrained?(): Promise<void>
+}
+
+/** Runs a node until `shutdown` resolves, then drains it. Shared by `onnxd node` and `onnxd serve`. */
+export async function serveNode(opts: NodeOptions, shutdown: Promise<NodeJS.Signals>, hooks: ServeHooks = {}): Promise<number> {
   let modelDir = opts.model
   if (opts.model === DEFAULT_MODEL_DIR) {
     const { ensureDefaultModel } = await import('../engine/model/builder/index.js')
@@ -98,6 +113,13 @@ async function serve(opts: NodeOptions, shutdown: Promise<NodeJS.Signals>): Prom
     throw e
   }
   app.log.info({ model, modelDir, provider: opts.provider, workers: opts.workers }, 'loading model')
+  try {
+    await hooks.onListening?.(`http://${opts.host}:${opts.port}`)
+  } catch (e) {
+    await app.close()
+    await engine.close()
+    throw e
+  }
 
   let loaded: 'ready' | NodeJS.Signals
   try {
@@ -116,6 +138,7 @@ async function serve(opts: NodeOptions, shutdown: Promise<NodeJS.Signals>): Prom
   app.log.info({ signal, in_flight: app.node.inFlight(), grace_ms: opts.drainTimeoutMs }, 'draining')
   const result = await app.node.drain(opts.drainTimeoutMs)
   app.log.info(result, result.drained ? 'drained' : 'grace period over; remaining requests ended')
+  await hooks.onDrained?.()
   await app.close()
   await engine.close()
   return 0

@@ -65,7 +65,8 @@ export type CompletionResponse = Static<typeof CompletionResponse>
  * carries finish and usage.
  */
 export type StreamEvent =
-  | { id: string; text: string; ids?: number[] }
+  /** A delta. `usage` is the running count, so a stream cut short can still be billed for its prompt. */
+  | { id: string; text: string; ids?: number[]; usage?: Usage }
   | { id: string; text: ''; finish_reason: FinishReason; usage: Usage; timings: Timings }
   /** An error after the stream began; `usage` counts what was produced before it (billing a stream that ends early). */
   | { error: { message: string; type: string; code: number }; usage?: Usage }

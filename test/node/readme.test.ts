@@ -1,12 +1,12 @@
-// The node's README section cannot drift: every registered metric and every option (flag and variable) is in it.
+// The README's node section cannot drift: every registered metric and every option (flag and variable) is in it.
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import { NODE_ENV, NODE_FLAGS } from '../../src/node/options.js'
 import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
 
-const md = readFileSync(new URL('../../src/node/README-section.md', import.meta.url), 'utf8')
+const md = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
 
-describe('src/node/README-section.md', () => {
+describe('README.md (node section)', () => {
   it('documents every metric the node registers, with its type', () => {
     const registry = createRegistry()
     createMetrics(registry, 'm', 'cpu')

@@ -160,7 +160,12 @@ export class EnginePool implements EngineClient {
     this.inflight.add(cancel)
     this.piscina.run({ kind: 'request', req, port: port2 }, { transferList: [port2] }).catch((e: Error) => {
       if (ended) return
-      sink({ type: 'error', error: toErrorData(new OnnxdError('worker_crashed', `inference worker failed: ${e.message}`)) })
+      // piscina refuses tasks past concurrentTasksPerWorker x workers: that is a full node, not a crash.
+      const full = /queue is at limit|no task queue available/i.test(e.message)
+      const err = full
+        ? new OnnxdError('queue_full', 'node is at capacity', { retryAfterS: 1 })
+        : new OnnxdError('worker_crashed', `inference worker failed: ${e.message}`)
+      sink({ type: 'error', error: toErrorData(err) })
       end()
     })
     return cancel

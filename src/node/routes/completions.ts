@@ -198,12 +198,12 @@ async function streamSse(
       if (e.type === 'token') {
         completionTokens += e.tokens
         if (e.text !== '' || e.ids.length > 0) {
-          const ev: StreamEvent = { id, text: e.text, ids: e.ids }
+          const ev: StreamEvent = { id, text: e.text, ids: e.ids, usage: { prompt_tokens: ctx.promptTokens, completion_tokens: completionTokens } }
           await frame(res, JSON.stringify(ev), signal)
         }
       } else if (e.type === 'done') {
         // `done` is the last delta: the last sampled token, and text the detokenizer or stop matcher held back.
-        if (e.text !== '' || e.ids.length > 0) await frame(res, JSON.stringify({ id, text: e.text, ids: e.ids } satisfies StreamEvent), signal)
+        if (e.text !== '' || e.ids.length > 0) await frame(res, JSON.stringify({ id, text: e.text, ids: e.ids, usage: e.usage } satisfies StreamEvent), signal)
         const last: StreamEvent = { id, text: '', finish_reason: e.finishReason, usage: e.usage, timings: e.timings }
         void frame(res, JSON.stringify(last), signal)
         log.info({ prompt_tokens: e.usage.prompt_tokens, completion_tokens: e.usage.completion_tokens, finish_reason: e.finishReason }, 'completion finished')

@@ -1,0 +1,58 @@
+// `onnxd bench [options]`: the serving benchmark (src/bench): a concurrency sweep with the standard figures, the
+// references in the same run, a table on stdout, JSON and an SVG chart on disk. `onnxd bench compare A.json
+// B.json [--json]` prints the ratios B/A.
+import { compareReports, formatComparison, readReport } from '../bench/compare.js'
+import { USAGE, benchConfig, parseFlags } from '../bench/options.js'
+import { formatTable, referenceLines, tables, timeTable, type BenchReport } from '../bench/report.js'
+import { runBench } from '../bench/run.js'
+import { systemLine } from '../bench/system.js'
+
+function compare(argv: string[]): number {
+  const json = argv.includes('--json')
+  const files = argv.filter((a) => a !== '--json')
+  if (files.length !== 2 || files.some((f) => f.startsWith('-'))) {
+    process.stderr.write(`usage: onnxd bench compare A.json B.json [--json]\n`)
+    return 2
+  }
+  const rows = compareReports(readReport(files[0]), readReport(files[1]))
+  process.stdout.write(json ? JSON.stringify(rows, null, 2) + '\n' : formatComparison(rows, files[0], files[1]))
+  return 0
+}
+
+function print(r: BenchReport): void {
+  const out = process.stdout
+  out.write(`\n${systemLine(r.machine)}; provider ${r.machine.provider}; load average ${r.machine.loadavg_start.join(' ')} -> ${r.machine.loadavg_end.join(' ')}\n`)
+  const c = r.config
+  out.write(`model ${r.model.id}${r.model.preset ? ` (preset ${r.model.preset})` : ''}; prompt ${c.prompt_len ?? c.prompts_file} tokens, output ${c.output_len}${c.ignore_eos ? ' (ignore_eos)' : ''}; request rate ${c.request_rate}; seed ${c.seed}\n\n`)
+  for (const l of referenceLines(r)) out.write(`${l}\n`)
+  const t = tables(r)
+  out.write(`\nthroughput\n${formatTable(t.throughput)}`)
+  out.write(`\nlatency, ms (vLLM's definitions; ">=" marks a TTFT lower bound from requests cut at the deadline)\n${formatTable(t.latency)}`)
+  const time = timeTable(r)
+  if (time.length) out.write(`\nwhere the time goes (the node's /metrics: time inside forward passes, per level)\n${formatTable(time)}`)
+  out.write('\n')
+  for (const l of r.summary) out.write(`${l}\n`)
+  out.write('\ntargets\n')
+  for (const g of r.targets) {
+    const bound = g.ceiling_bound == null ? '' : `; the ORT ceiling in onnxd's place would give ${g.ceiling_bound.toFixed(2)}`
+    const v = g.value === null ? `not measured (${g.reason})` : `${g.value.toFixed(2)} (${g.direction} ${g.threshold}): ${g.met ? 'met' : 'MISSED'}${bound}`
+    out.write(`  ${g.id.padEnd(22)} ${g.text}: ${v}\n`)
+  }
+  out.write(`\nJSON:  ${r.files.json}\nchart: ${r.files.chart}\n`)
+}
+
+export async function run(argv: string[]): Promise<number> {
+  if (argv[0] === 'compare') return compare(argv.slice(1))
+  const { values, positionals } = parseFlags(argv)
+  if (values.help) {
+    process.stdout.write(USAGE)
+    return 0
+  }
+  if (positionals.length) {
+    process.stderr.write(`onnxd bench: unexpected argument '${positionals[0]}'\n\n${USAGE}`)
+    return 2
+  }
+  const { report } = await runBench(benchConfig(argv))
+  print(report)
+  return 0
+}

@@ -1,0 +1,52 @@
+// `onnxd facade --nodes URL,...`: runs the public /v1 facade alone, in front of running nodes, until SIGINT/SIGTERM.
+import { parseArgs } from 'node:util'
+import { operatorOptions } from '../facade/operator.js'
+import { startFacade } from '../facade/server.js'
+
+const USAGE = `usage: onnxd facade [--nodes URL,...] [--port N] [--host H] [--data-dir DIR] [--key-rpm N] [--fleet-rpm N]
+                    [--health-interval-ms N] [--body-limit BYTES] [--log-level L] [--config FILE]
+Every option also has an ONNXD_* environment variable (see README); flags win over the environment.
+`
+
+export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const str = { type: 'string' } as const
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      nodes: str,
+      port: str,
+      host: str,
+      'data-dir': str,
+      'key-rpm': str,
+      'fleet-rpm': str,
+      prices: str,
+      'health-interval-ms': str,
+      'node-timeout-ms': str,
+      'body-limit': str,
+      'log-level': str,
+      'jwks-url': str,
+      'jwks-file': str,
+      'jwt-issuer': str,
+      'jwt-audience': str,
+      config: str,
+      help: { type: 'boolean', short: 'h' },
+    },
+  })
+  if (values.help) {
+    process.stdout.write(USAGE)
+    return 0
+  }
+  const facade = await startFacade(operatorOptions(values, env))
+  const signal = await new Promise<NodeJS.Signals>((resolve) => {
+    const stop = (s: NodeJS.Signals): void => {
+      process.off('SIGINT', stop)
+      process.off('SIGTERM', stop)
+      resolve(s)
+    }
+    process.on('SIGINT', stop)
+    process.on('SIGTERM', stop)
+  })
+  facade.app.log.info({ signal }, 'closing')
+  await facade.close()
+  return 0
+}

@@ -1,0 +1,63 @@
+// `onnxd serve` (what `npm start` runs): one node and a facade in front of it, in one process. The facade still
+// reaches the node over its HTTP contract, exactly as it would a remote one.
+import { parseArgs } from 'node:util'
+import { loadNodeOptions, NODE_FLAGS, NodeOptions, nodeFlags, readNodeConfig } from '../node/options.js'
+import { operatorOptions } from '../facade/operator.js'
+import { startFacade, type RunningFacade } from '../facade/server.js'
+import { serveNode, withShutdownSignals } from './node.js'
+
+const USAGE = `usage: onnxd serve [--model DIR] [--port N] [--host H] [--node-port N] [--node-host H] [node options]
+
+Starts a worker node (default 127.0.0.1:8081) and the public /v1 facade (default 127.0.0.1:8080) in front of it.
+--port/--host (ONNXD_PORT/ONNXD_HOST) are the facade's; --node-port/--node-host (ONNXD_NODE_PORT/ONNXD_NODE_HOST)
+the node's. Every other flag of \`onnxd node\` and \`onnxd facade\` works here too; see README.
+`
+
+const FACADE_ONLY = ['data-dir', 'key-rpm', 'fleet-rpm', 'prices', 'health-interval-ms', 'node-timeout-ms', 'jwks-url', 'jwks-file', 'jwt-issuer', 'jwt-audience'] as const
+
+export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const str = { type: 'string' } as const
+  const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = {
+    config: str,
+    help: { type: 'boolean', short: 'h' },
+    port: str,
+    host: str,
+    'node-port': str,
+    'node-host': str,
+  }
+  for (const [field, flag] of Object.entries(NODE_FLAGS)) {
+    if (field === 'port' || field === 'host') continue
+    options[flag] = { type: NodeOptions.properties[field as keyof NodeOptions].type === 'boolean' ? 'boolean' : 'string' }
+  }
+  for (const flag of FACADE_ONLY) options[flag] = str
+  const { values } = parseArgs({ args: argv, options, strict: true, allowPositionals: false })
+  if (values.help === true) {
+    process.stdout.write(USAGE)
+    return 0
+  }
+  const config = typeof values.config === 'string' ? values.config : undefined
+
+  const nodeValues: Record<string, unknown> = {}
+  for (const flag of Object.values(NODE_FLAGS)) if (flag !== 'port' && flag !== 'host') nodeValues[flag] = values[flag]
+  nodeValues.port = values['node-port']
+  nodeValues.host = values['node-host']
+  const nodeOpts = loadNodeOptions(env, nodeFlags(nodeValues), readNodeConfig(config))
+
+  const facadeValues: Record<string, unknown> = { config, port: values.port, host: values.host, 'log-level': values['log-level'] }
+  for (const flag of FACADE_ONLY) facadeValues[flag] = values[flag]
+  facadeValues.nodes = `http://${nodeOpts.host}:${nodeOpts.port}`
+  const facadeOpts = operatorOptions(facadeValues, env)
+
+  let facade: RunningFacade | null = null
+  return withShutdownSignals('onnxd serve', (shutdown) =>
+    serveNode(nodeOpts, shutdown, {
+      onListening: async () => {
+        facade = await startFacade(facadeOpts)
+      },
+      // The facade outlives the node's drain, so streams in flight reach their clients; then it closes.
+      onDrained: async () => {
+        await facade?.close()
+      },
+    }),
+  )
+}

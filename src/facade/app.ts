@@ -1,0 +1,142 @@
+// buildFacade: the public /v1 API as a fastify app that never listens. /v1 is one encapsulated context with the
+// auth + rate-limit hook; errors leave through one handler. Imports: facade parts, store; never engine or node.
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import type { RateLimitStore, Store } from '../store/interfaces.js'
+import { MemoryRateLimitStore } from '../store/memory-rate-limit.js'
+import { SqliteStore } from '../store/sqlite.js'
+import { Authenticator } from './auth/authenticate.js'
+import { SessionVerifier } from './auth/jwt.js'
+import { resolveJwtSecret } from './auth/secret.js'
+import { Meter, PriceTable } from './billing/meter.js'
+import type { FacadeContext } from './context.js'
+import { facadeErrorHandler, facadeNotFoundHandler } from './errors.js'
+import { RateLimiter } from './limits/rate-limit.js'
+import { HttpNodeClient, type NodeClient } from './node-client.js'
+import type { FacadeOptions } from './options.js'
+import './request.js'
+import { NodeRouter } from './router.js'
+import { accountRoutes } from './routes/account.js'
+import { chatCompletionsRoute } from './routes/chat-completions/route.js'
+import { modelsRoutes } from './routes/models.js'
+import { usageRoute } from './routes/usage.js'
+
+export interface FacadeDeps {
+  /** Accounts, keys, usage. Default: SQLite in `options.dataDir` (closed with the app). */
+  store: Store
+  /** Rate-limit counters. Default: in process. */
+  rateLimits: RateLimitStore
+  /** The way to the nodes. Default: undici over HTTP. */
+  nodeClient: NodeClient
+  /** Clock for windows, `created` and usage days. */
+  now: () => number
+  /** A pino logger instance to use as is; default: a logger at `options.logLevel` with credentials redacted. */
+  logger: FastifyBaseLogger
+  /** Where the default logger writes (default stdout). */
+  logStream: { write(line: string): unknown }
+  /** Poll node health every `healthIntervalMs` (default true); tests call `facade.router.refresh()` instead. */
+  pollHealth: boolean
+}
+
+export type FacadeApp = FastifyInstance & { facade: FacadeContext }
+
+/** pino paths never written to the log. */
+export const REDACT = ['req.headers.authorization', 'req.headers["x-api-key"]', 'headers.authorization']
+
+export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDeps> = {}): Promise<FacadeApp> {
+  const app: FastifyInstance = Fastify({
+    ...(deps.logger
+      ? { loggerInstance: deps.logger }
+      : { logger: { level: options.logLevel, redact: REDACT, ...(deps.logStream ? { stream: deps.logStream } : {}) } }),
+    bodyLimit: options.bodyLimit,
+    // Bodies are checked as sent: a number is not a string.
+    ajv: { customOptions: { coerceTypes: false } },
+    // One log line per request (below), not fastify's two: logging is a large part of the cost of a request.
+    logController: new LogController({ disableRequestLogging: true }),
+  })
+  app.addHook('onResponse', async (request, reply) => {
+    request.log.info(
+      { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 },
+      'request',
+    )
+  })
+
+  // First what can fail on bad configuration (a JWKS file), before anything is opened.
+  const sessions = new SessionVerifier({
+    // Without a JWKS, HS256 with the configured (or generated and persisted) secret.
+    secret:
+      options.jwtSecret !== undefined || (options.jwksUrl === undefined && options.jwksFile === undefined)
+        ? resolveJwtSecret(options.dataDir, options.jwtSecret)
+        : undefined,
+    jwksUrl: options.jwksUrl,
+    jwksFile: options.jwksFile,
+    issuer: options.jwtIssuer,
+    audience: options.jwtAudience,
+  })
+  const now = deps.now ?? Date.now
+  const store = deps.store ?? new SqliteStore({ dataDir: options.dataDir })
+  const rateLimits = deps.rateLimits ?? new MemoryRateLimitStore()
+  const nodeClient = deps.nodeClient ?? new HttpNodeClient({ timeoutMs: options.nodeTimeoutMs })
+  const router = new NodeRouter(options.nodes, nodeClient, { intervalMs: options.healthIntervalMs, log: app.log, now })
+  const ctx: FacadeContext = {
+    options,
+    store,
+    router,
+    auth: new Authenticator(store, sessions),
+    limiter: new RateLimiter(rateLimits, { keyRpm: options.keyRpm, fleetRpm: options.fleetRpm }, now),
+    meter: new Meter(store, new PriceTable(options.prices), now),
+    now,
+  }
+  app.decorate('facade', ctx)
+
+  app.addHook('onClose', async () => {
+    router.stop()
+    await nodeClient.close()
+    if (!deps.rateLimits) await rateLimits.close()
+    if (!deps.store) await store.close()
+  })
+
+  app.setErrorHandler(facadeErrorHandler)
+  app.setNotFoundHandler(facadeNotFoundHandler)
+
+  // The facade's own health, for load balancers: ready while at least one node is ready. No credential.
+  app.get('/health', async (_request, reply) => {
+    const nodes = router.snapshot()
+    const ready = nodes.some((n) => n.status === 'ready')
+    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'unavailable', nodes })
+  })
+
+  await app.register(
+    async (v1) => {
+      v1.decorateRequest('principal', null)
+      // Credential (401), then rate limits (429): before the body is even read.
+      v1.addHook('onRequest', async (request, reply) => {
+        const want = request.routeOptions.config.auth
+        if (!want) return
+        const principal = await ctx.auth.authenticate(request.headers.authorization, want)
+        request.principal = principal
+        if (principal.kind !== 'key') return
+        const limit = await ctx.limiter.admit(principal.key)
+        if (limit) {
+          reply.header('x-ratelimit-limit-requests', limit.limit)
+          reply.header('x-ratelimit-remaining-requests', limit.remaining)
+          reply.header('x-ratelimit-reset-requests', `${Math.max(0, Math.ceil((limit.resetAtMs - now()) / 1000))}s`)
+        }
+      })
+      modelsRoutes(v1, ctx)
+      chatCompletionsRoute(v1, ctx)
+      usageRoute(v1, ctx)
+      accountRoutes(v1, ctx)
+    },
+    { prefix: '/v1' },
+  )
+
+  try {
+    await app.ready()
+    await router.refresh()
+  } catch (e) {
+    await app.close()
+    throw e
+  }
+  if (deps.pollHealth !== false) router.start()
+  return app as FacadeApp
+}

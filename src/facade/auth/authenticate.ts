@@ -1,0 +1,68 @@
+// Who is calling: the `Authorization: Bearer` credential turned into a principal, or a 401. API keys open the
+// inference routes, session tokens the account routes, never the other way round. Imports: store, shared errors.
+import type { Account, ApiKey, Store } from '../../store/interfaces.js'
+import { OnnxdError } from '../../shared/errors.js'
+import { API_KEY_PREFIX, hashApiKey, hashesEqual, isApiKeyFormat } from './api-keys.js'
+import type { SessionVerifier } from './jwt.js'
+
+/** Which credential a route takes. */
+export type RouteAuth = 'key' | 'session'
+
+export type Principal = { kind: 'key'; key: ApiKey; account: Account } | { kind: 'session'; account: Account }
+
+const INVALID_KEY = 'Invalid API key'
+const unauthorized = (message: string): OnnxdError => new OnnxdError('unauthorized', message)
+
+/** The credential of an `Authorization` header value, or a 401 saying what is wrong with it. */
+export function bearerCredential(header: string | undefined): string {
+  if (header === undefined || header.trim() === '') {
+    throw unauthorized('Missing Authorization header; send `Authorization: Bearer <credential>`')
+  }
+  const space = header.indexOf(' ')
+  const scheme = space < 0 ? header : header.slice(0, space)
+  if (scheme.toLowerCase() !== 'bearer') {
+    throw unauthorized('The Authorization header must use the Bearer scheme: `Authorization: Bearer <credential>`')
+  }
+  const credential = space < 0 ? '' : header.slice(space + 1).trim()
+  if (credential === '' || /\s/.test(credential)) {
+    throw unauthorized('Malformed Authorization header: expected `Bearer <credential>`')
+  }
+  return credential
+}
+
+const looksLikeJwt = (c: string): boolean => c.split('.').length === 3
+
+export class Authenticator {
+  constructor(
+    private readonly store: Store,
+    private readonly sessions: SessionVerifier,
+  ) {}
+
+  async authenticate(header: string | undefined, want: RouteAuth): Promise<Principal> {
+    const credential = bearerCredential(header)
+    if (credential.startsWith(API_KEY_PREFIX)) {
+      if (want === 'session') {
+        throw unauthorized('API keys are not accepted for account management; use a session token')
+      }
+      return this.apiKey(credential)
+    }
+    if (want === 'key') {
+      if (looksLikeJwt(credential)) {
+        throw unauthorized('Session tokens are not accepted for inference; use an API key (sk-svc-…)')
+      }
+      throw unauthorized(INVALID_KEY)
+    }
+    const accountId = await this.sessions.verify(credential)
+    const account = await this.store.getAccount(accountId)
+    if (!account) throw unauthorized('Invalid session token: unknown account')
+    return { kind: 'session', account }
+  }
+
+  private async apiKey(secret: string): Promise<Principal> {
+    if (!isApiKeyFormat(secret)) throw unauthorized(INVALID_KEY)
+    const hash = hashApiKey(secret)
+    const found = await this.store.findKeyByHash(hash)
+    if (!found || !hashesEqual(found.hash, hash) || found.key.revokedAt !== null) throw unauthorized(INVALID_KEY)
+    return { kind: 'key', key: found.key, account: found.account }
+  }
+}

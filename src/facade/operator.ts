@@ -1,0 +1,64 @@
+// What the operator commands (`onnxd account|key|token|facade`) share: reading the facade's options from
+// onnxd.config.json, the environment and flags, opening the store, printing JSON. Imports: facade options, store.
+import { existsSync, readFileSync } from 'node:fs'
+import { OnnxdError } from '../shared/errors.js'
+import { SqliteStore } from '../store/sqlite.js'
+import { FACADE_FLAGS, loadFacadeOptions, type Env, type FacadeOptions } from './options.js'
+
+export const CONFIG_FILE = 'onnxd.config.json'
+
+/** The `facade` section of the config file: `path` if given (must exist), else ./onnxd.config.json if present. */
+export function readFacadeConfig(path?: string): Record<string, unknown> {
+  const file = path ?? (existsSync(CONFIG_FILE) ? CONFIG_FILE : undefined)
+  if (file === undefined) return {}
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(readFileSync(file, 'utf8'))
+  } catch (e) {
+    throw new OnnxdError('config', `cannot read ${file}: ${(e as Error).message}`)
+  }
+  const section = (parsed as { facade?: unknown } | null)?.facade
+  if (section === undefined) return {}
+  if (typeof section !== 'object' || section === null || Array.isArray(section)) {
+    throw new OnnxdError('config', `${file}: "facade" must be an object`)
+  }
+  return section as Record<string, unknown>
+}
+
+/** Flags named like the options (`--data-dir`, `--key-rpm`) as loader input; others are ignored. */
+export function facadeFlags(values: Record<string, unknown>): Partial<Record<keyof FacadeOptions, unknown>> {
+  const out: Partial<Record<keyof FacadeOptions, unknown>> = {}
+  for (const [field, flag] of Object.entries(FACADE_FLAGS) as [keyof FacadeOptions, string][]) {
+    if (values[flag] !== undefined) out[field] = values[flag]
+  }
+  return out
+}
+
+export function operatorOptions(values: Record<string, unknown>, env: Env): FacadeOptions {
+  const config = typeof values.config === 'string' ? values.config : undefined
+  return loadFacadeOptions(env, facadeFlags(values), readFacadeConfig(config))
+}
+
+/** Runs `fn` with the store of the configured data directory, closing it afterwards. */
+export async function withStore<T>(opts: FacadeOptions, fn: (store: SqliteStore) => Promise<T>): Promise<T> {
+  const store = new SqliteStore({ dataDir: opts.dataDir })
+  try {
+    return await fn(store)
+  } finally {
+    await store.close()
+  }
+}
+
+export function printJson(value: unknown, out: NodeJS.WritableStream = process.stdout): void {
+  out.write(`${JSON.stringify(value, null, 2)}\n`)
+}
+
+/**
+ * parseArgs (Node 20) reads `-5` as an option: escape negative numbers so they stay positionals.
+ * Returns argv with such tokens prefixed by NEG, and a function to undo it.
+ */
+const NEG = '\u0000'
+export function protectNegatives(argv: string[]): string[] {
+  return argv.map((a) => (/^-\d/.test(a) ? NEG + a : a))
+}
+export const unprotect = (a: string): string => (a.startsWith(NEG) ? a.slice(1) : a)

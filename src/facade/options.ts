@@ -1,0 +1,166 @@
+// The facade's options: one TypeBox schema, read once at start-up from a config-file section, the environment
+// (ONNXD_*) and command-line flags, in that order of precedence (flags win). Imports: shared errors, typebox.
+import { Type, type Static } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+import { OnnxdError } from '../shared/errors.js'
+
+const Url = Type.String({ pattern: '^https?://[^\\s/]+', description: 'http(s) URL' })
+
+export const ModelPrice = Type.Object(
+  {
+    /** Currency units per 1M prompt tokens (1 unit per 1M tokens = 1 micro-unit per token). */
+    prompt: Type.Number({ minimum: 0 }),
+    /** Currency units per 1M completion tokens. */
+    completion: Type.Number({ minimum: 0 }),
+  },
+  { additionalProperties: false },
+)
+export type ModelPrice = Static<typeof ModelPrice>
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+
+export const FacadeOptions = Type.Object(
+  {
+    port: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
+    host: Type.String({ minLength: 1, default: '127.0.0.1' }),
+    /** Base URLs of the worker nodes this facade fronts. */
+    nodes: Type.Array(Url, { minItems: 1, default: ['http://127.0.0.1:8081'] }),
+    /** Holds the SQLite database and, when no secret is configured, the generated JWT secret. */
+    dataDir: Type.String({ minLength: 1, default: 'data' }),
+    /** HS256 secret for session tokens. Absent: generated once and kept in `<dataDir>/jwt-secret` (not in production). */
+    jwtSecret: Type.Optional(Type.String({ minLength: 32 })),
+    /** A JWKS URL or file with the public keys of RS256/ES256 session tokens. */
+    jwksUrl: Type.Optional(Url),
+    jwksFile: Type.Optional(Type.String({ minLength: 1 })),
+    /** When set, session tokens must carry this `iss` / `aud`. */
+    jwtIssuer: Type.Optional(Type.String({ minLength: 1 })),
+    jwtAudience: Type.Optional(Type.String({ minLength: 1 })),
+    /** Default requests per minute per API key (a key's own `rpm_limit` overrides it); 0 = unlimited. */
+    keyRpm: Type.Integer({ minimum: 0, default: 600 }),
+    /** Requests per minute over all keys of this facade; 0 = unlimited. */
+    fleetRpm: Type.Integer({ minimum: 0, default: 60_000 }),
+    /** Prices per model id; the key `*` applies to models not listed. Models without a price cost nothing. */
+    prices: Type.Record(Type.String({ minLength: 1 }), ModelPrice, { default: {} }),
+    /** How often each node's /health is polled. */
+    healthIntervalMs: Type.Integer({ minimum: 50, default: 2000 }),
+    /** Longest wait for a node's response headers, and for the next chunk of a stream. */
+    nodeTimeoutMs: Type.Integer({ minimum: 1000, default: 600_000 }),
+    /** Largest accepted request body, in bytes (413 above). */
+    bodyLimit: Type.Integer({ minimum: 1024, default: 1_048_576 }),
+    logLevel: Type.Union(
+      LOG_LEVELS.map((l) => Type.Literal(l)),
+      { default: 'info' },
+    ),
+  },
+  { additionalProperties: false },
+)
+export type FacadeOptions = Static<typeof FacadeOptions>
+
+type Field = keyof FacadeOptions
+
+/** The environment variable of each option. */
+export const FACADE_ENV: Record<Field, string> = {
+  port: 'ONNXD_PORT',
+  host: 'ONNXD_HOST',
+  nodes: 'ONNXD_NODES',
+  dataDir: 'ONNXD_DATA_DIR',
+  jwtSecret: 'ONNXD_JWT_SECRET',
+  jwksUrl: 'ONNXD_JWKS_URL',
+  jwksFile: 'ONNXD_JWKS_FILE',
+  jwtIssuer: 'ONNXD_JWT_ISSUER',
+  jwtAudience: 'ONNXD_JWT_AUDIENCE',
+  keyRpm: 'ONNXD_KEY_RPM',
+  fleetRpm: 'ONNXD_FLEET_RPM',
+  prices: 'ONNXD_PRICES',
+  healthIntervalMs: 'ONNXD_HEALTH_INTERVAL_MS',
+  nodeTimeoutMs: 'ONNXD_NODE_TIMEOUT_MS',
+  bodyLimit: 'ONNXD_BODY_LIMIT',
+  logLevel: 'ONNXD_LOG_LEVEL',
+}
+
+/** The command-line flag of each option (`--data-dir` for dataDir). */
+export const FACADE_FLAGS: Record<Field, string> = Object.fromEntries(
+  Object.keys(FACADE_ENV).map((k) => [k, k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)]),
+) as Record<Field, string>
+
+export type Env = Record<string, string | undefined>
+
+/** Turns the list forms that strings can take (`a,b`, JSON) into values; everything else is left to Value.Convert. */
+function fromString(field: Field, raw: string, problems: string[], source: string): unknown {
+  if (field === 'nodes') {
+    return raw
+      .split(',')
+      .map((s) => s.trim().replace(/\/+$/, ''))
+      .filter(Boolean)
+  }
+  if (field === 'prices') {
+    try {
+      return JSON.parse(raw) as unknown
+    } catch {
+      problems.push(`prices (${source}): must be JSON such as {"my-model":{"prompt":0.5,"completion":1.5}}. Given: ${raw}`)
+      return undefined
+    }
+  }
+  return raw
+}
+
+function describe(field: string): string {
+  const env = FACADE_ENV[field as Field]
+  return env ? `${field} (${env}, --${FACADE_FLAGS[field as Field]})` : field
+}
+
+/**
+ * Reads the facade's options: `file` (the `facade` section of onnxd.config.json) under the environment under
+ * `flags`. Lists every problem in one `OnnxdError('config')`, naming each field and its variable. The result
+ * is frozen.
+ */
+export function loadFacadeOptions(
+  env: Env,
+  flags: Partial<Record<Field, unknown>> = {},
+  file: Record<string, unknown> = {},
+): FacadeOptions {
+  const problems: string[] = []
+  const raw: Record<string, unknown> = { ...file }
+  for (const [field, name] of Object.entries(FACADE_ENV) as [Field, string][]) {
+    const v = env[name]
+    if (v !== undefined && v !== '') raw[field] = fromString(field, v, problems, name)
+  }
+  for (const [field, v] of Object.entries(flags) as [Field, unknown][]) {
+    if (v === undefined) continue
+    raw[field] = typeof v === 'string' ? fromString(field, v, problems, `--${FACADE_FLAGS[field] ?? field}`) : v
+  }
+  if (Array.isArray(raw.nodes)) raw.nodes = raw.nodes.map((n) => (typeof n === 'string' ? n.replace(/\/+$/, '') : n))
+
+  // Value.Convert and Value.Default write into their input: work on a copy, never on the caller's objects.
+  const value = Value.Default(FacadeOptions, Value.Convert(FacadeOptions, structuredClone(raw))) as Record<string, unknown>
+  const seen = new Set<string>()
+  for (const e of Value.Errors(FacadeOptions, value)) {
+    if (seen.has(e.path)) continue // one problem per path: "required" already says it all
+    seen.add(e.path)
+    const [, field = '', ...rest] = e.path.split('/')
+    if (!(field in FACADE_ENV)) {
+      problems.push(`${field || '(root)'}: unknown option`)
+      continue
+    }
+    const what = field === 'logLevel' ? `must be one of ${LOG_LEVELS.join(', ')}` : e.message
+    problems.push(`${describe(field)}${rest.length ? ` at ${e.path}` : ''}: ${what}. Given: ${JSON.stringify(e.value)}`)
+  }
+  if (value.jwksUrl !== undefined && value.jwksFile !== undefined) {
+    problems.push(`jwksUrl (ONNXD_JWKS_URL) and jwksFile (ONNXD_JWKS_FILE) are exclusive: set one`)
+  }
+  if (env.NODE_ENV === 'production' && value.jwtSecret === undefined && value.jwksUrl === undefined && value.jwksFile === undefined) {
+    problems.push('jwtSecret (ONNXD_JWT_SECRET) is required when NODE_ENV=production (or configure ONNXD_JWKS_URL / ONNXD_JWKS_FILE)')
+  }
+  if (problems.length > 0) {
+    throw new OnnxdError('config', `invalid facade configuration:\n  - ${[...new Set(problems)].join('\n  - ')}`, { problems })
+  }
+  return deepFreeze(value as FacadeOptions)
+}
+
+function deepFreeze<T>(v: T): T {
+  if (v && typeof v === 'object') {
+    for (const x of Object.values(v)) deepFreeze(x)
+    Object.freeze(v)
+  }
+  return v
+}

@@ -1,0 +1,91 @@
+// OpenAI chat shapes ⇄ the node's internal contract: the node request (only the fields it knows), the
+// `chat.completion` answer and `chat.completion.chunk` stream events. Imports: contract.
+import type { ChatMessage, CompletionRequest, CompletionResponse, FinishReason, Usage } from '../../../contract/completions.js'
+import type { ChatCompletion, ChatParams } from './schema.js'
+
+const SAMPLING = [
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'seed',
+  'stop',
+  'presence_penalty',
+  'frequency_penalty',
+  'repetition_penalty',
+  'ignore_eos',
+  'min_tokens',
+] as const
+
+function contentText(content: ChatParams['messages'][number]['content']): string {
+  return typeof content === 'string' ? content : content.map((p) => p.text).join('')
+}
+
+/** The node request: the contract is closed (additionalProperties: false), so only its own fields are copied. */
+export function toNodeRequest(p: ChatParams, requestId: string): CompletionRequest {
+  const messages: ChatMessage[] = p.messages.map((m) => ({
+    role: m.role === 'developer' ? 'system' : m.role,
+    content: contentText(m.content),
+  }))
+  const req: CompletionRequest = { model: p.model, messages, request_id: requestId }
+  const maxTokens = p.max_tokens ?? p.max_completion_tokens
+  if (maxTokens !== undefined) req.max_tokens = maxTokens
+  for (const k of SAMPLING) {
+    if (p[k] !== undefined) (req as Record<string, unknown>)[k] = p[k]
+  }
+  if (p.stream === true) req.stream = true
+  return req
+}
+
+export const openAiUsage = (u: Usage): ChatCompletion['usage'] => ({
+  prompt_tokens: u.prompt_tokens,
+  completion_tokens: u.completion_tokens,
+  total_tokens: u.prompt_tokens + u.completion_tokens,
+})
+
+export function toChatCompletion(id: string, created: number, model: string, r: CompletionResponse): ChatCompletion {
+  return {
+    id,
+    object: 'chat.completion',
+    created,
+    model,
+    choices: [{ index: 0, message: { role: 'assistant', content: r.text }, finish_reason: r.finish_reason, logprobs: null }],
+    usage: openAiUsage(r.usage),
+  }
+}
+
+/** Builds the `chat.completion.chunk` events of one stream. */
+export class ChunkWriter {
+  constructor(
+    private readonly id: string,
+    private readonly created: number,
+    private readonly model: string,
+    /** With `stream_options.include_usage`, every chunk carries `usage: null` and a last chunk carries usage. */
+    private readonly includeUsage: boolean,
+  ) {}
+
+  private chunk(choices: unknown[], usage?: ChatCompletion['usage']): string {
+    const c: Record<string, unknown> = { id: this.id, object: 'chat.completion.chunk', created: this.created, model: this.model, choices }
+    if (this.includeUsage) c.usage = usage ?? null
+    return `data: ${JSON.stringify(c)}\n\n`
+  }
+
+  role(): string {
+    return this.chunk([{ index: 0, delta: { role: 'assistant' }, logprobs: null, finish_reason: null }])
+  }
+
+  content(text: string): string {
+    return this.chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }])
+  }
+
+  finish(reason: FinishReason): string {
+    return this.chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: reason }])
+  }
+
+  /** Only when includeUsage. */
+  usage(u: Usage): string {
+    return this.chunk([], openAiUsage(u))
+  }
+}
+
+export const DONE = 'data: [DONE]\n\n'

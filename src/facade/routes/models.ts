@@ -1,0 +1,35 @@
+// GET /v1/models and /v1/models/{id}: the models of ready nodes, in OpenAI's list shape. Imports: facade parts.
+import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
+import { OnnxdError } from '../../shared/errors.js'
+import type { FacadeContext } from '../context.js'
+import { ErrorBodySchema } from '../errors.js'
+
+const Model = Type.Object({ id: Type.String(), object: Type.Literal('model'), created: Type.Integer(), owned_by: Type.String() })
+const ModelList = Type.Object({ object: Type.Literal('list'), data: Type.Array(Model) })
+
+export function modelsRoutes(app: FastifyInstance, ctx: FacadeContext): void {
+  const api = app.withTypeProvider<TypeBoxTypeProvider>()
+  const list = (): { id: string; object: 'model'; created: number; owned_by: string }[] =>
+    ctx.router.readyModels().map((m) => ({ id: m.id, object: 'model' as const, created: m.created, owned_by: 'onnxd' }))
+
+  api.get(
+    '/models',
+    { config: { auth: 'key' }, schema: { response: { 200: ModelList, '4xx': ErrorBodySchema } } },
+    async () => ({ object: 'list' as const, data: list() }),
+  )
+
+  api.get(
+    '/models/:id',
+    {
+      config: { auth: 'key' },
+      schema: { params: Type.Object({ id: Type.String() }), response: { 200: Model, '4xx': ErrorBodySchema } },
+    },
+    async (request) => {
+      const m = list().find((x) => x.id === request.params.id)
+      if (!m) throw new OnnxdError('not_found', `The model '${request.params.id}' does not exist`)
+      return m
+    },
+  )
+}

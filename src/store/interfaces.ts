@@ -1,0 +1,142 @@
+// The store's contract: accounts, API keys, usage and billing, and the rate-limit counters. Imports: nothing internal.
+//
+// Every method is async so that a networked backend (PostgreSQL for accounts and usage, Redis for rate-limit
+// counters) can implement the same interfaces; the embedded SQLite store answers synchronously inside a promise.
+// Money is always an integer number of micro-units (1 unit = 1_000_000 micros): sums are exact.
+
+export type Subscription = 'active' | 'inactive'
+
+export interface Account {
+  id: string
+  name: string
+  email: string | null
+  balanceMicros: number
+  subscription: Subscription
+  /** Unix seconds. */
+  createdAt: number
+}
+
+export interface ApiKey {
+  id: string
+  accountId: string
+  name: string | null
+  /** A display form of the secret (`sk-svc-AbCd…wXyZ`); the secret itself is never stored. */
+  redacted: string
+  /** Requests per minute for this key; null means the facade's default. 0 means unlimited. */
+  rpmLimit: number | null
+  createdAt: number
+  lastUsedAt: number | null
+  revokedAt: number | null
+}
+
+export interface NewAccount {
+  name: string
+  email?: string | null
+  balanceMicros?: number
+  subscription?: Subscription
+}
+
+export interface NewApiKey {
+  accountId: string
+  name?: string | null
+  rpmLimit?: number | null
+  /** sha256 of the secret. */
+  hash: Buffer
+  redacted: string
+}
+
+export interface ProfilePatch {
+  name?: string
+  email?: string | null
+}
+
+/** What one finished (or cut short) completion consumed; written with its debit in one transaction. */
+export interface CompletionUsage {
+  accountId: string
+  keyId: string
+  model: string
+  promptTokens: number
+  completionTokens: number
+  costMicros: number
+  /** Unix milliseconds; decides the day bucket. */
+  at: number
+  /** Set the key's `lastUsedAt` to `at` (default true; callers skip it when it was set less than a minute ago). */
+  touchKey?: boolean
+}
+
+export interface UsageTotals {
+  requests: number
+  promptTokens: number
+  completionTokens: number
+  costMicros: number
+}
+
+export interface UsageRow extends UsageTotals {
+  keyId: string
+  model: string
+}
+
+export interface UsageQuery {
+  /** Exactly one of keyId and accountId. */
+  keyId?: string
+  accountId?: string
+  /** Inclusive UTC days, `YYYY-MM-DD`. */
+  from?: string
+  to?: string
+}
+
+export interface KeyLookup {
+  key: ApiKey
+  /** The stored hash, for the caller's constant-time comparison. */
+  hash: Buffer
+  account: Account
+}
+
+export interface AccountStore {
+  createAccount(input: NewAccount): Promise<Account>
+  getAccount(id: string): Promise<Account | null>
+  listAccounts(): Promise<Account[]>
+  updateProfile(id: string, patch: ProfilePatch): Promise<Account | null>
+  /** Adds (or, negative, removes) credit. Returns the updated account, or null if there is none. */
+  creditAccount(id: string, micros: number): Promise<Account | null>
+  setSubscription(id: string, subscription: Subscription): Promise<Account | null>
+}
+
+export interface KeyStore {
+  createKey(input: NewApiKey): Promise<ApiKey>
+  /** The key with this hash and its account, revoked or not; null if none. */
+  findKeyByHash(hash: Buffer): Promise<KeyLookup | null>
+  getKey(id: string): Promise<ApiKey | null>
+  listKeys(accountId: string): Promise<ApiKey[]>
+  /** Revokes a key of this account (any account when accountId is null). Null if there is no such key. */
+  revokeKey(accountId: string | null, keyId: string): Promise<ApiKey | null>
+}
+
+export interface UsageStore {
+  /** Records usage per key, model and day and debits the account, atomically. Returns the new balance. */
+  recordCompletion(usage: CompletionUsage): Promise<{ balanceMicros: number }>
+  usage(query: UsageQuery): Promise<UsageRow[]>
+}
+
+export interface Store extends AccountStore, KeyStore, UsageStore {
+  close(): Promise<void>
+}
+
+/** One counter hit in a fixed window. */
+export interface RateLimitHit {
+  allowed: boolean
+  /** Requests counted in the current window, this one included. */
+  count: number
+  remaining: number
+  /** Unix milliseconds at which the current window ends. */
+  resetAtMs: number
+}
+
+/**
+ * Fixed-window request counters. Windows are aligned to multiples of `windowMs` since the epoch, so every facade
+ * sharing a backend (e.g. Redis `INCR` + `PEXPIREAT`) agrees on when a window resets.
+ */
+export interface RateLimitStore {
+  hit(bucket: string, limit: number, windowMs: number, nowMs: number): Promise<RateLimitHit>
+  close(): Promise<void>
+}

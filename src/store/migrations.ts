@@ -1,0 +1,42 @@
+// The SQLite schema as an ordered list of migrations; `PRAGMA user_version` records how many have run.
+// Append only: never edit a migration that has shipped.
+
+export const MIGRATIONS: readonly string[] = [
+  // 1: accounts, keys, usage per key/model/day.
+  `
+  CREATE TABLE accounts (
+    id             TEXT PRIMARY KEY,
+    name           TEXT NOT NULL,
+    email          TEXT,
+    balance_micros INTEGER NOT NULL DEFAULT 0,
+    subscription   TEXT NOT NULL DEFAULT 'active' CHECK (subscription IN ('active', 'inactive')),
+    created_at     INTEGER NOT NULL
+  ) STRICT;
+
+  CREATE TABLE api_keys (
+    id           TEXT PRIMARY KEY,
+    account_id   TEXT NOT NULL REFERENCES accounts(id),
+    name         TEXT,
+    hash         BLOB NOT NULL UNIQUE,
+    redacted     TEXT NOT NULL,
+    rpm_limit    INTEGER,
+    created_at   INTEGER NOT NULL,
+    last_used_at INTEGER,
+    revoked_at   INTEGER
+  ) STRICT;
+  CREATE INDEX api_keys_account ON api_keys(account_id);
+
+  CREATE TABLE usage (
+    key_id            TEXT NOT NULL REFERENCES api_keys(id),
+    account_id        TEXT NOT NULL REFERENCES accounts(id),
+    model             TEXT NOT NULL,
+    day               TEXT NOT NULL,
+    requests          INTEGER NOT NULL,
+    prompt_tokens     INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cost_micros       INTEGER NOT NULL,
+    PRIMARY KEY (key_id, model, day)
+  ) STRICT;
+  CREATE INDEX usage_account_day ON usage(account_id, day);
+  `,
+]

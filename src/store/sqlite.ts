@@ -1,0 +1,313 @@
+// The embedded store: accounts, keys, usage and billing in one SQLite file (better-sqlite3, WAL).
+// Imports: store interfaces, shared errors.
+import { mkdirSync } from 'node:fs'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import { OnnxdError } from '../shared/errors.js'
+import { newAccountId, newKeyId } from './ids.js'
+import { MIGRATIONS } from './migrations.js'
+import type {
+  Account,
+  ApiKey,
+  CompletionUsage,
+  KeyLookup,
+  NewAccount,
+  NewApiKey,
+  ProfilePatch,
+  Store,
+  Subscription,
+  UsageQuery,
+  UsageRow,
+} from './interfaces.js'
+
+export const DB_FILE = 'onnxd.sqlite'
+
+interface AccountRow {
+  id: string
+  name: string
+  email: string | null
+  balance_micros: number
+  subscription: Subscription
+  created_at: number
+}
+
+interface KeyRow {
+  id: string
+  account_id: string
+  name: string | null
+  redacted: string
+  rpm_limit: number | null
+  created_at: number
+  last_used_at: number | null
+  revoked_at: number | null
+}
+
+interface UsageDbRow {
+  key_id: string
+  model: string
+  requests: number
+  prompt_tokens: number
+  completion_tokens: number
+  cost_micros: number
+}
+
+const toAccount = (r: AccountRow): Account => ({
+  id: r.id,
+  name: r.name,
+  email: r.email,
+  balanceMicros: r.balance_micros,
+  subscription: r.subscription,
+  createdAt: r.created_at,
+})
+
+const toKey = (r: KeyRow): ApiKey => ({
+  id: r.id,
+  accountId: r.account_id,
+  name: r.name,
+  redacted: r.redacted,
+  rpmLimit: r.rpm_limit,
+  createdAt: r.created_at,
+  lastUsedAt: r.last_used_at,
+  revokedAt: r.revoked_at,
+})
+
+const nowS = (): number => Math.floor(Date.now() / 1000)
+const dayOf = (ms: number): string => new Date(ms).toISOString().slice(0, 10)
+
+export interface SqliteStoreOptions {
+  /** Directory holding the database file; created if missing. Ignored when `file` is `:memory:`. */
+  dataDir?: string
+  /** A file path, or `:memory:` for tests. Default: `<dataDir>/onnxd.sqlite`. */
+  file?: string
+}
+
+/** Applies pending migrations in one transaction each; returns the schema version reached. */
+export function migrate(db: Database.Database): number {
+  let version = db.pragma('user_version', { simple: true }) as number
+  if (version > MIGRATIONS.length) {
+    throw new OnnxdError('config', `database schema version ${version} is newer than this onnxd (${MIGRATIONS.length})`)
+  }
+  for (; version < MIGRATIONS.length; version++) {
+    const sql = MIGRATIONS[version]!
+    const next = version + 1
+    db.transaction(() => {
+      db.exec(sql)
+      db.pragma(`user_version = ${next}`)
+    })()
+  }
+  return version
+}
+
+function prepareStatements(db: Database.Database) {
+  return {
+    insertAccount: db.prepare<[string, string, string | null, number, Subscription, number]>(
+      'INSERT INTO accounts (id, name, email, balance_micros, subscription, created_at) VALUES (?, ?, ?, ?, ?, ?)',
+    ),
+    getAccount: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE id = ?'),
+    listAccounts: db.prepare<[], AccountRow>('SELECT * FROM accounts ORDER BY created_at, id'),
+    updateProfile: db.prepare<{ id: string; name: string | null; email: string | null; setEmail: number }, AccountRow>(
+      `UPDATE accounts SET name = coalesce(@name, name), email = CASE WHEN @setEmail THEN @email ELSE email END
+       WHERE id = @id RETURNING *`,
+    ),
+    credit: db.prepare<[number, string], AccountRow>(
+      'UPDATE accounts SET balance_micros = balance_micros + ? WHERE id = ? RETURNING *',
+    ),
+    setSubscription: db.prepare<[Subscription, string], AccountRow>(
+      'UPDATE accounts SET subscription = ? WHERE id = ? RETURNING *',
+    ),
+    insertKey: db.prepare<[string, string, string | null, Buffer, string, number | null, number], KeyRow>(
+      `INSERT INTO api_keys (id, account_id, name, hash, redacted, rpm_limit, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+       RETURNING *`,
+    ),
+    findKey: db.prepare<[Buffer], KeyRow & { hash: Buffer } & { [K in keyof AccountRow as `a_${K}`]: AccountRow[K] }>(
+      `SELECT k.*, a.id AS a_id, a.name AS a_name, a.email AS a_email, a.balance_micros AS a_balance_micros,
+              a.subscription AS a_subscription, a.created_at AS a_created_at
+       FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = ?`,
+    ),
+    getKey: db.prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE id = ?'),
+    listKeys: db.prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE account_id = ? ORDER BY created_at, id'),
+    revokeKey: db.prepare<[number, string, string | null, string | null], KeyRow>(
+      `UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND (? IS NULL OR account_id = ?)
+       RETURNING *`,
+    ),
+    upsertUsage: db.prepare<[string, string, string, string, number, number, number]>(
+      `INSERT INTO usage (key_id, account_id, model, day, requests, prompt_tokens, completion_tokens, cost_micros)
+       VALUES (?, ?, ?, ?, 1, ?, ?, ?)
+       ON CONFLICT (key_id, model, day) DO UPDATE SET
+         requests = requests + 1,
+         prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+         completion_tokens = completion_tokens + excluded.completion_tokens,
+         cost_micros = cost_micros + excluded.cost_micros`,
+    ),
+    touchKey: db.prepare<[number, string]>('UPDATE api_keys SET last_used_at = ? WHERE id = ?'),
+    debit: db.prepare<[number, string], { balance_micros: number }>(
+      'UPDATE accounts SET balance_micros = balance_micros - ? WHERE id = ? RETURNING balance_micros',
+    ),
+  }
+}
+
+export class SqliteStore implements Store {
+  readonly db: Database.Database
+  private readonly q: ReturnType<typeof prepareStatements>
+  private readonly record: (u: CompletionUsage) => { balanceMicros: number }
+
+  constructor(opts: SqliteStoreOptions = {}) {
+    let file = opts.file
+    if (file !== ':memory:') {
+      const dir = opts.dataDir ?? 'data'
+      mkdirSync(dir, { recursive: true })
+      file ??= join(dir, DB_FILE)
+    }
+    this.db = new Database(file)
+    this.db.pragma('journal_mode = WAL')
+    this.db.pragma('synchronous = NORMAL')
+    this.db.pragma('foreign_keys = ON')
+    this.db.pragma('busy_timeout = 5000')
+    migrate(this.db)
+
+    const q = (this.q = prepareStatements(this.db))
+    this.record = this.db.transaction((u: CompletionUsage): { balanceMicros: number } => {
+      q.upsertUsage.run(u.keyId, u.accountId, u.model, dayOf(u.at), u.promptTokens, u.completionTokens, u.costMicros)
+      if (u.touchKey !== false) q.touchKey.run(Math.floor(u.at / 1000), u.keyId)
+      const row = q.debit.get(u.costMicros, u.accountId)
+      if (!row) throw new OnnxdError('internal', `account ${u.accountId} vanished while recording usage`)
+      return { balanceMicros: row.balance_micros }
+    })
+  }
+
+  async createAccount(input: NewAccount): Promise<Account> {
+    const id = newAccountId()
+    this.q.insertAccount.run(
+      id,
+      input.name,
+      input.email ?? null,
+      input.balanceMicros ?? 0,
+      input.subscription ?? 'active',
+      nowS(),
+    )
+    return toAccount(this.q.getAccount.get(id)!)
+  }
+
+  async getAccount(id: string): Promise<Account | null> {
+    const r = this.q.getAccount.get(id)
+    return r ? toAccount(r) : null
+  }
+
+  async listAccounts(): Promise<Account[]> {
+    return this.q.listAccounts.all().map(toAccount)
+  }
+
+  async updateProfile(id: string, patch: ProfilePatch): Promise<Account | null> {
+    const r = this.q.updateProfile.get({
+      id,
+      name: patch.name ?? null,
+      email: patch.email ?? null,
+      setEmail: patch.email === undefined ? 0 : 1,
+    })
+    return r ? toAccount(r) : null
+  }
+
+  async creditAccount(id: string, micros: number): Promise<Account | null> {
+    if (!Number.isSafeInteger(micros)) throw new OnnxdError('invalid_value', `credit must be an integer number of micros. Given: ${micros}`)
+    const r = this.q.credit.get(micros, id)
+    return r ? toAccount(r) : null
+  }
+
+  async setSubscription(id: string, subscription: Subscription): Promise<Account | null> {
+    const r = this.q.setSubscription.get(subscription, id)
+    return r ? toAccount(r) : null
+  }
+
+  async createKey(input: NewApiKey): Promise<ApiKey> {
+    const r = this.q.insertKey.get(
+      newKeyId(),
+      input.accountId,
+      input.name ?? null,
+      input.hash,
+      input.redacted,
+      input.rpmLimit ?? null,
+      nowS(),
+    )
+    return toKey(r!)
+  }
+
+  async findKeyByHash(hash: Buffer): Promise<KeyLookup | null> {
+    const r = this.q.findKey.get(hash)
+    if (!r) return null
+    return {
+      key: toKey(r),
+      hash: r.hash,
+      account: toAccount({
+        id: r.a_id,
+        name: r.a_name,
+        email: r.a_email,
+        balance_micros: r.a_balance_micros,
+        subscription: r.a_subscription,
+        created_at: r.a_created_at,
+      }),
+    }
+  }
+
+  async getKey(id: string): Promise<ApiKey | null> {
+    const r = this.q.getKey.get(id)
+    return r ? toKey(r) : null
+  }
+
+  async listKeys(accountId: string): Promise<ApiKey[]> {
+    return this.q.listKeys.all(accountId).map(toKey)
+  }
+
+  async revokeKey(accountId: string | null, keyId: string): Promise<ApiKey | null> {
+    const r = this.q.revokeKey.get(nowS(), keyId, accountId, accountId)
+    return r ? toKey(r) : null
+  }
+
+  async recordCompletion(usage: CompletionUsage): Promise<{ balanceMicros: number }> {
+    return this.record(usage)
+  }
+
+  async usage(query: UsageQuery): Promise<UsageRow[]> {
+    const where: string[] = []
+    const params: string[] = []
+    if (query.keyId !== undefined) {
+      where.push('key_id = ?')
+      params.push(query.keyId)
+    }
+    if (query.accountId !== undefined) {
+      where.push('account_id = ?')
+      params.push(query.accountId)
+    }
+    if (where.length === 0) throw new OnnxdError('internal', 'usage query needs a keyId or an accountId')
+    if (query.from !== undefined) {
+      where.push('day >= ?')
+      params.push(query.from)
+    }
+    if (query.to !== undefined) {
+      where.push('day <= ?')
+      params.push(query.to)
+    }
+    const rows = this.db
+      .prepare<string[], UsageDbRow>(
+        `SELECT key_id, model, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens,
+                sum(completion_tokens) AS completion_tokens, sum(cost_micros) AS cost_micros
+         FROM usage WHERE ${where.join(' AND ')} GROUP BY key_id, model ORDER BY key_id, model`,
+      )
+      .all(...params)
+    return rows.map((r) => ({
+      keyId: r.key_id,
+      model: r.model,
+      requests: r.requests,
+      promptTokens: r.prompt_tokens,
+      completionTokens: r.completion_tokens,
+      costMicros: r.cost_micros,
+    }))
+  }
+
+  async close(): Promise<void> {
+    if (this.db.open) this.db.close()
+  }
+}
+
+export function openSqliteStore(opts: SqliteStoreOptions = {}): SqliteStore {
+  return new SqliteStore(opts)
+}

@@ -1,0 +1,70 @@
+import { describe, expect, it } from 'vitest'
+import { FACADE_ENV, FACADE_FLAGS, loadFacadeOptions } from '../../src/facade/options.js'
+
+describe('loadFacadeOptions', () => {
+  it('has defaults for everything but the secrets', () => {
+    expect(loadFacadeOptions({})).toEqual({
+      port: 8080,
+      host: '127.0.0.1',
+      nodes: ['http://127.0.0.1:8081'],
+      dataDir: 'data',
+      keyRpm: 600,
+      fleetRpm: 60_000,
+      prices: {},
+      healthIntervalMs: 2000,
+      nodeTimeoutMs: 600_000,
+      bodyLimit: 1_048_576,
+      logLevel: 'info',
+    })
+  })
+
+  it('converts environment strings; flags win over the environment, which wins over the file', () => {
+    const o = loadFacadeOptions(
+      { ONNXD_PORT: '9000', ONNXD_NODES: 'http://a:1/, http://b:2', ONNXD_KEY_RPM: '5', ONNXD_PRICES: '{"m":{"prompt":0.5,"completion":1}}', ONNXD_DATA_DIR: '/env' },
+      { keyRpm: '7', dataDir: undefined },
+      { fleetRpm: 11, dataDir: '/file', port: 1 },
+    )
+    expect(o).toMatchObject({ port: 9000, nodes: ['http://a:1', 'http://b:2'], keyRpm: 7, fleetRpm: 11, dataDir: '/env', prices: { m: { prompt: 0.5, completion: 1 } } })
+    expect(Object.isFrozen(o) && Object.isFrozen(o.nodes) && Object.isFrozen(o.prices)).toBe(true)
+  })
+
+  it('lists every problem in one config error, naming field, variable and flag', () => {
+    let err: unknown
+    try {
+      loadFacadeOptions({ ONNXD_PORT: 'eighty', ONNXD_FLEET_RPM: '-1', ONNXD_NODES: 'ftp://x', ONNXD_PRICES: '{nope' }, { logLevel: 'loud' }, { colour: 'blue' })
+    } catch (e) {
+      err = e
+    }
+    expect(err).toMatchObject({ name: 'OnnxdError', code: 'config' })
+    const msg = (err as Error).message
+    expect(msg).toMatch(/port \(ONNXD_PORT, --port\): Expected integer. Given: "eighty"/)
+    expect(msg).toMatch(/fleetRpm \(ONNXD_FLEET_RPM, --fleet-rpm\): .*greater or equal to 0/)
+    expect(msg).toMatch(/nodes \(ONNXD_NODES, --nodes\) at \/nodes\/0/)
+    expect(msg).toMatch(/prices \(ONNXD_PRICES\): must be JSON/)
+    expect(msg).toMatch(/logLevel .* must be one of fatal, error, warn, info, debug, trace, silent/)
+    expect(msg).toMatch(/colour: unknown option/)
+    expect((err as { details: { problems: string[] } }).details.problems).toHaveLength(6)
+  })
+
+  it('checks cross-field rules: one JWKS source, a secret in production', () => {
+    expect(() => loadFacadeOptions({ ONNXD_JWKS_URL: 'https://idp/jwks', ONNXD_JWKS_FILE: '/x' })).toThrow(/exclusive/)
+    expect(() => loadFacadeOptions({ NODE_ENV: 'production' })).toThrow(/ONNXD_JWT_SECRET\) is required when NODE_ENV=production/)
+    expect(loadFacadeOptions({ NODE_ENV: 'production', ONNXD_JWT_SECRET: 's'.repeat(32) }).jwtSecret).toBe('s'.repeat(32))
+    expect(() => loadFacadeOptions({ ONNXD_JWT_SECRET: 'short' })).toThrow(/jwtSecret/)
+  })
+
+  it('never changes the objects it is given', () => {
+    const file = { prices: { m: { prompt: '1', completion: 2 } } }
+    loadFacadeOptions({}, {}, file)
+    expect(file.prices.m.prompt).toBe('1')
+    expect(Object.isFrozen(file)).toBe(false)
+  })
+
+  it('has an ONNXD_* variable and a flag for every option', () => {
+    for (const [k, v] of Object.entries(FACADE_ENV)) {
+      expect(v).toMatch(/^ONNXD_[A-Z_]+$/)
+      expect(FACADE_FLAGS[k as keyof typeof FACADE_FLAGS]).toMatch(/^[a-z-]+$/)
+    }
+    expect(FACADE_FLAGS.healthIntervalMs).toBe('health-interval-ms')
+  })
+})

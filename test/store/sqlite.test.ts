@@ -1,0 +1,134 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import { afterEach, describe, expect, it } from 'vitest'
+import { MIGRATIONS } from '../../src/store/migrations.js'
+import { DB_FILE, migrate, SqliteStore } from '../../src/store/sqlite.js'
+
+const stores: SqliteStore[] = []
+const open = (opts: ConstructorParameters<typeof SqliteStore>[0] = { file: ':memory:' }): SqliteStore => {
+  const s = new SqliteStore(opts)
+  stores.push(s)
+  return s
+}
+afterEach(async () => {
+  for (const s of stores.splice(0)) await s.close()
+})
+
+const hash = (n: number): Buffer => Buffer.alloc(32, n)
+
+describe('SqliteStore', () => {
+  it('creates its file under the data directory, in WAL mode, at the latest schema version', () => {
+    const dir = join(mkdtempSync(join(tmpdir(), 'onnxd-store-')), 'nested', 'data')
+    const s = open({ dataDir: dir })
+    expect(s.db.name).toBe(join(dir, DB_FILE))
+    expect(s.db.pragma('journal_mode', { simple: true })).toBe('wal')
+    expect(s.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length)
+  })
+
+  it('migrates once: reopening an existing file applies nothing new and keeps the data', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'onnxd-store-'))
+    const a = await open({ dataDir: dir }).createAccount({ name: 'kept' })
+    await stores.pop()!.close()
+    const again = open({ dataDir: dir })
+    expect(migrate(again.db)).toBe(MIGRATIONS.length)
+    expect((await again.getAccount(a.id))?.name).toBe('kept')
+  })
+
+  it('refuses a database from a newer onnxd', () => {
+    const db = new Database(':memory:')
+    db.pragma(`user_version = ${MIGRATIONS.length + 1}`)
+    expect(() => migrate(db)).toThrow(/newer than this onnxd/)
+    db.close()
+  })
+
+  it('creates, reads, updates and lists accounts', async () => {
+    const s = open()
+    const a = await s.createAccount({ name: 'Ada', email: 'ada@example.com', balanceMicros: 5_000_000 })
+    expect(a).toMatchObject({ name: 'Ada', email: 'ada@example.com', balanceMicros: 5_000_000, subscription: 'active' })
+    expect(a.id).toMatch(/^acct_[A-Za-z0-9]{20}$/)
+    expect((await s.updateProfile(a.id, { name: 'Ada L.' }))?.email).toBe('ada@example.com')
+    expect((await s.updateProfile(a.id, { email: null }))).toMatchObject({ name: 'Ada L.', email: null })
+    expect((await s.creditAccount(a.id, -1_500_000))?.balanceMicros).toBe(3_500_000)
+    expect((await s.setSubscription(a.id, 'inactive'))?.subscription).toBe('inactive')
+    expect(await s.getAccount('acct_missing')).toBeNull()
+    expect(await s.creditAccount('acct_missing', 1)).toBeNull()
+    expect((await s.listAccounts()).map((x) => x.id)).toEqual([a.id])
+    await expect(s.creditAccount(a.id, 0.5)).rejects.toThrow(/integer/)
+  })
+
+  it('stores keys by hash only, finds them with their account, lists and revokes them per account', async () => {
+    const s = open()
+    const a = await s.createAccount({ name: 'a' })
+    const b = await s.createAccount({ name: 'b' })
+    const k = await s.createKey({ accountId: a.id, name: 'ci', rpmLimit: 10, hash: hash(1), redacted: 'sk-svc-abcd…wxyz' })
+    expect(k).toMatchObject({ accountId: a.id, name: 'ci', rpmLimit: 10, revokedAt: null, redacted: 'sk-svc-abcd…wxyz' })
+    const cols = (s.db.prepare('PRAGMA table_info(api_keys)').all() as { name: string }[]).map((c) => c.name)
+    expect(cols).not.toContain('secret')
+    const found = await s.findKeyByHash(hash(1))
+    expect(found?.key.id).toBe(k.id)
+    expect(found?.account.id).toBe(a.id)
+    expect(found?.hash.equals(hash(1))).toBe(true)
+    expect(await s.findKeyByHash(hash(2))).toBeNull()
+    expect(await s.revokeKey(b.id, k.id)).toBeNull() // not b's key
+    const revoked = await s.revokeKey(a.id, k.id)
+    expect(revoked?.revokedAt).toBeTypeOf('number')
+    expect((await s.findKeyByHash(hash(1)))?.key.revokedAt).toBe(revoked?.revokedAt)
+    expect((await s.listKeys(a.id)).map((x) => x.id)).toEqual([k.id])
+    expect(await s.listKeys(b.id)).toEqual([])
+    await expect(s.createKey({ accountId: 'acct_missing', hash: hash(3), redacted: 'x' })).rejects.toThrow(/FOREIGN KEY/)
+  })
+
+  it('records usage per key, model and day and debits the account in one transaction', async () => {
+    const s = open()
+    const a = await s.createAccount({ name: 'a', balanceMicros: 1000 })
+    const k1 = await s.createKey({ accountId: a.id, hash: hash(1), redacted: 'x' })
+    const k2 = await s.createKey({ accountId: a.id, hash: hash(2), redacted: 'y' })
+    const day1 = Date.UTC(2025, 0, 1, 12)
+    const day2 = Date.UTC(2025, 0, 2, 12)
+    const rec = (keyId: string, model: string, at: number, cost: number) =>
+      s.recordCompletion({ accountId: a.id, keyId, model, promptTokens: 10, completionTokens: 5, costMicros: cost, at })
+    await rec(k1.id, 'm1', day1, 100)
+    await rec(k1.id, 'm1', day2, 100)
+    await rec(k1.id, 'm2', day2, 50)
+    expect((await rec(k2.id, 'm1', day2, 900)).balanceMicros).toBe(-150)
+    expect((await s.getAccount(a.id))?.balanceMicros).toBe(-150)
+    expect((await s.getKey(k1.id))?.lastUsedAt).toBe(day2 / 1000)
+    await s.recordCompletion({ accountId: a.id, keyId: k1.id, model: 'm3', promptTokens: 0, completionTokens: 0, costMicros: 0, at: day2 + 5000, touchKey: false })
+    expect((await s.getKey(k1.id))?.lastUsedAt).toBe(day2 / 1000)
+
+    expect(await s.usage({ keyId: k1.id })).toEqual([
+      { keyId: k1.id, model: 'm1', requests: 2, promptTokens: 20, completionTokens: 10, costMicros: 200 },
+      { keyId: k1.id, model: 'm2', requests: 1, promptTokens: 10, completionTokens: 5, costMicros: 50 },
+      { keyId: k1.id, model: 'm3', requests: 1, promptTokens: 0, completionTokens: 0, costMicros: 0 },
+    ])
+    expect((await s.usage({ keyId: k1.id, from: '2025-01-02' })).map((r) => [r.model, r.requests])).toEqual([
+      ['m1', 1],
+      ['m2', 1],
+      ['m3', 1],
+    ])
+    expect((await s.usage({ accountId: a.id, to: '2025-01-01' })).map((r) => [r.keyId, r.requests])).toEqual([[k1.id, 1]])
+    expect((await s.usage({ accountId: a.id })).reduce((n, r) => n + r.costMicros, 0)).toBe(1150)
+    await expect(s.usage({})).rejects.toThrow(/keyId or an accountId/)
+  })
+
+  it('rolls the usage row back when the debit fails', async () => {
+    const s = open()
+    const a = await s.createAccount({ name: 'a' })
+    const k = await s.createKey({ accountId: a.id, hash: hash(1), redacted: 'x' })
+    await expect(
+      s.recordCompletion({ accountId: 'acct_gone', keyId: k.id, model: 'm', promptTokens: 1, completionTokens: 1, costMicros: 1, at: Date.now() }),
+    ).rejects.toThrow()
+    expect(await s.usage({ keyId: k.id })).toEqual([])
+  })
+
+  it('lets a second connection (the operator CLI) write while the server holds the file', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'onnxd-store-'))
+    const server = open({ dataDir: dir })
+    const cli = open({ dataDir: dir })
+    const a = await server.createAccount({ name: 'a', balanceMicros: 10 })
+    await cli.creditAccount(a.id, 5)
+    expect((await server.getAccount(a.id))?.balanceMicros).toBe(15)
+  })
+})
