@@ -1,29 +1,13 @@
 // What the operator commands (`onnxd account|key|token|facade`) share: reading the facade's options from
 // onnxd.config.json, the environment and flags, opening the store, printing JSON. Imports: facade options, store.
-import { existsSync, readFileSync } from 'node:fs'
-import { OnnxdError } from '../shared/errors.js'
+import { readConfigSection } from '../shared/config-file.js'
 import { SqliteStore } from '../store/sqlite.js'
 import { FACADE_FLAGS, loadFacadeOptions, type Env, type FacadeOptions } from './options.js'
 
-export const CONFIG_FILE = 'onnxd.config.json'
+export { CONFIG_FILE } from '../shared/config-file.js'
 
 /** The `facade` section of the config file: `path` if given (must exist), else ./onnxd.config.json if present. */
-export function readFacadeConfig(path?: string): Record<string, unknown> {
-  const file = path ?? (existsSync(CONFIG_FILE) ? CONFIG_FILE : undefined)
-  if (file === undefined) return {}
-  let parsed: unknown
-  try {
-    parsed = JSON.parse(readFileSync(file, 'utf8'))
-  } catch (e) {
-    throw new OnnxdError('config', `cannot read ${file}: ${(e as Error).message}`)
-  }
-  const section = (parsed as { facade?: unknown } | null)?.facade
-  if (section === undefined) return {}
-  if (typeof section !== 'object' || section === null || Array.isArray(section)) {
-    throw new OnnxdError('config', `${file}: "facade" must be an object`)
-  }
-  return section as Record<string, unknown>
-}
+export const readFacadeConfig = (path?: string): Record<string, unknown> => readConfigSection('facade', path)
 
 /** Flags named like the options (`--data-dir`, `--key-rpm`) as loader input; others are ignored. */
 export function facadeFlags(values: Record<string, unknown>): Partial<Record<keyof FacadeOptions, unknown>> {

@@ -1,12 +1,12 @@
 // The worker node's options: one TypeBox schema, read once at start-up from a config-file section, the environment
 // (ONNXD_*) and command-line flags (flags win); plus their mapping onto the engine's PoolOptions.
 // Imports: shared errors, engine types, typebox.
-import { existsSync, readFileSync } from 'node:fs'
 import { totalmem } from 'node:os'
 import { basename, resolve } from 'node:path'
 import { Type, type Static, type TSchema } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { OnnxdError } from '../shared/errors.js'
+import { readConfigSection } from '../shared/config-file.js'
 import type { PoolOptions } from '../engine/index.js'
 
 /** The embedded default model; the CLI builds it on first use when no other model is configured. */
@@ -195,25 +195,10 @@ export function loadNodeOptions(
   return deepFreeze(value as NodeOptions)
 }
 
-export const CONFIG_FILE = 'onnxd.config.json'
+export { CONFIG_FILE } from '../shared/config-file.js'
 
 /** The `node` section of the config file: `path` if given (must exist), else ./onnxd.config.json if present. */
-export function readNodeConfig(path?: string): Record<string, unknown> {
-  const file = path ?? (existsSync(CONFIG_FILE) ? CONFIG_FILE : undefined)
-  if (file === undefined) return {}
-  let parsed: unknown
-  try {
-    parsed = JSON.parse(readFileSync(file, 'utf8'))
-  } catch (e) {
-    throw new OnnxdError('config', `cannot read ${file}: ${(e as Error).message}`)
-  }
-  const section = (parsed as { node?: unknown } | null)?.node
-  if (section === undefined) return {}
-  if (typeof section !== 'object' || section === null || Array.isArray(section)) {
-    throw new OnnxdError('config', `${file}: "node" must be an object`)
-  }
-  return section as Record<string, unknown>
-}
+export const readNodeConfig = (path?: string): Record<string, unknown> => readConfigSection('node', path)
 
 /** Flags named like the options (`--device-id`, `--max-running`) as loader input; others are ignored. */
 export function nodeFlags(values: Record<string, unknown>): Partial<Record<Field, unknown>> {
