@@ -140,9 +140,12 @@ export function llamaGraph(p: Preset): DecoderGraph {
   const sqrtHeadDim = g.float('sqrt_head_dim', Math.sqrt(p.headDim))
   const zeroF = g.float('zero_f', 0)
   const lowest = g.float('float_lowest', FLOAT32_LOWEST)
-  const axesKvRep = nRep > 1 ? g.int64('axes_2', [2]) : ''
-  const expandKv = nRep > 1 ? g.int64('repeat_kv_expand', [1, 1, nRep, 1, 1]) : ''
-  const shapeRepKv = nRep > 1 ? g.int64('shape_repeat_kv', [0, p.heads, -1, p.headDim]) : ''
+  // Grouped-query attention without copying keys and values per query head: the nRep query heads that share a KV
+  // head are folded into its rows ([batch, kvHeads, nRep * seq, headDim]), so one MatMul per KV head serves them
+  // all. (HF's repeat_kv materializes K and V nRep times: at batch 64 that copy dominated a decode step.)
+  const shapeQGroups = nRep > 1 ? g.int64('shape_q_groups', [0, p.kvHeads, -1, p.headDim]) : ''
+  const shapeQHeads = nRep > 1 ? g.int64('shape_q_heads_back', [0, p.heads, -1, p.headDim]) : ''
+  const tileMaskRep = nRep > 1 ? g.int64('tile_mask_rep', [1, 1, nRep, 1]) : ''
 
   const embed = weight('model.embed_tokens.weight', [p.vocabSize, c], normal)
   const cosTable = weight('model.rotary_emb.cos_cached', [p.maxPositions, p.headDim], { kind: 'values', make: ropeTable(p, Math.cos) }, false)
@@ -164,7 +167,9 @@ export function llamaGraph(p: Preset): DecoderGraph {
   const keySlots = g.one(m, 'Range', [int0, totalLen, int1])
   const causal = g.one(m, 'Unsqueeze', [g.one(m, 'LessOrEqual', [keySlots, querySlots]), axes01])
   const notPad = g.one(m, 'Unsqueeze', [g.one(m, 'Cast', ['attention_mask'], [attrI('to', DataType.BOOL)]), axes12])
-  const mask = g.one(m, 'Where', [g.one(m, 'And', [causal, notPad]), zeroF, lowest])
+  const mask1 = g.one(m, 'Where', [g.one(m, 'And', [causal, notPad]), zeroF, lowest])
+  // Row r * seq + j of a query group is query head r's position j: the mask repeats per head of the group.
+  const mask = nRep > 1 ? g.one(m, 'Tile', [mask1, tileMaskRep]) : mask1
 
   const rmsNorm = (scope: string, x: string, w: string): string => {
     const variance = g.one(scope, 'ReduceMean', [g.one(scope, 'Pow', [x, two])], [attrInts('axes', [-1]), attrI('keepdims', 1)])
@@ -176,12 +181,6 @@ export function llamaGraph(p: Preset): DecoderGraph {
     const [x1, x2] = g.op(scope, 'Split', [x, rotarySplit], [attrI('axis', -1)], 2)
     const rotated = g.one(scope, 'Concat', [g.one(scope, 'Neg', [x2]), x1], [attrI('axis', -1)])
     return g.one(scope, 'Add', [g.one(scope, 'Mul', [x, cos]), g.one(scope, 'Mul', [rotated, sin])])
-  }
-  // [batch, kvHeads, total, d] -> [batch, heads, total, d]; KV head g serves query heads g*nRep .. g*nRep+nRep-1 (HF repeat_kv).
-  const repeatKv = (scope: string, x: string): string => {
-    if (nRep === 1) return x
-    const expanded = g.one(scope, 'Expand', [g.one(scope, 'Unsqueeze', [x, axesKvRep]), expandKv])
-    return g.one(scope, 'Reshape', [expanded, shapeRepKv])
   }
   const heads = (scope: string, x: string, shape: string): string =>
     g.one(scope, 'Transpose', [g.one(scope, 'Reshape', [x, shape])], [attrInts('perm', [0, 2, 1, 3])])
@@ -209,10 +208,13 @@ export function llamaGraph(p: Preset): DecoderGraph {
     g.one(`${A}/present_value`, 'Concat', [`past_key_values.${i}.value`, v], [attrI('axis', 2)])
     const values = g.nameLastOutput(`present.${i}.value`)
 
-    const kT = g.one(A, 'Transpose', [repeatKv(`${A}/repeat_kv_key`, keys)], [attrInts('perm', [0, 1, 3, 2])])
-    const scores = g.one(A, 'Add', [g.one(A, 'Div', [g.one(A, 'MatMul', [q, kT]), sqrtHeadDim]), mask])
+    // KV head g serves query heads g*nRep .. g*nRep+nRep-1 (HF repeat_kv order).
+    const qGroups = nRep > 1 ? g.one(A, 'Reshape', [q, shapeQGroups]) : q
+    const kT = g.one(A, 'Transpose', [keys], [attrInts('perm', [0, 1, 3, 2])])
+    const scores = g.one(A, 'Add', [g.one(A, 'Div', [g.one(A, 'MatMul', [qGroups, kT]), sqrtHeadDim]), mask])
     const probs = g.one(A, 'Softmax', [scores], [attrI('axis', -1)])
-    const ctx = g.one(A, 'MatMul', [probs, repeatKv(`${A}/repeat_kv_value`, values)])
+    const grouped = g.one(A, 'MatMul', [probs, values])
+    const ctx = nRep > 1 ? g.one(A, 'Reshape', [grouped, shapeQHeads]) : grouped
     const merged = g.one(A, 'Reshape', [g.one(A, 'Transpose', [ctx], [attrInts('perm', [0, 2, 1, 3])]), shapeMerge])
     h = g.one(L, 'Add', [h, g.one(`${A}/o_proj`, 'MatMul', [merged, wo])])
 

@@ -1,7 +1,7 @@
 // Builds the embedded default model bundle (Llama architecture, seeded random weights, real BPE tokenizer) in
 // the Hugging Face ONNX export layout, and makes sure one exists before the engine loads it.
 import { randomBytes } from 'node:crypto'
-import { existsSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { basename, dirname, join, resolve } from 'node:path'
 import { OnnxdError } from '../../../shared/errors.js'
@@ -13,7 +13,7 @@ import { writeOnnx } from './write-onnx.js'
 export { PRESETS, parameterCount, type Preset, type PresetName }
 
 /** Written into model.onnx's producer_version; bump it when the graph or the weights' generation changes. */
-export const BUILDER_VERSION = '1'
+export const BUILDER_VERSION = '2'
 
 export interface BuildOptions {
   preset: string
@@ -29,8 +29,10 @@ export interface BuildResult {
   bytes: number
 }
 
-export function configJson(p: Preset): Record<string, unknown> {
+export function configJson(p: Preset, origin?: { preset: string; seed: number }): Record<string, unknown> {
   return {
+    // Which builder made this bundle: ensureDefaultModel rebuilds bundles of an older builder version.
+    ...(origin ? { onnxd_builder: { version: BUILDER_VERSION, ...origin } } : {}),
     architectures: ['LlamaForCausalLM'],
     attention_bias: false,
     attention_dropout: 0.0,
@@ -89,7 +91,7 @@ export async function buildModel(opts: BuildOptions): Promise<BuildResult> {
     ['tokenizer_config.json', json(tokenizerConfig(p.vocabSize, p.maxPositions))],
     ['special_tokens_map.json', json(specialTokensMap())],
     ['generation_config.json', json({ bos_token_id: BOS_ID, eos_token_id: EOS_ID, pad_token_id: PAD_ID })],
-    ['config.json', json(configJson(p))],
+    ['config.json', json(configJson(p, { preset: opts.preset, seed }))],
   ]
   let bytes = 0
   bytes += await writeOnnx(join(dir, 'onnx', 'model.onnx'), llamaGraph(p), {
@@ -111,16 +113,19 @@ export async function buildModel(opts: BuildOptions): Promise<BuildResult> {
  */
 export async function ensureDefaultModel(dir: string, preset = 'tiny'): Promise<string> {
   const target = resolve(dir)
-  if (existsSync(join(target, 'config.json'))) return target
+  const built = builtBy(target)
+  if (built === 'current' || built === 'foreign') return target
   presetOf(preset)
-  // Never build over something that is not ours: only an absent or empty directory is replaced.
-  if (existsSync(target) && (!(await stat(target)).isDirectory() || (await readdir(target)).length > 0)) {
+  // Never build over something that is not ours: only an absent or empty directory, or a bundle an older version
+  // of this builder made, is replaced.
+  if (built === 'none' && existsSync(target) && (!(await stat(target)).isDirectory() || (await readdir(target)).length > 0)) {
     throw new OnnxdError('bad_bundle', `${target}: exists but holds no config.json; move it away to build the default model there`)
   }
   await mkdir(dirname(target), { recursive: true })
   const tmp = join(dirname(target), `.${basename(target)}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`)
   try {
     await buildModel({ preset, outDir: tmp })
+    if (built === 'outdated') await rm(target, { recursive: true, force: true })
     try {
       await rename(tmp, target) // replaces an empty directory; fails on a non-empty one
     } catch (e) {
@@ -131,4 +136,17 @@ export async function ensureDefaultModel(dir: string, preset = 'tiny'): Promise<
     await rm(tmp, { recursive: true, force: true })
   }
   return target
+}
+
+/** Whether `dir` holds a bundle of this builder version, an older one, someone else's, or none. */
+function builtBy(dir: string): 'current' | 'outdated' | 'foreign' | 'none' {
+  const path = join(dir, 'config.json')
+  if (!existsSync(path)) return 'none'
+  try {
+    const c = JSON.parse(readFileSync(path, 'utf8')) as { onnxd_builder?: { version?: string } }
+    if (!c.onnxd_builder) return 'foreign'
+    return c.onnxd_builder.version === BUILDER_VERSION ? 'current' : 'outdated'
+  } catch {
+    return 'foreign'
+  }
 }
