@@ -3,7 +3,8 @@
 // B.json [--json]` prints the ratios B/A.
 import { compareReports, formatComparison, readReport } from '../bench/compare.js'
 import { USAGE, benchConfig, parseFlags } from '../bench/options.js'
-import { formatTable, referenceLines, tables, timeTable, type BenchReport } from '../bench/report.js'
+import { formatTable, referenceLines, tables, timeTable } from '../bench/format.js'
+import type { BenchReport } from '../bench/report.js'
 import { runBench } from '../bench/run.js'
 import { systemLine } from '../bench/system.js'
 

@@ -1,0 +1,100 @@
+// The report as text: the per-level tables (throughput, latency, where the time goes), the reference lines, and a
+// fixed-width table formatter shared with `onnxd bench compare`. Pure over a BenchReport.
+import { isSkipped, type BenchReport } from './report.js'
+
+const f = (v: number, d = 1): string => (Number.isFinite(v) ? v.toFixed(d) : '-')
+
+/** The per-level tables: throughput and errors, then latencies (ms), like vLLM's result block. */
+export function tables(r: BenchReport): { throughput: Record<string, string | number>[]; latency: Record<string, string | number>[] } {
+  const throughput: Record<string, string | number>[] = []
+  const latency: Record<string, string | number>[] = []
+  for (const s of r.scenarios) {
+    if (isSkipped(s)) {
+      throughput.push({ target: s.name, conc: '-', 'ok/fail/cut': `skipped: ${s.reason}` })
+      continue
+    }
+    for (const l of s.levels) {
+      const errs = Object.entries(l.errors_by_status).map(([k, n]) => `${k}:${n}`).join(' ')
+      throughput.push({
+        target: s.name,
+        conc: l.max_concurrency,
+        'ok/fail/cut': `${l.completed}/${l.failed}/${l.cut}`,
+        'dur s': f(l.duration),
+        'req/s': f(l.request_throughput, 2),
+        'out tok/s': f(l.output_throughput),
+        'total tok/s': f(l.total_token_throughput),
+        errors: errs || '-',
+      })
+      latency.push({
+        target: s.name,
+        conc: l.max_concurrency,
+        'TTFT mean': f(l.mean_ttft_ms),
+        'TTFT p50': f(l.median_ttft_ms),
+        'TTFT p90': f(l.p90_ttft_ms),
+        'TTFT p99': `${l.ttft_censored ? '>=' : ''}${f(l.p99_ttft_ms)}`,
+        'TPOT mean': f(l.mean_tpot_ms),
+        'TPOT p50': f(l.median_tpot_ms),
+        'TPOT p99': f(l.p99_tpot_ms),
+        'ITL mean': f(l.mean_itl_ms),
+        'ITL p99': f(l.p99_itl_ms),
+        'E2EL mean': f(l.mean_e2el_ms, 0),
+        'E2EL p99': f(l.p99_e2el_ms, 0),
+      })
+    }
+  }
+  return { throughput, latency }
+}
+
+/** Where each node level's wall time went (from the node's /metrics), next to the ORT step at the same batch. */
+export function timeTable(r: BenchReport): Record<string, string | number>[] {
+  const ceil = isSkipped(r.references.ort_ceiling) ? null : r.references.ort_ceiling
+  const rows: Record<string, string | number>[] = []
+  for (const s of r.scenarios) {
+    if (isSkipped(s)) continue
+    for (const l of s.levels) {
+      const e = l.engine
+      if (!e) continue
+      const ort = ceil?.decode.find((d) => d.batch === l.max_concurrency)
+      rows.push({
+        target: s.name,
+        conc: l.max_concurrency,
+        'wall s': f(l.duration),
+        'in forward': `${(e.forward_fraction * 100).toFixed(0)}%`,
+        'prefill s': f(e.prefill_seconds),
+        'decode s': f(e.decode_seconds),
+        'other s': f(e.other_seconds),
+        'decode steps': e.decode_steps,
+        'mean batch': f(e.mean_decode_batch),
+        'step ms': f(e.mean_decode_step_ms),
+        'ORT step ms (B=conc)': ort ? f(ort.ms) : '-',
+      })
+    }
+  }
+  return rows
+}
+
+export function referenceLines(r: BenchReport): string[] {
+  const out: string[] = []
+  const c = r.references.ort_ceiling
+  if (isSkipped(c)) out.push(`ORT decode ceiling: skipped (${c.reason})`)
+  else {
+    out.push(`ORT decode ceiling (session.run of one decode step, past ${c.past}): ` + c.decode.map((d) => `B=${d.batch} ${d.ms.toFixed(1)} ms -> ${d.tokens_per_s.toFixed(1)} tok/s`).join('; '))
+    out.push(`ORT prefill of ${c.prefill.rows} x ${c.prefill.prompt}-token prompts in one run: ${c.prefill.ms.toFixed(1)} ms (${c.prefill.tokens_per_s.toFixed(0)} tok/s)`)
+  }
+  const m = r.references.matmul_peak
+  if (isSkipped(m)) out.push(`matmul peak: skipped (${m.reason})`)
+  else out.push(`matmul peak through ORT: ${m.gflops.toFixed(1)} GFLOP/s (` + m.points.map((p) => `${p.size}: ${p.gflops.toFixed(1)}`).join(', ') + ')')
+  return out
+}
+
+/** Rows as a fixed-width text table: text columns left-aligned, numeric ones right-aligned. */
+export function formatTable(rows: Record<string, string | number>[]): string {
+  if (!rows.length) return ''
+  const cols = [...new Set(rows.flatMap((r) => Object.keys(r)))]
+  const cell = (r: Record<string, string | number>, c: string): string => String(r[c] ?? '')
+  const numeric = cols.map((c) => rows.every((r) => /^[-\d.>=x%]*$/.test(cell(r, c))))
+  const w = cols.map((c) => Math.max(c.length, ...rows.map((r) => cell(r, c).length)))
+  const line = (cells: string[]): string => cells.map((v, i) => (numeric[i] ? v.padStart(w[i]) : v.padEnd(w[i]))).join('  ').trimEnd()
+  return [line(cols), line(w.map((n) => '-'.repeat(n))), ...rows.map((r) => line(cols.map((c) => cell(r, c))))].join('\n') + '\n'
+}
+

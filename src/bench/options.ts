@@ -1,0 +1,259 @@
+// `onnxd bench` options: flags parsed once into a frozen BenchConfig, every problem named with its flag. The
+// defaults are the issue's standard run (135m preset, concurrency 1,4,16,64, fixed lengths with ignore_eos, closed
+// loop, every reference); --smoke is the same on the tiny preset, small enough for the test suite.
+import { parseArgs } from 'node:util'
+import { resolve } from 'node:path'
+import { OnnxdError } from '../shared/errors.js'
+import type { ProgressMode } from './progress.js'
+import { formatLength, parseLength, readPromptFile, type LengthDist, type PromptFile } from './workload.js'
+
+export interface BenchConfig {
+  /** Where load goes: a node it starts itself, an existing node, or a facade. */
+  target:
+    | { kind: 'spawn'; model: string | null; preset: string | null }
+    | { kind: 'node'; url: string; model: string | null }
+    | { kind: 'facade'; url: string; apiKey: string; model: string | null }
+  modelsDir: string
+  servedModel: string | null
+  concurrency: number[]
+  /** Requests/s with Poisson arrivals; Infinity = closed loop. */
+  requestRate: number
+  /** Requests per level; null = max(minRequests, 2 × concurrency). */
+  numRequests: number | null
+  minRequests: number
+  /** Per-level deadline (s) for the target under test; null = none. */
+  durationS: number | null
+  /** Per-level deadline (s) for the unbatched node and the peer, which serve one request at a time. */
+  refDurationS: number
+  warmup: number
+  promptLen: LengthDist
+  outputLen: LengthDist
+  prompts: PromptFile | null
+  seed: number
+  temperature: number
+  ignoreEos: boolean
+  references: { ceiling: boolean; matmul: boolean; unbatched: boolean; peer: boolean }
+  peerConcurrency: number[]
+  matmulSizes: number[]
+  /** Timed runs of each ORT reference: at least minRuns, more while under minSeconds. */
+  refBudget: { warmup: number; minRuns: number; minSeconds: number; maxRuns: number }
+  threads: number
+  nodeArgs: string[]
+  outDir: string
+  name: string
+  progress: ProgressMode
+  smoke: boolean
+  readyTimeoutS: number
+  /** The command line, for the report. */
+  argv: string[]
+}
+
+export const USAGE = `usage: onnxd bench [options]
+       onnxd bench compare A.json B.json [--json]
+
+Benchmarks a node (one it starts itself, or --url / --facade) with a concurrency sweep and reports vLLM's
+standard serving figures, next to references measured in the same run: the raw ONNX Runtime decode ceiling, the
+machine's matmul peak, the same node unbatched (max one running sequence) and transformers.js serving the same
+bundle. Prints a table, writes JSON and an SVG chart (see bench/README.md).
+
+target (default: start a node on --preset 135m):
+  --model DIR            bundle to start a node on (with --url/--facade: the bundle it serves, for the references)
+  --preset NAME          builder preset to start a node on (tiny, small, 135m), built into --models-dir once
+  --models-dir DIR       where presets are built (default .cache/models)
+  --url URL              an existing node (internal contract); the references need --model or --preset
+  --facade URL           an existing facade (/v1/chat/completions), with --api-key K
+  --served-model ID      model id to request (default: what the target serves)
+  --node-arg ARG         extra flag for nodes the bench starts (repeatable), e.g. --node-arg=--intra-op-threads=2
+
+load:
+  --concurrency LIST     concurrent streams per level (default 1,4,16,64)
+  --request-rate R       Poisson arrivals at R req/s, capped by the level's concurrency (default inf: closed loop)
+  --num-requests N       requests per level (default max(4, 2 x concurrency))
+  --duration S           cut each level of the target after S seconds
+  --ref-duration S       cut each level of the unbatched node and the peer after S seconds (default 30)
+  --warmup N             untimed requests before each target's sweep (default 2)
+  --prompt-len N|A:B     prompt tokens, fixed or uniform (default 128)
+  --output-len N|A:B     output tokens, fixed or uniform (default 128)
+  --prompts FILE         JSONL prompts instead ("text", {"prompt"}, {"messages"} or {"input_ids"}, optional "max_tokens")
+  --seed N               seeds prompts, lengths and arrivals (default 0)
+  --temperature T        (default 0: greedy)
+  --no-ignore-eos        stop at EOS instead of generating exactly the output length
+
+references:
+  --no-ceiling --no-matmul --no-unbatched --no-peer    skip one (the report says so)
+  --peer-concurrency LIST  levels for the peer (default: --concurrency)
+  --threads N            ORT intra-op threads of the ORT references (default 0: all cores, as the node)
+
+output:
+  --out DIR              report directory (default bench/results)
+  --name NAME            report file name stem (default onnxd-bench-<time>)
+  --no-progress          no progress bar (step lines still go to stderr)
+  --quiet, -q            nothing on stderr
+  --smoke                a sub-minute run on the tiny preset (the test suite runs it)
+`
+
+const OPTIONS = {
+  model: { type: 'string' },
+  preset: { type: 'string' },
+  'models-dir': { type: 'string' },
+  url: { type: 'string' },
+  facade: { type: 'string' },
+  'api-key': { type: 'string' },
+  'served-model': { type: 'string' },
+  'node-arg': { type: 'string', multiple: true },
+  concurrency: { type: 'string' },
+  'request-rate': { type: 'string' },
+  'num-requests': { type: 'string' },
+  duration: { type: 'string' },
+  'ref-duration': { type: 'string' },
+  warmup: { type: 'string' },
+  'prompt-len': { type: 'string' },
+  'output-len': { type: 'string' },
+  prompts: { type: 'string' },
+  seed: { type: 'string' },
+  temperature: { type: 'string' },
+  'no-ignore-eos': { type: 'boolean' },
+  'no-ceiling': { type: 'boolean' },
+  'no-matmul': { type: 'boolean' },
+  'no-unbatched': { type: 'boolean' },
+  'no-peer': { type: 'boolean' },
+  'peer-concurrency': { type: 'string' },
+  threads: { type: 'string' },
+  out: { type: 'string' },
+  name: { type: 'string' },
+  'no-progress': { type: 'boolean' },
+  quiet: { type: 'boolean', short: 'q' },
+  smoke: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const
+
+export type ParsedFlags = ReturnType<typeof parseArgs<{ args: string[]; options: typeof OPTIONS; strict: true; allowPositionals: true }>>['values']
+
+export function parseFlags(argv: string[]): { values: ParsedFlags; positionals: string[] } {
+  try {
+    return parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: true })
+  } catch (e) {
+    throw new OnnxdError('config', `${(e as Error).message}\n\n${USAGE}`)
+  }
+}
+
+/** Reads flags into a config; lists every problem at once. */
+export function benchConfig(argv: string[]): BenchConfig {
+  const { values: v } = parseFlags(argv)
+  const problems: string[] = []
+  const smoke = v.smoke === true
+  const int = (flag: string, text: string | undefined, def: number, min = 0): number => {
+    if (text === undefined) return def
+    const n = Number(text)
+    if (!/^\d+$/.test(text.trim()) || n < min) problems.push(`--${flag} must be an integer >= ${min}. Given: ${text}`)
+    return n
+  }
+  const pos = (flag: string, text: string | undefined, def: number): number => {
+    if (text === undefined) return def
+    const n = text === 'inf' ? Infinity : Number(text)
+    if (!(n > 0)) problems.push(`--${flag} must be a positive number${flag === 'request-rate' ? ' or inf' : ''}. Given: ${text}`)
+    return n
+  }
+  const list = (flag: string, text: string | undefined, def: number[]): number[] => {
+    if (text === undefined) return def
+    const xs = text.split(',').map((s) => Number(s.trim()))
+    if (!xs.length || xs.some((x) => !Number.isInteger(x) || x < 1)) problems.push(`--${flag} must be a comma-separated list of positive integers. Given: ${text}`)
+    return xs
+  }
+  const length = (flag: string, text: string | undefined, def: string): LengthDist => {
+    try {
+      return parseLength(flag, text ?? def)
+    } catch (e) {
+      problems.push((e as Error).message)
+      return parseLength(flag, def)
+    }
+  }
+  if (v.url && v.facade) problems.push('--url and --facade are exclusive')
+  if (v.facade && !v['api-key']) problems.push('--facade needs --api-key')
+  if (v.model && v.preset) problems.push('--model and --preset are exclusive')
+  const preset = v.preset ?? (v.model || v.url || v.facade ? null : smoke ? 'tiny' : '135m')
+  const model = v.model ? resolve(v.model) : null
+  const target: BenchConfig['target'] = v.facade
+    ? { kind: 'facade', url: v.facade.replace(/\/+$/, ''), apiKey: v['api-key'] ?? '', model }
+    : v.url
+      ? { kind: 'node', url: v.url.replace(/\/+$/, ''), model }
+      : { kind: 'spawn', model, preset }
+  const concurrency = list('concurrency', v.concurrency, smoke ? [1, 4, 16] : [1, 4, 16, 64])
+  let prompts: PromptFile | null = null
+  if (v.prompts) {
+    try {
+      prompts = readPromptFile(v.prompts)
+    } catch (e) {
+      problems.push((e as Error).message)
+    }
+  }
+  const temperature = v.temperature === undefined ? 0 : Number(v.temperature)
+  if (!(temperature >= 0)) problems.push(`--temperature must be >= 0. Given: ${v.temperature}`)
+  const cfg: BenchConfig = {
+    target,
+    modelsDir: resolve(v['models-dir'] ?? '.cache/models'),
+    servedModel: v['served-model'] ?? null,
+    concurrency,
+    requestRate: pos('request-rate', v['request-rate'], Infinity),
+    numRequests: v['num-requests'] === undefined ? null : int('num-requests', v['num-requests'], 0, 1),
+    minRequests: smoke ? 2 : 4,
+    durationS: v.duration === undefined ? null : pos('duration', v.duration, 0),
+    refDurationS: pos('ref-duration', v['ref-duration'], smoke ? 3 : 30),
+    warmup: int('warmup', v.warmup, smoke ? 1 : 2),
+    promptLen: length('prompt-len', v['prompt-len'], smoke ? '16' : '128'),
+    outputLen: length('output-len', v['output-len'], smoke ? '16' : '128'),
+    prompts,
+    seed: int('seed', v.seed, 0),
+    temperature,
+    ignoreEos: v['no-ignore-eos'] !== true,
+    references: { ceiling: !v['no-ceiling'], matmul: !v['no-matmul'], unbatched: !v['no-unbatched'] && target.kind === 'spawn', peer: !v['no-peer'] },
+    peerConcurrency: list('peer-concurrency', v['peer-concurrency'], concurrency),
+    matmulSizes: smoke ? [128, 256] : [512, 1024, 2048],
+    refBudget: smoke ? { warmup: 1, minRuns: 2, minSeconds: 0.1, maxRuns: 5 } : { warmup: 2, minRuns: 5, minSeconds: 2, maxRuns: 50 },
+    threads: int('threads', v.threads, 0),
+    nodeArgs: v['node-arg'] ?? [],
+    outDir: resolve(v.out ?? 'bench/results'),
+    name: v.name ?? '',
+    progress: v.quiet ? 'silent' : v['no-progress'] ? 'lines' : 'bar',
+    smoke,
+    readyTimeoutS: 600,
+    argv,
+  }
+  if (problems.length) throw new OnnxdError('config', `invalid bench options:\n  - ${problems.join('\n  - ')}`)
+  return Object.freeze(cfg)
+}
+
+/** The configuration as the report records it (lengths written as on the command line). */
+export function describeConfig(c: BenchConfig): Record<string, unknown> {
+  return {
+    target: c.target.kind === 'facade' ? { ...c.target, apiKey: '[redacted]' } : c.target,
+    served_model: c.servedModel,
+    concurrency: c.concurrency,
+    request_rate: Number.isFinite(c.requestRate) ? c.requestRate : 'inf',
+    num_requests: c.numRequests ?? `max(${c.minRequests}, 2 x concurrency)`,
+    duration_s: c.durationS,
+    ref_duration_s: c.refDurationS,
+    warmup: c.warmup,
+    prompt_len: c.prompts ? null : formatLength(c.promptLen),
+    output_len: formatLength(c.outputLen),
+    prompts_file: c.prompts?.path ?? null,
+    seed: c.seed,
+    temperature: c.temperature,
+    ignore_eos: c.ignoreEos,
+    references: c.references,
+    peer_concurrency: c.peerConcurrency,
+    matmul_sizes: c.matmulSizes,
+    threads: c.threads,
+    node_args: c.nodeArgs,
+    smoke: c.smoke,
+    argv: redactArgv(c.argv),
+  }
+}
+
+/** The command line with the value of --api-key replaced. */
+export function redactArgv(argv: string[]): string[] {
+  return argv.map((a, i) => (argv[i - 1] === '--api-key' ? '[redacted]' : a.startsWith('--api-key=') ? '--api-key=[redacted]' : a))
+}
+
+/** Requests of one level. */
+export const requestsFor = (c: BenchConfig, concurrency: number): number => c.numRequests ?? Math.max(c.minRequests, 2 * concurrency)

@@ -1,0 +1,183 @@
+// The benchmark's references measured through ONNX Runtime alone: the raw decode ceiling (one batched decode
+// step at batch B over a past of the scenario's length, session.run and nothing else, giving B/step tokens/s;
+// plus one prompt's prefill) and this machine's matrix-multiply peak (a one-node MatMul graph built in memory).
+// This module and the engine's session.ts are the only importers of onnxruntime-node: the ceiling must be ORT
+// without onnxd's wrapper, or it would measure onnxd against itself.
+import * as ort from 'onnxruntime-node'
+import { DataType, encodeModel } from '../../engine/model/builder/onnx-proto.js'
+import { median, rsd } from '../stats.js'
+
+export interface StepTiming {
+  /** Median milliseconds of one session.run. */
+  ms: number
+  /** Relative standard deviation of the timed runs, percent. */
+  rsd: number
+  runs: number
+}
+
+export interface DecodeCeiling extends StepTiming {
+  batch: number
+  past: number
+  /** batch / step seconds. */
+  tokens_per_s: number
+}
+
+export interface PrefillTiming extends StepTiming {
+  prompt: number
+  /** Prompts prefilled together in the timed run (as many as fit the engine's per-step token budget). */
+  rows: number
+  /** rows x prompt / step seconds. */
+  tokens_per_s: number
+}
+
+export interface MatmulPoint extends StepTiming {
+  size: number
+  gflops: number
+}
+
+export interface TimingBudget {
+  /** Untimed runs first. */
+  warmup: number
+  /** At least this many timed runs... */
+  minRuns: number
+  /** ...and more while the timed total is under this many seconds (at most `maxRuns`). */
+  minSeconds: number
+  maxRuns: number
+}
+
+async function time(run: () => Promise<unknown>, b: TimingBudget): Promise<StepTiming> {
+  for (let i = 0; i < b.warmup; i++) await run()
+  const xs: number[] = []
+  let total = 0
+  while (xs.length < b.minRuns || (total < b.minSeconds * 1000 && xs.length < b.maxRuns)) {
+    const t0 = performance.now()
+    await run()
+    const dt = performance.now() - t0
+    xs.push(dt)
+    total += dt
+  }
+  return { ms: median(xs), rsd: rsd(xs), runs: xs.length }
+}
+
+const sessionOptions = (threads: number): ort.InferenceSession.SessionOptions => ({
+  executionProviders: ['cpu'],
+  graphOptimizationLevel: 'all',
+  intraOpNumThreads: threads,
+  interOpNumThreads: 1,
+  executionMode: 'sequential',
+  logSeverityLevel: 3,
+})
+
+type Meta = ort.InferenceSession.TensorValueMetadata
+
+/** The decoder's cache layout, read from the session (past_key_values.<i>.key|value, or stacked past_<i>). */
+interface Layout {
+  pasts: { name: string; dims: (b: number, p: number) => number[]; fp16: boolean }[]
+  ids: Meta['type']
+  mask: Meta['type'] | null
+  positions: Meta['type'] | null
+}
+
+function layout(s: ort.InferenceSession): Layout {
+  const ins = new Map(s.inputMetadata.filter((m) => m.isTensor).map((m) => [m.name, m as Meta]))
+  const pasts = [...ins.values()]
+    .filter((m) => m.name.startsWith('past_'))
+    .map((m) => {
+      const sh = m.shape
+      const [h, d] = [sh[sh.length - 3] as number, sh[sh.length - 1] as number]
+      const stacked = sh.length === 5
+      return { name: m.name, fp16: m.type === 'float16', dims: (b: number, p: number) => (stacked ? [2, b, h, p, d] : [b, h, p, d]) }
+    })
+  if (!pasts.length || !ins.has('input_ids')) throw new Error('not a decoder with a KV cache (input_ids, past_*)')
+  return { pasts, ids: ins.get('input_ids')!.type, mask: ins.get('attention_mask')?.type ?? null, positions: ins.get('position_ids')?.type ?? null }
+}
+
+function intTensor(type: Meta['type'], n: number, value: (i: number) => number, dims: number[]): ort.Tensor {
+  if (type === 'int32') return new ort.Tensor('int32', Int32Array.from({ length: n }, (_, i) => value(i)), dims)
+  const a = new BigInt64Array(n)
+  for (let i = 0; i < n; i++) a[i] = BigInt(value(i))
+  return new ort.Tensor('int64', a, dims)
+}
+
+/** Feeds for one step of `batch` rows × `seq` new tokens on a past of `past` positions (cache values small, not zero). */
+function feeds(l: Layout, batch: number, seq: number, past: number): Record<string, ort.Tensor> {
+  const f: Record<string, ort.Tensor> = {}
+  f.input_ids = intTensor(l.ids, batch * seq, (i) => 3 + ((i * 7919) % 251), [batch, seq])
+  if (l.mask) f.attention_mask = intTensor(l.mask, batch * (past + seq), () => 1, [batch, past + seq])
+  if (l.positions) f.position_ids = intTensor(l.positions, batch * seq, (i) => past + (i % seq), [batch, seq])
+  for (const p of l.pasts) {
+    const dims = p.dims(batch, past)
+    const n = dims.reduce((a, b) => a * b, 1)
+    if (p.fp16) f[p.name] = new ort.Tensor('float16', new Uint16Array(n).fill(0x2e66), dims) // 0.1 in fp16
+    else f[p.name] = new ort.Tensor('float32', new Float32Array(n).fill(0.1), dims)
+  }
+  return f
+}
+
+export interface CeilingOptions {
+  onnxPath: string
+  batches: number[]
+  /** Past length of the timed decode steps (the scenario's mean context while decoding). */
+  past: number
+  /** Prompt length of the timed prefill. */
+  prompt: number
+  /** Prompts per timed prefill run. */
+  prefillRows: number
+  threads: number
+  budget: TimingBudget
+  onStep?(what: string): void
+}
+
+export async function measureCeiling(o: CeilingOptions): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming }> {
+  const s = await ort.InferenceSession.create(o.onnxPath, sessionOptions(o.threads))
+  try {
+    const l = layout(s)
+    o.onStep?.(`prefill ${o.prefillRows} x ${o.prompt}`)
+    const pf = feeds(l, o.prefillRows, o.prompt, 0)
+    const p = await time(() => s.run(pf), o.budget)
+    const prefill: PrefillTiming = { prompt: o.prompt, rows: o.prefillRows, ...p, tokens_per_s: (o.prefillRows * o.prompt) / (p.ms / 1000) }
+    const decode: DecodeCeiling[] = []
+    for (const batch of o.batches) {
+      o.onStep?.(`decode batch ${batch}`)
+      const f = feeds(l, batch, 1, o.past)
+      const t = await time(() => s.run(f), o.budget)
+      decode.push({ batch, past: o.past, ...t, tokens_per_s: batch / (t.ms / 1000) })
+    }
+    return { decode, prefill }
+  } finally {
+    await s.release()
+  }
+}
+
+/** A one-node graph Y = MatMul(A, B), A [n, n], B [n, n] float32, serialized in memory. */
+export function matmulModel(n: number): Uint8Array {
+  const vi = (name: string): { name: string; type: { tensor_type: { elem_type: number; shape: { dim: { dim_value: number }[] } } } } => ({
+    name,
+    type: { tensor_type: { elem_type: DataType.FLOAT, shape: { dim: [{ dim_value: n }, { dim_value: n }] } } },
+  })
+  return encodeModel({
+    ir_version: 8,
+    opset_import: [{ domain: '', version: 17 }],
+    producer_name: 'onnxd-bench',
+    producer_version: '1',
+    graph: { name: 'matmul', node: [{ name: 'mm', op_type: 'MatMul', input: ['A', 'B'], output: ['Y'] }], initializer: [], input: [vi('A'), vi('B')], output: [vi('Y')] },
+  })
+}
+
+/** GFLOP/s of square float32 MatMuls through ORT at each size (2n³ flops per run); the peak is the best of them. */
+export async function measureMatmulPeak(sizes: number[], threads: number, budget: TimingBudget, onStep?: (what: string) => void): Promise<{ gflops: number; points: MatmulPoint[] }> {
+  const points: MatmulPoint[] = []
+  for (const n of sizes) {
+    onStep?.(`matmul ${n}`)
+    const s = await ort.InferenceSession.create(matmulModel(n), sessionOptions(threads))
+    try {
+      const a = new Float32Array(n * n).map((_, i) => ((i % 97) - 48) / 97)
+      const f = { A: new ort.Tensor('float32', a, [n, n]), B: new ort.Tensor('float32', a.slice(), [n, n]) }
+      const t = await time(() => s.run(f), budget)
+      points.push({ size: n, ...t, gflops: (2 * n ** 3) / (t.ms / 1000) / 1e9 })
+    } finally {
+      await s.release()
+    }
+  }
+  return { gflops: Math.max(...points.map((p) => p.gflops)), points }
+}

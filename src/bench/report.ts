@@ -1,0 +1,234 @@
+// The benchmark report: its JSON shape, the efficiency ratios and issue targets derived from the figures, the
+// one-line summaries, and the file on disk. Imports: metrics, refs and model types.
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { EngineTime } from './engine-metrics.js'
+import type { LevelFigures } from './metrics.js'
+import { flopsPerToken, type ModelInfo } from './model-info.js'
+import type { DecodeCeiling, MatmulPoint, PrefillTiming } from './refs/ort.js'
+import type { SystemInfo } from './system.js'
+
+export const REPORT_KIND = 'onnxd-bench'
+export const REPORT_SCHEMA = 1
+
+export type ScenarioName = 'onnxd' | 'unbatched' | 'peer'
+
+export interface Skipped {
+  skipped: true
+  reason: string
+}
+
+/** One level's figures, plus the node's own step accounting when it exposes /metrics. */
+export type LevelResult = LevelFigures & { engine?: EngineTime }
+
+export interface ScenarioResult {
+  name: ScenarioName
+  /** What was driven, in words. */
+  label: string
+  url: string
+  /** The execution provider the target reports in /health (null when it does not say). */
+  provider: string | null
+  /** Per-level deadline, seconds (null: every request ran to the end). */
+  deadline_s: number | null
+  levels: LevelResult[]
+}
+
+export interface CeilingReference {
+  threads: number
+  /** Past length of the timed decode steps: mean prompt + half the mean output (the mean context while decoding). */
+  past: number
+  /** The better of the measurements before and after the sweep, per figure. */
+  decode: DecodeCeiling[]
+  prefill: PrefillTiming
+  /** Each measurement as taken. */
+  runs: { before?: { decode: DecodeCeiling[]; prefill: PrefillTiming }; after?: { decode: DecodeCeiling[]; prefill: PrefillTiming } }
+}
+
+export interface MatmulReference {
+  threads: number
+  /** The better of the measurements before and after the sweep; `points` are that measurement's. */
+  gflops: number
+  points: MatmulPoint[]
+  runs: { before?: number; after?: number }
+}
+
+export interface Efficiency {
+  concurrency: number
+  output_throughput: number
+  /** onnxd output tok/s over the ORT decode ceiling at batch = concurrency. */
+  vs_ceiling: number | null
+  /** ...over the ORT time of the same work: `concurrency` prompts prefilled (as many per run as the engine's token
+   * budget holds), then `output` decode steps at batch = concurrency. */
+  vs_ceiling_with_prefill: number | null
+  vs_peer: number | null
+  vs_unbatched: number | null
+  /** Model FLOP/s achieved (prompt and output tokens) and its fraction of the matmul peak (MFU). */
+  achieved_gflops: number
+  vs_matmul_peak: number | null
+  /** onnxd mean TPOT over the peer's (below 1 is faster). */
+  tpot_vs_peer: number | null
+  /** The ORT decode ceiling at batch = concurrency over the peer's and the unbatched node's output tok/s: the most
+   * any scheduler could gain over them with this model on this machine (a target above it cannot be met here). */
+  ceiling_vs_peer: number | null
+  ceiling_vs_unbatched: number | null
+  /** The ORT decode ceiling at batch = concurrency over the ceiling at batch 1: what batching itself gains in ORT. */
+  ceiling_batch_gain: number | null
+}
+
+export interface TargetCheck {
+  id: string
+  text: string
+  /** The measured ratio, or null when the run did not measure it (then `reason` says why). */
+  value: number | null
+  threshold: number
+  direction: '>=' | '<='
+  met: boolean | null
+  reason?: string
+  /** For throughput targets: the same ratio with the ORT decode ceiling in place of onnxd (what this machine and
+   * model allow at best); null where not measured. */
+  ceiling_bound?: number | null
+}
+
+export interface BenchReport {
+  bench: typeof REPORT_KIND
+  schema: typeof REPORT_SCHEMA
+  created: string
+  config: Record<string, unknown>
+  machine: SystemInfo & { provider: string; loadavg_start: number[]; loadavg_end: number[] }
+  versions: Record<string, string | null>
+  model: { id: string; dir: string | null; preset: string | null; builder_version: string | null; vocab: number | null; matmul_params: number | null; flops_per_output_token: number | null }
+  scenarios: (ScenarioResult | (Skipped & { name: ScenarioName; label: string }))[]
+  references: { ort_ceiling: CeilingReference | Skipped; matmul_peak: MatmulReference | Skipped }
+  efficiency: Efficiency[]
+  targets: TargetCheck[]
+  summary: string[]
+  files: { json: string; chart: string | null }
+}
+
+export const isSkipped = <T extends object>(x: T | Skipped): x is Skipped => 'skipped' in x && x.skipped === true
+
+export function scenario(r: BenchReport, name: ScenarioName): ScenarioResult | null {
+  const s = r.scenarios.find((x) => x.name === name)
+  return s && !isSkipped(s) ? s : null
+}
+
+const level = (s: ScenarioResult | null, c: number): LevelResult | null => s?.levels.find((l) => l.max_concurrency === c) ?? null
+const ratio = (a: number | undefined | null, b: number | undefined | null): number | null => (a != null && b != null && b > 0 && Number.isFinite(a) ? a / b : null)
+
+export interface Lengths {
+  prompt: number
+  output: number
+}
+
+/** Each reference figure from the better of two measurements (the faster step, the higher peak); keeps both. */
+export function bestOf(a: BenchReport['references'], b: BenchReport['references']): BenchReport['references'] {
+  let ort_ceiling = a.ort_ceiling
+  if (!isSkipped(a.ort_ceiling) && !isSkipped(b.ort_ceiling)) {
+    const x = a.ort_ceiling
+    const y = b.ort_ceiling
+    ort_ceiling = {
+      ...x,
+      decode: x.decode.map((d) => {
+        const e = y.decode.find((z) => z.batch === d.batch)
+        return e && e.ms < d.ms ? e : d
+      }),
+      prefill: y.prefill.ms < x.prefill.ms ? y.prefill : x.prefill,
+      runs: { ...x.runs, ...y.runs },
+    }
+  }
+  let matmul_peak = a.matmul_peak
+  if (!isSkipped(a.matmul_peak) && !isSkipped(b.matmul_peak)) {
+    const best = b.matmul_peak.gflops > a.matmul_peak.gflops ? b.matmul_peak : a.matmul_peak
+    matmul_peak = { ...best, runs: { ...a.matmul_peak.runs, ...b.matmul_peak.runs } }
+  }
+  return { ort_ceiling, matmul_peak }
+}
+
+/** Efficiency of each onnxd level against every reference measured. */
+export function efficiency(r: Pick<BenchReport, 'scenarios' | 'references'>, model: ModelInfo | null, len: Lengths): Efficiency[] {
+  const on = scenario(r as BenchReport, 'onnxd')
+  if (!on) return []
+  const peer = scenario(r as BenchReport, 'peer')
+  const unb = scenario(r as BenchReport, 'unbatched')
+  const ceil = isSkipped(r.references.ort_ceiling) ? null : r.references.ort_ceiling
+  const peak = isSkipped(r.references.matmul_peak) ? null : r.references.matmul_peak
+  return on.levels.map((l) => {
+    const c = l.max_concurrency
+    const step = ceil?.decode.find((d) => d.batch === c) ?? null
+    const withPrefill = step && ceil ? (c * len.output) / (((c * ceil.prefill.ms) / ceil.prefill.rows + len.output * step.ms) / 1000) : null
+    const inputRate = l.total_input_tokens / l.duration
+    const gflops = model
+      ? (l.output_throughput * flopsPerToken(model, len.prompt + len.output / 2) + inputRate * flopsPerToken(model, len.prompt / 2)) / 1e9
+      : 0
+    return {
+      concurrency: c,
+      output_throughput: l.output_throughput,
+      vs_ceiling: ratio(l.output_throughput, step?.tokens_per_s),
+      vs_ceiling_with_prefill: ratio(l.output_throughput, withPrefill),
+      vs_peer: ratio(l.output_throughput, level(peer, c)?.output_throughput),
+      vs_unbatched: ratio(l.output_throughput, level(unb, c)?.output_throughput),
+      achieved_gflops: gflops,
+      vs_matmul_peak: model ? ratio(gflops, peak?.gflops) : null,
+      tpot_vs_peer: ratio(l.mean_tpot_ms, level(peer, c)?.mean_tpot_ms),
+      ceiling_vs_peer: ratio(step?.tokens_per_s, level(peer, c)?.output_throughput),
+      ceiling_vs_unbatched: ratio(step?.tokens_per_s, level(unb, c)?.output_throughput),
+      ceiling_batch_gain: ratio(step?.tokens_per_s, ceil?.decode.find((d) => d.batch === 1)?.tokens_per_s),
+    }
+  })
+}
+
+/** The issues' targets, as ratios from this run. */
+export function targets(eff: Efficiency[], r: Pick<BenchReport, 'scenarios' | 'references'>): TargetCheck[] {
+  const check = (id: string, text: string, threshold: number, direction: '>=' | '<=', value: number | null, reason: string): TargetCheck =>
+    value === null
+      ? { id, text, value, threshold, direction, met: null, reason }
+      : { id, text, value, threshold, direction, met: direction === '>=' ? value >= threshold : value <= threshold }
+  const at = (c: number): Efficiency | undefined => eff.find((e) => e.concurrency === c)
+  const why = (what: string, c: string, skippedName: ScenarioName | 'ort_ceiling'): string => {
+    const s = skippedName === 'ort_ceiling' ? r.references.ort_ceiling : r.scenarios.find((x) => x.name === skippedName)
+    if (s && isSkipped(s)) return `${what} skipped: ${s.reason}`
+    return `no level at ${c} concurrent streams in both onnxd and the ${what}`
+  }
+  const peer16 = eff.filter((e) => e.concurrency >= 16 && e.vs_peer !== null)
+  const lowest = peer16.length ? peer16.reduce((a, e) => (e.vs_peer! < a.vs_peer! ? e : a)) : null
+  return [
+    { ...check('peer_throughput', 'output tok/s at >= 16 concurrent streams vs the transformers.js peer (lowest level)', 5, '>=', lowest?.vs_peer ?? null, why('peer', '>= 16', 'peer')), ceiling_bound: lowest?.ceiling_vs_peer ?? null },
+    check('peer_tpot', 'mean time per output token at 1 stream vs the transformers.js peer', 1, '<=', at(1)?.tpot_vs_peer ?? null, why('peer', '1', 'peer')),
+    { ...check('unbatched_throughput', 'output tok/s at 64 concurrent streams vs the unbatched node', 8, '>=', at(64)?.vs_unbatched ?? null, why('unbatched node', '64', 'unbatched')), ceiling_bound: at(64)?.ceiling_vs_unbatched ?? null },
+    check('ceiling_throughput', 'output tok/s at 64 concurrent streams vs the raw ORT decode ceiling at batch 64', 0.8, '>=', at(64)?.vs_ceiling ?? null, why('ORT ceiling', '64', 'ort_ceiling')),
+  ]
+}
+
+const x = (v: number | null, d = 1): string => (v === null ? 'n/a' : `${v.toFixed(d)}x`)
+const pct = (v: number | null): string => (v === null ? 'n/a' : `${(v * 100).toFixed(0)}%`)
+const met = (t: TargetCheck | undefined): string => (!t || t.met === null ? 'not measured' : t.met ? 'met' : 'MISSED')
+
+/** One line each: onnxd vs the ceiling, vs the peer, vs unbatched. */
+export function summaryLines(eff: Efficiency[], tg: TargetCheck[], r: Pick<BenchReport, 'references'>): string[] {
+  const top = eff[eff.length - 1]
+  if (!top) return ['no onnxd levels measured']
+  const ceil = isSkipped(r.references.ort_ceiling) ? null : r.references.ort_ceiling
+  const step = ceil?.decode.find((d) => d.batch === top.concurrency)
+  const t = (id: string): TargetCheck | undefined => tg.find((g) => g.id === id)
+  const peerAt = eff.filter((e) => e.concurrency >= 16 && e.vs_peer !== null)
+  const bound = (v: number | null | undefined): string => (v == null ? '' : ` (the ORT ceiling itself: ${x(v)})`)
+  const peerLine = peerAt.length ? peerAt.map((e) => `${x(e.vs_peer)} at ${e.concurrency}${bound(e.ceiling_vs_peer)}`).join(', ') : `n/a`
+  const one = eff.find((e) => e.concurrency === 1)
+  return [
+    `onnxd vs ceiling: at ${top.concurrency} streams ${top.output_throughput.toFixed(1)} output tok/s = ${pct(top.vs_ceiling)} of the ORT decode ceiling` +
+      (step ? ` (${step.tokens_per_s.toFixed(1)} tok/s at batch ${step.batch}, past ${step.past})` : '') +
+      `, ${pct(top.vs_ceiling_with_prefill)} of ORT doing the same prefill + decode work, ${pct(top.vs_matmul_peak)} of the matmul peak (MFU); target >= 80% at 64: ${met(t('ceiling_throughput'))}` +
+      ((top.vs_ceiling ?? 0) > 1 ? ' (above 100%: the machine was busier while the ceiling was timed, or the node decoded a smaller batch or shorter past)' : ''),
+    `onnxd vs peer (transformers.js): output tok/s ${peerLine} streams (target >= 5x: ${met(t('peer_throughput'))}); ` +
+      `TPOT at 1 stream ${x(one?.tpot_vs_peer ?? null, 2)} the peer's (target <= 1x: ${met(t('peer_tpot'))})`,
+    `onnxd vs unbatched: output tok/s ${eff.filter((e) => e.vs_unbatched !== null).map((e) => `${x(e.vs_unbatched)} at ${e.concurrency}${e.concurrency === 64 ? bound(e.ceiling_vs_unbatched) : ''}`).join(', ') || 'n/a'} streams (target >= 8x at 64: ${met(t('unbatched_throughput'))})` +
+      (top.ceiling_batch_gain === null ? '' : `; ORT alone gains ${x(top.ceiling_batch_gain)} from batch 1 to batch ${top.concurrency}`),
+  ]
+}
+
+/** Writes the report as JSON; returns the path. */
+export function writeJson(r: BenchReport, path: string): string {
+  mkdirSync(join(path, '..'), { recursive: true })
+  writeFileSync(path, JSON.stringify(r, null, 2) + '\n')
+  return path
+}

@@ -1,0 +1,41 @@
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { compareReports, formatComparison, readReport } from '../../src/bench/compare.js'
+import { fakeReport, scenarioOf } from './fixtures.js'
+
+describe('compareReports', () => {
+  const a = fakeReport()
+  const b = fakeReport({
+    scenarios: [scenarioOf('onnxd', [1, 4, 16, 64], (c) => 20 * c, 9), scenarioOf('unbatched', [1, 4], () => 10), scenarioOf('peer', [1, 4, 16, 64], () => 8, 20)],
+  })
+
+  it('gives B/A for every figure matched by target and concurrency', () => {
+    const rows = compareReports(a, b)
+    const get = (where: string, figure: string) => rows.find((r) => r.where === where && r.figure === figure)!
+    expect(get('onnxd c=64', 'output_throughput').ratio).toBeCloseTo(2, 10)
+    expect(get('onnxd c=64', 'output_throughput').better).toBe(true)
+    expect(get('onnxd c=1', 'mean_tpot_ms').ratio).toBeCloseTo(0.5, 10)
+    expect(get('onnxd c=1', 'mean_tpot_ms').better).toBe(true) // lower latency is better
+    expect(get('peer c=16', 'output_throughput')).toMatchObject({ ratio: 1, better: null })
+    // unbatched c=16 is in A only: not compared
+    expect(rows.some((r) => r.where === 'unbatched c=16')).toBe(false)
+    expect(get('ORT ceiling B=64', 'tokens_per_s').ratio).toBe(1)
+    expect(get('matmul peak', 'gflops').ratio).toBe(1)
+  })
+
+  it('prints a table with the ratios', () => {
+    const text = formatComparison(compareReports(a, b), 'a.json', 'b.json')
+    expect(text).toMatch(/^A: a\.json\nB: b\.json/)
+    expect(text).toMatch(/onnxd c=64\s+output_throughput\s+640\.00\s+1280\.00\s+2\.000x\s+better/)
+  })
+
+  it('reads reports from disk and refuses other JSON', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'onnxd-compare-'))
+    writeFileSync(join(dir, 'a.json'), JSON.stringify(a))
+    writeFileSync(join(dir, 'x.json'), '{"bench": "other"}')
+    expect(readReport(join(dir, 'a.json')).scenarios).toHaveLength(3)
+    expect(() => readReport(join(dir, 'x.json'))).toThrow(/not an onnxd bench report/)
+  })
+})

@@ -1,0 +1,105 @@
+import { describe, expect, it } from 'vitest'
+import { chartPoints, chartSpec, renderSvg } from '../../src/bench/chart.js'
+import type { ModelInfo } from '../../src/bench/model-info.js'
+import { formatTable, tables } from '../../src/bench/format.js'
+import { bestOf, efficiency, isSkipped, summaryLines, targets, type BenchReport } from '../../src/bench/report.js'
+import { fakeReport, scenarioOf } from './fixtures.js'
+
+const model: ModelInfo = { dir: '/m', id: 'm', onnxPath: '/m/onnx/model.onnx', vocab: 100, layers: 2, hidden: 8, heads: 2, kvHeads: 1, headDim: 4, intermediate: 16, matmulParams: 1000, builderVersion: null }
+const len = { prompt: 20, output: 10 }
+
+function derive(r: BenchReport): BenchReport {
+  const eff = efficiency(r, model, len)
+  const tg = targets(eff, r)
+  return { ...r, efficiency: eff, targets: tg, summary: summaryLines(eff, tg, r) }
+}
+
+describe('efficiency and targets', () => {
+  it('divides onnxd output tok/s by each reference at the same concurrency', () => {
+    const r = derive(fakeReport())
+    const at64 = r.efficiency.find((e) => e.concurrency === 64)!
+    expect(at64.output_throughput).toBeCloseTo(640, 6)
+    expect(at64.vs_unbatched).toBeCloseTo(64, 6)
+    expect(at64.vs_peer).toBeCloseTo(80, 6)
+    expect(at64.vs_ceiling).toBeCloseTo(0.8, 6)
+    expect(at64.tpot_vs_peer).toBeCloseTo(18 / 20, 6)
+    expect(at64.ceiling_batch_gain).toBeCloseTo(64, 6)
+    expect(at64.vs_matmul_peak).toBeGreaterThan(0)
+    // The same work through ORT: 64 prefills of 10 ms, then 10 steps of 100 ms -> 640 tokens in 1.64 s.
+    expect(at64.vs_ceiling_with_prefill).toBeCloseTo(640 / (640 / 1.64), 6)
+  })
+
+  it("checks the issues' targets as ratios", () => {
+    const r = derive(fakeReport())
+    const t = Object.fromEntries(r.targets.map((g) => [g.id, g]))
+    expect(t.peer_throughput).toMatchObject({ met: true, threshold: 5 })
+    expect(t.peer_throughput.value).toBeCloseTo(20, 6) // lowest level >= 16: 160 / 8
+    expect(t.peer_throughput.ceiling_bound).toBeCloseTo(25, 6) // the ceiling at 16: 200 / 8
+    expect(t.unbatched_throughput.ceiling_bound).toBeCloseTo(80, 6)
+    expect(t.peer_tpot).toMatchObject({ met: true, direction: '<=' })
+    expect(t.unbatched_throughput).toMatchObject({ met: true })
+    expect(t.ceiling_throughput.value).toBeCloseTo(0.8, 6)
+  })
+
+  it('reports a missed target as missed and an unmeasured one with its reason', () => {
+    const slow = fakeReport({ scenarios: [scenarioOf('onnxd', [1, 4], () => 5, 30), { name: 'peer', label: 'peer', skipped: true, reason: 'transformers.js is not installed' }, scenarioOf('unbatched', [1, 4], () => 10)] })
+    const r = derive(slow)
+    const t = Object.fromEntries(r.targets.map((g) => [g.id, g]))
+    expect(t.peer_throughput).toMatchObject({ value: null, met: null, reason: 'peer skipped: transformers.js is not installed' })
+    expect(t.unbatched_throughput).toMatchObject({ value: null, met: null })
+    expect(t.unbatched_throughput.reason).toMatch(/no level at 64/)
+    expect(r.efficiency[0].vs_unbatched).toBeCloseTo(0.5, 6)
+    expect(r.summary).toHaveLength(3)
+  })
+
+  it('writes one summary line each for the ceiling, the peer and unbatched', () => {
+    const [ceil, peer, unb] = derive(fakeReport()).summary
+    expect(ceil).toMatch(/^onnxd vs ceiling: at 64 streams 640\.0 output tok\/s = 80% of the ORT decode ceiling/)
+    expect(peer).toMatch(/^onnxd vs peer .*20\.0x at 16 \(the ORT ceiling itself: 25\.0x\), 80\.0x at 64 .* streams \(target >= 5x: met\)/)
+    expect(unb).toMatch(/^onnxd vs unbatched: .*64\.0x at 64 \(the ORT ceiling itself: 80\.0x\) streams \(target >= 8x at 64: met\); ORT alone gains 64\.0x from batch 1 to batch 64$/)
+  })
+})
+
+describe('bestOf', () => {
+  it('keeps the faster ORT step per batch and the higher matmul peak of two measurements, and both runs', () => {
+    const a = fakeReport().references
+    if (isSkipped(a.ort_ceiling) || isSkipped(a.matmul_peak)) throw new Error('fixture')
+    const b = structuredClone(a)
+    if (isSkipped(b.ort_ceiling) || isSkipped(b.matmul_peak)) throw new Error('fixture')
+    b.ort_ceiling.decode[0] = { ...b.ort_ceiling.decode[0], ms: 50, tokens_per_s: 20 }
+    b.ort_ceiling.decode[1] = { ...b.ort_ceiling.decode[1], ms: 150, tokens_per_s: 1 }
+    b.matmul_peak.gflops = 120
+    a.ort_ceiling.runs = { before: { decode: a.ort_ceiling.decode, prefill: a.ort_ceiling.prefill } }
+    b.ort_ceiling.runs = { after: { decode: b.ort_ceiling.decode, prefill: b.ort_ceiling.prefill } }
+    a.matmul_peak.runs = { before: 100 }
+    b.matmul_peak.runs = { after: 120 }
+    const best = bestOf(a, b)
+    if (isSkipped(best.ort_ceiling) || isSkipped(best.matmul_peak)) throw new Error('skipped')
+    expect(best.ort_ceiling.decode.map((d) => d.ms)).toEqual([50, 100, 100, 100])
+    expect(Object.keys(best.ort_ceiling.runs)).toEqual(['before', 'after'])
+    expect(best.matmul_peak).toMatchObject({ gflops: 120, runs: { before: 100, after: 120 } })
+  })
+})
+
+describe('tables', () => {
+  it('has a row per target and level, and aligns numbers right', () => {
+    const t = tables(derive(fakeReport()))
+    expect(t.throughput).toHaveLength(12)
+    expect(t.latency[0]).toMatchObject({ target: 'onnxd', conc: 1, 'TTFT p50': '50.0' })
+    const text = formatTable([{ a: 'x', n: '1.0' }, { a: 'yy', n: '10.0' }])
+    expect(text.split('\n')).toEqual(['a      n', '--  ----', 'x    1.0', 'yy  10.0', ''])
+  })
+})
+
+describe('chart', () => {
+  it('plots every series and the references, and renders to SVG with vega', async () => {
+    const r = derive(fakeReport())
+    const pts = chartPoints(r, model, len)
+    const series = new Set(pts.map((p) => p.series))
+    expect([...series].sort()).toEqual(['ORT decode ceiling', 'matmul-peak bound', 'onnxd', 'transformers.js peer', 'unbatched node'])
+    expect(pts.filter((p) => p.panel === 'ttft')).toHaveLength(12)
+    const svg = await renderSvg(chartSpec(r, model, len))
+    expect(svg.startsWith('<svg')).toBe(true)
+    for (const s of ['Output throughput', 'Time to first token, p99', 'transformers.js peer', 'ORT decode ceiling']) expect(svg).toContain(s)
+  })
+})

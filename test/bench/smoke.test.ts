@@ -1,0 +1,80 @@
+// `onnxd bench --smoke`: the whole benchmark on the tiny preset (a node and an unbatched node started as child
+// processes, the transformers.js peer, the ORT references), under a minute. Checks the report's shape and that
+// every figure in it is a finite number.
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { LATENCIES, STATS } from '../../src/bench/metrics.js'
+import { benchConfig } from '../../src/bench/options.js'
+import { isSkipped, type BenchReport } from '../../src/bench/report.js'
+import { runBench } from '../../src/bench/run.js'
+import { packageVersion } from '../../src/bench/system.js'
+
+/** Every number anywhere in `v`, with its path. */
+function numbers(v: unknown, path = '$'): [string, number][] {
+  if (typeof v === 'number') return [[path, v]]
+  if (Array.isArray(v)) return v.flatMap((x, i) => numbers(x, `${path}[${i}]`))
+  if (v && typeof v === 'object') return Object.entries(v).flatMap(([k, x]) => numbers(x, `${path}.${k}`))
+  return []
+}
+
+describe('onnxd bench --smoke', () => {
+  it('runs in under a minute and reports every figure as a finite number', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'onnxd-bench-smoke-'))
+    const started = performance.now()
+    const { report, jsonPath, chartPath } = await runBench(benchConfig(['--smoke', '--quiet', '--out', out, '--models-dir', join(process.cwd(), '.cache/models')]))
+    const seconds = (performance.now() - started) / 1000
+    expect(seconds).toBeLessThan(60)
+
+    // On disk: the JSON is the report, the chart an SVG beside it.
+    expect(JSON.parse(readFileSync(jsonPath, 'utf8'))).toEqual(JSON.parse(JSON.stringify(report)))
+    expect(chartPath).toBe(jsonPath.replace(/\.json$/, '.svg'))
+    expect(existsSync(chartPath!) && readFileSync(chartPath!, 'utf8').startsWith('<svg')).toBe(true)
+
+    const r: BenchReport = report
+    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 1, model: { id: 'onnxd-tiny', preset: 'tiny' } })
+    expect(r.machine).toMatchObject({ provider: 'cpu' })
+    expect(r.machine.cores).toBeGreaterThan(0)
+    expect(r.machine.cpu.length).toBeGreaterThan(0)
+    expect(r.versions).toMatchObject({ 'onnxruntime-node': expect.any(String), vega: expect.any(String), 'vega-lite': expect.any(String) })
+    expect(r.config).toMatchObject({ concurrency: [1, 4, 16], ignore_eos: true, smoke: true })
+
+    // The target and both serving references, each at every level (the peer only when transformers.js is here).
+    const haveTf = packageVersion('@huggingface/transformers') !== null
+    expect(r.scenarios.map((s) => s.name)).toEqual(['onnxd', 'unbatched', 'peer'])
+    for (const s of r.scenarios) {
+      if (isSkipped(s)) {
+        expect(s.name === 'peer' && !haveTf, `${s.name} skipped: ${s.reason}`).toBe(true)
+        continue
+      }
+      expect(s.levels.map((l) => l.max_concurrency)).toEqual([1, 4, 16])
+      for (const l of s.levels) {
+        for (const k of LATENCIES) for (const st of STATS) expect(l).toHaveProperty(`${st}_${k}_ms`)
+        expect(l.failed, `${s.name} c=${l.max_concurrency}: ${JSON.stringify(l.errors_by_status)}`).toBe(0)
+        expect(l.output_throughput).toBeGreaterThan(0)
+      }
+      // The target itself runs every request to the end.
+      if (s.name === 'onnxd') for (const l of s.levels) expect(l).toMatchObject({ completed: 2 * Math.max(1, l.max_concurrency), cut: 0, total_output_tokens: 16 * l.completed })
+    }
+
+    // The ORT references, and the ratios against each.
+    if (isSkipped(r.references.ort_ceiling) || isSkipped(r.references.matmul_peak)) throw new Error('references skipped')
+    expect(r.references.ort_ceiling.decode.map((d) => d.batch)).toEqual([1, 4, 16])
+    expect(r.references.matmul_peak.gflops).toBeGreaterThan(0)
+    expect(r.efficiency.map((e) => e.concurrency)).toEqual([1, 4, 16])
+    for (const e of r.efficiency) {
+      expect(e.vs_ceiling).toBeGreaterThan(0)
+      expect(e.vs_unbatched).toBeGreaterThan(0)
+      expect(e.vs_matmul_peak).toBeGreaterThan(0)
+      if (haveTf) expect(e.vs_peer).toBeGreaterThan(0)
+    }
+    expect(r.targets.map((t) => t.id)).toEqual(['peer_throughput', 'peer_tpot', 'unbatched_throughput', 'ceiling_throughput'])
+    for (const t of r.targets) expect(t.value !== null || (t.reason ?? '').length > 0).toBe(true)
+    expect(r.summary).toHaveLength(3)
+
+    // Every figure: a finite number.
+    const bad = numbers(r).filter(([, v]) => !Number.isFinite(v))
+    expect(bad).toEqual([])
+  })
+})
