@@ -106,7 +106,7 @@ describe('400 invalid_request_error', () => {
   })
   it('a message without content', async () => {
     const fx = await setup()
-    expectError(await post(fx, { model: MODEL, messages: [{ role: 'user' }] }), 400, 'invalid_request_error', /Missing required field 'content' in 'messages.0'/)
+    expectError(await post(fx, { model: MODEL, messages: [{ role: 'user' }] }), 400, 'invalid_request_error', /Missing required field 'messages.0.content'/)
   })
   it('a model that is not a string', async () => {
     const fx = await setup()
