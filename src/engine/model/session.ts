@@ -212,9 +212,15 @@ export class DecoderSession {
     }
     const logitsT = out[sig.logits.name]
     const V = sig.logits.vocab
-    const logits = new Float32Array(picks.length * V)
     const src = logitsT.data as Float32Array | Uint16Array
-    picks.forEach((p, i) => toFloat32(src.subarray(p * V, (p + 1) * V), logits.subarray(i * V, (i + 1) * V)))
+    let logits: Float32Array
+    if (src instanceof Float32Array && src.length === picks.length * V && picks.every((p, i) => p === i)) {
+      // A decode step wants every row in order: ORT's output (already a fresh JS copy) is the answer as it is.
+      logits = src
+    } else {
+      logits = new Float32Array(picks.length * V)
+      picks.forEach((p, i) => toFloat32(src.subarray(p * V, (p + 1) * V), logits.subarray(i * V, (i + 1) * V)))
+    }
     const present = sig.kv.presentNames.map((n) => ({ data: out[n].data as KvData, dims: [...out[n].dims] }))
     return { logits, present }
   }
