@@ -3,36 +3,9 @@
 import type { EngineClient, EngineObserver, EngineRequest, FinishReason, PoolHealth, SeqEvent } from '../../src/engine/index.js'
 import type { ErrorCode, ErrorData, ErrorDetails } from '../../src/shared/errors.js'
 
-export interface Deferred<T = void> {
-  promise: Promise<T>
-  resolve(value: T): void
-  reject(err: unknown): void
-  readonly settled: boolean
-}
+import { deferred, type Deferred } from './deferred.js'
 
-export function deferred<T = void>(): Deferred<T> {
-  let resolve!: (v: T) => void
-  let reject!: (e: unknown) => void
-  let settled = false
-  const promise = new Promise<T>((res, rej) => {
-    resolve = (v) => {
-      settled = true
-      res(v)
-    }
-    reject = (e) => {
-      settled = true
-      rej(e)
-    }
-  })
-  return {
-    promise,
-    resolve,
-    reject,
-    get settled() {
-      return settled
-    },
-  }
-}
+export { deferred, type Deferred }
 
 /** One step of a script: what the fake engine emits next, or a pause until a promise settles. */
 export type ScriptStep =

@@ -1,16 +1,13 @@
 // Graceful drain (what SIGTERM triggers in `onnxd node`): readiness turns `draining`, new completions get 503,
 // in-flight ones finish within the grace period, and whatever outlives it is ended with an error.
 import { afterEach, describe, expect, it } from 'vitest'
-import { completionBody, listen, readUntil, sseData, testNode, URL_PATH, type TestNode } from './helpers.js'
+import { completionBody, listen, post, readUntil, sseData, testNode, type TestNode } from './helpers.js'
 
 let node: TestNode | null = null
 afterEach(async () => {
   await node?.app.close()
   node = null
 })
-
-const post = (base: string, body: unknown): Promise<Response> =>
-  fetch(`${base}${URL_PATH}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
 
 describe('drain', () => {
   it('turns /health to 503 draining and refuses new completions while an in-flight stream completes', async () => {

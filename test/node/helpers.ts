@@ -69,3 +69,7 @@ export async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>,
 export function completionBody(extra: Record<string, unknown> = {}): Record<string, unknown> {
   return { model: 'onnxd-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, ...extra }
 }
+
+/** POSTs a JSON body to the node's completion endpoint. */
+export const post = (base: string, body: unknown): Promise<Response> =>
+  fetch(`${base}${URL_PATH}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })

@@ -3,16 +3,13 @@
 import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http'
 import { afterEach, describe, expect, it } from 'vitest'
 import { deferred } from '../helpers/fake-engine.js'
-import { completionBody, listen, readUntil, sseData, testNode, URL_PATH, type TestNode } from './helpers.js'
+import { completionBody, listen, post, readUntil, sseData, testNode, URL_PATH, type TestNode } from './helpers.js'
 
 let node: TestNode | null = null
 afterEach(async () => {
   await node?.app.close()
   node = null
 })
-
-const post = (base: string, body: unknown): Promise<Response> =>
-  fetch(`${base}${URL_PATH}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
 
 /** A raw HTTP request whose socket the test can destroy, resolving once the response headers arrive. */
 function rawPost(base: string, body: unknown): { req: ClientRequest; response: Promise<IncomingMessage> } {
