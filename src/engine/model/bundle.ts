@@ -25,15 +25,12 @@ export interface Bundle {
   /** Parsed tokenizer.json and tokenizer_config.json; null when the bundle has none (input_ids only). */
   tokenizer: { json: object; config: Record<string, unknown> } | null
   chatTemplate: string | null
-  bosTokenId: number | null
   /** Every id that ends a sequence. Never empty. */
   eosTokenIds: number[]
   /** Context window in tokens (max positions). */
   contextLength: number
   /** 'right' for GroupQueryAttention graphs, which find each row's length from the mask and keep caches left-aligned. */
   padding: 'left' | 'right'
-  /** Vocabulary size the configs declare (the graph's logits width is checked against it in session.ts). */
-  vocabSize: number | null
 }
 
 const fail = (msg: string): never => {
@@ -92,9 +89,7 @@ export function readBundle(dir: string, opts: BundleOptions = {}): Bundle {
   let layout: Layout
   let onnxPath: string
   let contextLength: number | undefined
-  let bos: number[] = []
   let eos: number[] = []
-  let vocabSize: number | null = null
 
   if (existsSync(genaiPath)) {
     layout = 'genai'
@@ -104,9 +99,7 @@ export function readBundle(dir: string, opts: BundleOptions = {}): Bundle {
     if (typeof decoder.filename !== 'string') fail(`${genaiPath}: model.decoder.filename is missing`)
     onnxPath = join(dir, decoder.filename as string)
     contextLength = typeof model.context_length === 'number' ? model.context_length : undefined
-    bos = ids(model.bos_token_id)
     eos = ids(model.eos_token_id)
-    vocabSize = typeof model.vocab_size === 'number' ? model.vocab_size : null
   } else if (existsSync(hfConfigPath)) {
     layout = 'hf'
     const c = readJson(hfConfigPath, true)
@@ -116,9 +109,7 @@ export function readBundle(dir: string, opts: BundleOptions = {}): Bundle {
     onnxPath = candidates.find((p) => existsSync(p)) ?? fail(`${candidates[0]}: file not found (dtype ${dtype})`)
     const ctx = c.max_position_embeddings ?? c.n_positions ?? c.max_sequence_length
     contextLength = typeof ctx === 'number' ? ctx : undefined
-    bos = ids(gen.bos_token_id ?? c.bos_token_id)
     eos = ids(gen.eos_token_id ?? c.eos_token_id)
-    vocabSize = typeof c.vocab_size === 'number' ? c.vocab_size : null
   } else {
     return fail(`${dir}: unknown model layout (expected config.json with onnx/model.onnx, or genai_config.json)`)
   }
@@ -140,10 +131,8 @@ export function readBundle(dir: string, opts: BundleOptions = {}): Bundle {
     onnxPath,
     tokenizer: tokJson && tokConfig ? { json: tokJson, config: tokConfig } : null,
     chatTemplate,
-    bosTokenId: bos[0] ?? null,
     eosTokenIds: [...new Set(eos)],
     contextLength: contextLength as number,
     padding: graphMentions(onnxPath, 'GroupQueryAttention') ? 'right' : 'left',
-    vocabSize,
   }
 }

@@ -209,11 +209,6 @@ export class EnginePool implements EngineClient {
     this.draining = true
   }
 
-  /** Number of requests in flight (for graceful drain). */
-  get inflightCount(): number {
-    return this.inflight.size
-  }
-
   async close(): Promise<void> {
     this.closing = true
     for (const w of this.readyWaiters.splice(0)) w.reject(new OnnxdError('not_ready', 'pool closed'))
