@@ -21,6 +21,16 @@ export const DEFAULT_BATCHER: BatcherOptions = {
   kvBudgetBytes: 2 * 1024 ** 3,
 }
 
+/** The batcher limits of `opts`, defaults filled in. */
+export function batcherOptions(opts: Partial<BatcherOptions>): BatcherOptions {
+  return {
+    maxRunning: opts.maxRunning ?? DEFAULT_BATCHER.maxRunning,
+    maxWaiting: opts.maxWaiting ?? DEFAULT_BATCHER.maxWaiting,
+    maxBatchedTokens: opts.maxBatchedTokens ?? DEFAULT_BATCHER.maxBatchedTokens,
+    kvBudgetBytes: opts.kvBudgetBytes ?? DEFAULT_BATCHER.kvBudgetBytes,
+  }
+}
+
 export class Engine {
   /** Sampling scratch memory, shared by every sequence of this engine (they sample one at a time). */
   private readonly scratch: SamplerScratch
@@ -34,13 +44,7 @@ export class Engine {
 
   static async load(opts: EngineOptions, observer?: BatcherObserver): Promise<Engine> {
     const model = await loadModel(opts.modelDir, opts)
-    const b: BatcherOptions = {
-      maxRunning: opts.maxRunning ?? DEFAULT_BATCHER.maxRunning,
-      maxWaiting: opts.maxWaiting ?? DEFAULT_BATCHER.maxWaiting,
-      maxBatchedTokens: opts.maxBatchedTokens ?? DEFAULT_BATCHER.maxBatchedTokens,
-      kvBudgetBytes: opts.kvBudgetBytes ?? DEFAULT_BATCHER.kvBudgetBytes,
-    }
-    return new Engine(model, new Batcher(model, b, observer))
+    return new Engine(model, new Batcher(model, batcherOptions(opts), observer))
   }
 
   /** Prompt token ids of a request: exactly one of messages, prompt or input_ids. */

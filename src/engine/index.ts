@@ -1,13 +1,15 @@
 // The engine's public face for other layers (node HTTP, CLI, benchmarks): the EngineClient interface that the
 // piscina pool implements, and the option and event types it speaks. Other layers import engine code from here.
 import type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation } from './types.js'
+import type { BatcherObserver, BatcherOptions } from './scheduler/batcher.js'
 
 export type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation }
 export type { FinishReason, Timings, Usage } from './types.js'
 
 export type Provider = 'cpu' | 'cuda' | 'tensorrt'
 
-export interface PoolOptions {
+/** Batcher limits apply per worker; `kvBudgetBytes` is each worker's share of the node's budget. */
+export interface PoolOptions extends Partial<BatcherOptions> {
   /** Model bundle directory, and the id it is served under (default: the folder name). */
   modelDir: string
   modelId?: string
@@ -19,11 +21,6 @@ export interface PoolOptions {
   workers?: number
   /** ORT intra-op threads per worker (0 = ORT's default: all cores). */
   intraOpThreads?: number
-  maxRunning?: number
-  maxWaiting?: number
-  maxBatchedTokens?: number
-  /** KV-cache budget of each worker (the node's budget split between its workers). */
-  kvBudgetBytes?: number
   /** A worker whose step loop shows no sign of life for this long is unhealthy. */
   heartbeatTimeoutMs?: number
   /** Test hook: lets tests crash or stall a worker through EngineClient.inject(). */
@@ -53,9 +50,8 @@ export interface PoolHealth {
   restarts: number
 }
 
-export interface EngineObserver {
-  onStep?(s: StepObservation): void
-  onFinish?(f: FinishObservation): void
+/** A batcher's observations, merged over every worker, plus the pool's own events. */
+export interface EngineObserver extends BatcherObserver {
   onWorkerRestart?(): void
 }
 

@@ -7,7 +7,7 @@ import { Piscina } from 'piscina'
 import { OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { EngineClient, EngineObserver, PoolHealth, PoolOptions, Provider, WorkerHealth } from '../index.js'
 import type { EngineOptions } from '../engine.js'
-import { DEFAULT_BATCHER } from '../engine.js'
+import { batcherOptions } from '../engine.js'
 import type { EngineRequest, EngineStats, SeqEvent } from '../types.js'
 import type { Broadcast, PortCommand, Task, WorkerData } from './protocol.js'
 
@@ -49,6 +49,7 @@ export class EnginePool implements EngineClient {
     this.channel = new BroadcastChannel(channelName)
     this.channel.onmessage = (ev) => this.onBroadcast((ev as { data: Broadcast }).data)
     this.channel.unref()
+    const limits = batcherOptions(opts)
     const engine: EngineOptions = {
       modelDir: opts.modelDir,
       id: opts.modelId,
@@ -58,14 +59,11 @@ export class EnginePool implements EngineClient {
       allowCpuFallback: opts.allowCpuFallback,
       // One worker on CPU uses every core; several split them.
       intraOpThreads: opts.intraOpThreads || Math.max(1, Math.floor(availableParallelism() / this.nWorkers)),
-      maxRunning: opts.maxRunning ?? DEFAULT_BATCHER.maxRunning,
-      maxWaiting: opts.maxWaiting ?? DEFAULT_BATCHER.maxWaiting,
-      maxBatchedTokens: opts.maxBatchedTokens ?? DEFAULT_BATCHER.maxBatchedTokens,
-      kvBudgetBytes: opts.kvBudgetBytes ?? DEFAULT_BATCHER.kvBudgetBytes,
+      ...limits,
     }
     const workerData: WorkerData = { engine, channel: channelName, faultInjection: opts.faultInjection ?? false }
     const entry = workerEntry()
-    const perWorker = engine.maxRunning! + engine.maxWaiting! + 8
+    const perWorker = limits.maxRunning + limits.maxWaiting + 8
     this.piscina = new Piscina<Task, null>({
       filename: entry.filename,
       execArgv: entry.execArgv,
