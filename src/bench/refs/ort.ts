@@ -4,7 +4,7 @@
 // This module and the engine's session.ts are the only importers of onnxruntime-node: the ceiling must be ORT
 // without onnxd's wrapper, or it would measure onnxd against itself.
 import * as ort from 'onnxruntime-node'
-import { DataType, encodeModel } from '../../engine/model/builder/onnx-proto.js'
+import { DataType, encodeModel } from '../../engine/model/onnx-proto.js'
 import { median, rsd } from '../stats.js'
 
 export interface StepTiming {

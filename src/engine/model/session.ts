@@ -1,12 +1,13 @@
 // The only module that imports onnxruntime-node: creates the decoder session on an execution provider, discovers
 // its signature from the session metadata, and runs one forward step over a padded batch.
-import { existsSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { createRequire } from 'node:module'
 import * as ort from 'onnxruntime-node'
 import { OnnxdError } from '../../shared/errors.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
+import { fetchNewKvOnly } from './kv-outputs.js'
 
 export type Provider = 'cpu' | 'cuda' | 'tensorrt'
 export type IntDtype = 'int64' | 'int32'
@@ -20,6 +21,14 @@ export interface KvTensor {
   dims: number[]
 }
 
+/**
+ * What a present output holds, and so where a step's new rows sit in it:
+ * - `new`: only the new rows, [batch, heads, seq, headDim] (graphs rewritten by kv-outputs.ts); slot j.
+ * - `appended`: concat(past, new); slot pastLen + j.
+ * - `in-place`: GroupQueryAttention writes row r's new tokens right after its own length; slot len_r + j.
+ */
+export type PresentLayout = 'new' | 'appended' | 'in-place'
+
 export interface Signature {
   ids: { name: string; dtype: IntDtype }
   mask: { name: string; dtype: IntDtype } | null
@@ -32,7 +41,9 @@ export interface Signature {
     headDim: number
     dtype: KvDtype
     pastNames: string[]
+    /** The graph outputs that carry each past input's present rows (same order as pastNames). */
     presentNames: string[]
+    present: PresentLayout
   }
   logits: { name: string; dtype: KvDtype; vocab: number }
 }
@@ -119,7 +130,7 @@ function discover(s: ort.InferenceSession, where: string): Signature {
     ids,
     mask: intOf('attention_mask'),
     positions: intOf('position_ids'),
-    kv: { layers: stacked ? pastNames.length : pastNames.length / 2, stacked, heads, headDim, dtype: m0.type, pastNames, presentNames },
+    kv: { layers: stacked ? pastNames.length : pastNames.length / 2, stacked, heads, headDim, dtype: m0.type, pastNames, presentNames, present: 'appended' },
     logits: { name: 'logits', dtype: logitsMeta.type, vocab },
   }
 }
@@ -148,20 +159,37 @@ export class DecoderSession {
     }
     const ep: ort.InferenceSession.ExecutionProviderConfig =
       provider === 'cpu' ? 'cpu' : { name: provider, deviceId: opts.deviceId ?? 0 } as ort.InferenceSession.ExecutionProviderConfig
-    let session: ort.InferenceSession
-    try {
-      session = await ort.InferenceSession.create(bundle.onnxPath, {
-        executionProviders: [ep],
-        graphOptimizationLevel: 'all',
-        intraOpNumThreads: opts.intraOpThreads ?? 0,
-        interOpNumThreads: 1,
-        executionMode: 'sequential',
-        logSeverityLevel: 3,
-      })
-    } catch (e) {
-      throw new OnnxdError('bad_bundle', `${bundle.onnxPath}: cannot load ONNX model: ${(e as Error).message}`)
+    const options: ort.InferenceSession.SessionOptions = {
+      executionProviders: [ep],
+      graphOptimizationLevel: 'all',
+      intraOpNumThreads: opts.intraOpThreads ?? 0,
+      interOpNumThreads: 1,
+      executionMode: 'sequential',
+      logSeverityLevel: 3,
     }
+    const open = async (model: string | Uint8Array): Promise<ort.InferenceSession> => {
+      try {
+        if (typeof model === 'string') return await ort.InferenceSession.create(model, options)
+        // A model given as bytes finds its external data through this folder (the bundle's onnx/ folder).
+        const folder = { session: { model_external_initializers_file_folder_path: dirname(bundle.onnxPath) } }
+        return await ort.InferenceSession.create(model, { ...options, extra: folder })
+      } catch (e) {
+        throw new OnnxdError('bad_bundle', `${bundle.onnxPath}: cannot load ONNX model: ${(e as Error).message}`)
+      }
+    }
+    let session = await open(bundle.onnxPath)
     const sig = discover(session, bundle.onnxPath)
+    if (bundle.padding === 'right') sig.kv.present = 'in-place'
+    else if (!sig.kv.stacked) {
+      const rewritten = fetchNewKvOnly(readFileSync(bundle.onnxPath), new Map(sig.kv.presentNames.map((n, i) => [n, sig.kv.pastNames[i]])), 4)
+      if (rewritten) {
+        await session.release()
+        session = await open(rewritten.model)
+        // Same inputs and logits; each present output now carries only the new rows.
+        sig.kv.present = 'new'
+        sig.kv.presentNames = sig.kv.presentNames.map((n) => rewritten.outputs.get(n)!)
+      }
+    }
     const s = new DecoderSession(session, sig, provider)
     s.chunkedPrefill = await s.probeChunkedPrefill()
     return s

@@ -10,7 +10,7 @@ import type { LoadedModel } from '../model/load.js'
 import type { ForwardInput } from '../model/session.js'
 import { OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { EngineStats, FinishObservation, StepObservation } from '../types.js'
-import { gather, kvBytes, type KvBatch } from './kv.js'
+import { KvCache, type KvShape } from './kv.js'
 import type { Sequence } from './sequence.js'
 
 export interface BatcherOptions {
@@ -37,19 +37,21 @@ interface PrefillGroup {
   cursor: number
   ids: Int32Array
   pads: number[]
-  kv: KvBatch
+  kv: KvCache
 }
 
 export class Batcher {
   private readonly waiting: Sequence[] = []
+  /** Row r of `kv` is running[r]. */
   private running: Sequence[] = []
-  private kv: KvBatch | null = null
+  private kv: KvCache
   private group: PrefillGroup | null = null
   private wake: (() => void) | null = null
   private closed = false
   private heartbeat = Date.now()
   private readonly loopDone: Promise<void>
   private readonly padding: 'left' | 'right'
+  private readonly kvShape: KvShape
 
   constructor(
     private readonly model: LoadedModel,
@@ -57,6 +59,9 @@ export class Batcher {
     private readonly observer: BatcherObserver = {},
   ) {
     this.padding = model.bundle.padding
+    const { pastNames, stacked, heads, headDim, dtype, present } = model.session.signature.kv
+    this.kvShape = { tensors: pastNames.length, outer: stacked ? 2 : 1, heads, headDim, dtype, present }
+    this.kv = new KvCache(this.kvShape)
     this.loopDone = this.loop()
   }
 
@@ -79,7 +84,7 @@ export class Batcher {
       running: this.running.length,
       waiting: this.waiting.length,
       prefilling: this.group?.seqs.length ?? 0,
-      kvUsedBytes: (this.kv ? kvBytes(this.kv) : 0) + (this.group ? kvBytes(this.group.kv) : 0),
+      kvUsedBytes: this.kv.bytes() + (this.group?.kv.bytes() ?? 0),
       kvBudgetBytes: this.opts.kvBudgetBytes,
       maxRunning: this.opts.maxRunning,
       maxWaiting: this.opts.maxWaiting,
@@ -128,7 +133,7 @@ export class Batcher {
     this.waiting.length = 0
     this.running = []
     this.group = null
-    this.kv = null
+    this.kv = new KvCache(this.kvShape)
   }
 
   private failAll(message: string): void {
@@ -139,7 +144,7 @@ export class Batcher {
     }
     this.group = null
     this.running = []
-    this.kv = null
+    this.kv = new KvCache(this.kvShape)
   }
 
   /** Ends a cancelled sequence: its sink hears an error (nobody is listening any more) and metrics count an abort. */
@@ -163,18 +168,24 @@ export class Batcher {
     if (this.running.some((s) => s.cancelled)) this.keepRunning((s) => !s.cancelled)
   }
 
-  /** Keeps the running rows that pass `keep`, compacting the cache; dropped cancelled rows are observed as aborts. */
+  /** Keeps the running rows that pass `keep`; dropped cancelled rows are observed as aborts. */
   private keepRunning(keep: (s: Sequence) => boolean): void {
-    const picks: Array<[number, number]> = []
-    const next: Sequence[] = []
-    this.running.forEach((s, r) => {
-      if (keep(s)) {
-        picks.push([0, r])
-        next.push(s)
-      } else if (s.cancelled && !s.done) this.abort(s)
-    })
-    this.running = next
-    this.kv = next.length && this.kv ? gather([this.kv], picks, this.padding) : null
+    // From the end, so the last row that removeRow() moves into a hole has already been kept.
+    for (let r = this.running.length - 1; r >= 0; r--) {
+      const s = this.running[r]
+      if (keep(s)) continue
+      if (s.cancelled && !s.done) this.abort(s)
+      this.kv.removeRow(r)
+      this.running[r] = this.running[this.running.length - 1]
+      this.running.pop()
+    }
+    this.reserveKv()
+  }
+
+  /** Sizes the running cache for the worst case of everything admitted, so it grows in place. */
+  private reserveKv(): void {
+    const all = [...this.running, ...(this.group?.seqs ?? [])]
+    this.kv.reserve(all.length, all.reduce((m, s) => Math.max(m, s.promptIds.length + s.maxTokens), 0))
   }
 
   /** Moves waiting sequences into a new prefill group while slots and the KV budget allow. */
@@ -203,7 +214,11 @@ export class Batcher {
       s.admitted()
       return pad
     })
-    this.group = { seqs: take, width, cursor: 0, ids, pads, kv: { tensors: this.model.session.emptyPast(take.length), lens: take.map(() => 0), pastLen: 0 } }
+    const kv = new KvCache(this.kvShape)
+    kv.reserve(take.length, width)
+    kv.addRows(take.length)
+    this.group = { seqs: take, width, cursor: 0, ids, pads, kv }
+    this.reserveKv()
   }
 
   private async prefillChunk(): Promise<void> {
@@ -213,19 +228,22 @@ export class Batcher {
       ? Math.max(1, Math.min(g.width - g.cursor, Math.floor(this.opts.maxBatchedTokens / rows)))
       : g.width
     const total = g.cursor + seq
+    const P = g.kv.cap
     const x: ForwardInput = {
       rows,
       seq,
-      pastLen: g.cursor,
+      pastLen: P,
       ids: new Int32Array(rows * seq),
-      mask: new Uint8Array(rows * total),
+      mask: new Uint8Array(rows * (P + seq)),
       positions: new Int32Array(rows * seq),
-      past: g.kv.tensors,
+      past: g.kv.past(),
     }
+    // Row r's prompt is left-padded by pads[r]: this chunk's first columns may still be padding.
+    const counts = g.pads.map((pad) => Math.max(0, total - Math.max(pad, g.cursor)))
     for (let r = 0; r < rows; r++) {
       const pad = g.pads[r]
       x.ids.set(g.ids.subarray(r * g.width + g.cursor, r * g.width + total), r * seq)
-      for (let c = 0; c < total; c++) x.mask[r * total + c] = c >= pad ? 1 : 0
+      g.kv.maskRow(x.mask, r, seq, counts[r])
       for (let j = 0; j < seq; j++) x.positions[r * seq + j] = Math.max(0, g.cursor + j - pad)
     }
     const last = total === g.width
@@ -234,52 +252,47 @@ export class Batcher {
     const out = await this.model.session.forward(x, picks)
     this.observer.onStep?.({ phase: 'prefill', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows * seq })
     g.cursor = total
-    g.kv = { tensors: out.present, pastLen: total, lens: g.pads.map((p) => Math.max(0, total - p)) }
+    g.kv.append(out.present, counts)
     if (!last) return
 
     // The whole prompt is in the cache: sample each row's first token, then move the live rows into the batch.
     this.group = null
     const V = this.model.vocab
-    const keep: Array<[number, number]> = []
     g.seqs.forEach((s, r) => {
       if (s.cancelled) {
         this.abort(s)
         return
       }
       if (s.step(out.logits.subarray(r * V, (r + 1) * V))) this.observer.onFinish?.(s.observation('done'))
-      else keep.push([1, r])
+      else {
+        this.kv.takeRow(g.kv, r)
+        this.running.push(s)
+      }
     })
-    if (!keep.length) return
-    const merged: Array<[number, number]> = this.kv ? [...this.running.map((_, r): [number, number] => [0, r]), ...keep] : keep.map(([, r]) => [0, r])
-    this.running = [...this.running, ...keep.map(([, r]) => g.seqs[r])]
-    this.kv = gather(this.kv ? [this.kv, g.kv] : [g.kv], merged, this.padding)
   }
 
   private async decodeStep(): Promise<void> {
-    const kv = this.kv!
+    const kv = this.kv
     const rows = this.running.length
-    const P = kv.pastLen
-    const total = P + 1
+    const P = kv.cap
     const x: ForwardInput = {
       rows,
       seq: 1,
       pastLen: P,
       ids: new Int32Array(rows),
-      mask: new Uint8Array(rows * total),
+      mask: new Uint8Array(rows * (P + 1)),
       positions: new Int32Array(rows),
-      past: kv.tensors,
+      past: kv.past(),
     }
     for (let r = 0; r < rows; r++) {
-      const len = kv.lens[r]
       x.ids[r] = this.running[r].pending
-      x.positions[r] = len
-      if (this.padding === 'left') x.mask.fill(1, r * total + P - len, (r + 1) * total)
-      else x.mask.fill(1, r * total, r * total + len + 1)
+      x.positions[r] = kv.lens[r]
+      kv.maskRow(x.mask, r, 1, 1)
     }
     const t0 = performance.now()
     const out = await this.model.session.forward(x, this.running.map((_, r) => r))
     this.observer.onStep?.({ phase: 'decode', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows })
-    this.kv = { tensors: out.present, pastLen: total, lens: kv.lens.map((l) => l + 1) }
+    kv.append(out.present, this.running.map(() => 1))
     const V = this.model.vocab
     let finished = false
     this.running.forEach((s, r) => {

@@ -1,58 +1,212 @@
-// Batched KV-cache surgery for continuous batching: concatenating batches when sequences join and selecting rows
-// when they leave (TGI's Batch.concatenate / Batch.filter). Steps in between reuse present -> past without a copy.
-import type { KvData, KvTensor } from '../model/session.js'
+// The KV cache of a batch, kept by the engine rather than passed through the graph. Each row is one sequence; its
+// tokens fill slots [0, len) of a buffer [rows, heads, cap, headDim] per past input (cap is shared, so shorter rows
+// end in masked-out holes). A step reads the buffers in place as its past and fetches only the new rows
+// (kv-outputs.ts), which append() copies into the slots after each row's length. Sequences join and leave by
+// copying one row; the buffers are reallocated only when rows or slots run out, or when a third of them is idle.
+import type { KvData, KvDtype, KvTensor, PresentLayout } from '../model/session.js'
 
-export type Padding = 'left' | 'right'
+/** Slots grow in chunks, so a decode step reallocates once every CHUNK steps at most. */
+const CHUNK = 32
 
-/** A batch's cache: one tensor per past input, and each row's real length within the padded `pastLen` slots. */
-export interface KvBatch {
-  tensors: KvTensor[]
-  lens: number[]
-  pastLen: number
+export interface KvShape {
+  /** Past inputs (2 per layer, or 1 for stacked caches). */
+  tensors: number
+  /** 2 for stacked (GPT-2 `past_<i>` [2, batch, heads, past, headDim]) caches, else 1. */
+  outer: number
+  heads: number
+  headDim: number
+  dtype: KvDtype
+  present: PresentLayout
 }
 
-/** View of a cache tensor as [outer, batch, heads, seq, headDim]. */
-function view(t: KvTensor): { O: number; B: number; H: number; P: number; D: number } {
-  const d = t.dims
-  return d.length === 5 ? { O: d[0], B: d[1], H: d[2], P: d[3], D: d[4] } : { O: 1, B: d[0], H: d[1], P: d[2], D: d[3] }
+/** Where rows live: the buffers, and their row and slot strides. */
+interface Layout {
+  bufs: KvData[]
+  rowsCap: number
+  cap: number
 }
 
-const alloc = (like: KvData, n: number): KvData => (like instanceof Uint16Array ? new Uint16Array(n) : new Float32Array(n))
+const alloc = (dtype: KvDtype, n: number): KvData => (dtype === 'float16' ? new Uint16Array(n) : new Float32Array(n))
+const roundUp = (n: number): number => Math.ceil(n / CHUNK) * CHUNK
 
-/**
- * Builds one batch from rows of several: `picks` lists [batchIndex, row] in output order. The result is padded to
- * the longest picked row, so rows that left also give back their slots.
- */
-export function gather(batches: KvBatch[], picks: Array<[number, number]>, padding: Padding): KvBatch {
-  const lens = picks.map(([b, r]) => batches[b].lens[r])
-  const pastLen = lens.reduce((m, l) => Math.max(m, l), 0)
-  const nTensors = batches[0].tensors.length
-  const tensors: KvTensor[] = []
-  for (let t = 0; t < nTensors; t++) {
-    const first = batches[0].tensors[t]
-    const { O, H, D } = view(first)
-    const rows = picks.length
-    const data = alloc(first.data, O * rows * H * pastLen * D)
-    for (let i = 0; i < rows; i++) {
-      const [b, r] = picks[i]
-      const src = batches[b].tensors[t]
-      const sv = view(src)
-      const len = lens[i]
-      const srcStart = padding === 'left' ? sv.P - len : 0
-      const dstStart = padding === 'left' ? pastLen - len : 0
-      for (let o = 0; o < O; o++) {
-        for (let h = 0; h < H; h++) {
-          const s = (((o * sv.B + r) * H + h) * sv.P + srcStart) * D
-          const d = (((o * rows + i) * H + h) * pastLen + dstStart) * D
-          data.set(src.data.subarray(s, s + len * D), d)
+export class KvCache {
+  /** Each row's tokens in the cache. */
+  readonly lens: number[] = []
+  private bufs: KvData[] = []
+  /** Rows per half of a stacked cache (the stride of its outer dimension); unused for unstacked caches. */
+  private rowsCap = 0
+  /** Slots per row: the past length every step over this cache feeds. */
+  cap = 0
+  private room = { rows: 0, slots: 0 }
+
+  constructor(private readonly shape: KvShape) {}
+
+  get rows(): number {
+    return this.lens.length
+  }
+
+  bytes(): number {
+    return this.bufs.reduce((s, b) => s + b.byteLength, 0)
+  }
+
+  /** The past tensors of all rows, [rows, heads, cap, headDim] (or stacked 5-D): views of the buffers when they can be. */
+  past(): KvTensor[] {
+    const { outer: O, heads: H, headDim: D, dtype } = this.shape
+    const rows = this.rows
+    const dims = O === 1 ? [rows, H, this.cap, D] : [O, rows, H, this.cap, D]
+    const rowSize = H * this.cap * D
+    if (this.bufs.length === 0) return Array.from({ length: this.shape.tensors }, () => ({ data: alloc(dtype, 0), dims }))
+    return this.bufs.map((b) => {
+      if (O === 1 || rows === this.rowsCap) return { data: b.subarray(0, O * rows * rowSize), dims }
+      // Stacked caches put the batch second: pack the live rows of each half.
+      const data = alloc(dtype, O * rows * rowSize)
+      for (let o = 0; o < O; o++) data.set(b.subarray(o * this.rowsCap * rowSize, (o * this.rowsCap + rows) * rowSize), o * rows * rowSize)
+      return { data, dims }
+    })
+  }
+
+  /**
+   * Writes row r of a step's attention mask ([rows, cap + seq]): the row's cached tokens, then its `count` real new
+   * tokens, which are the step's last ones. GroupQueryAttention reads a row's length from the mask's sum and wants
+   * it right-padded; other graphs see the holes between a row's cache and its new tokens as padding.
+   */
+  maskRow(mask: Uint8Array, r: number, seq: number, count: number): void {
+    const width = this.cap + seq
+    const at = r * width
+    const len = this.lens[r]
+    if (this.shape.present === 'in-place') mask.fill(1, at, at + len + count)
+    else {
+      mask.fill(1, at, at + len)
+      mask.fill(1, at + width - count, at + width)
+    }
+  }
+
+  /** Adds `n` empty rows at the end. */
+  addRows(n: number): void {
+    this.fit(this.rows + n, this.cap)
+    for (let i = 0; i < n; i++) this.lens.push(0)
+  }
+
+  /**
+   * Stores a step's new rows from its present outputs: row r gained `counts[r]` real tokens, the last counts[r] of
+   * the step's positions (pads come first in a left-padded prefill chunk). GroupQueryAttention writes them right
+   * after the row's length instead.
+   */
+  append(present: KvTensor[], counts: readonly number[]): void {
+    const { outer: O, heads: H, headDim: D } = this.shape
+    const rows = this.rows
+    let need = 0
+    for (let r = 0; r < rows; r++) need = Math.max(need, this.lens[r] + counts[r])
+    this.fit(rows, need)
+    const cap = this.cap
+    present.forEach((t, i) => {
+      const P = t.dims[t.dims.length - 2]
+      const srcRows = t.dims[t.dims.length - 4]
+      const dst = this.bufs[i]
+      for (let r = 0; r < rows; r++) {
+        const n = counts[r]
+        if (!n) continue
+        const from = this.shape.present === 'in-place' ? this.lens[r] : P - n
+        for (let o = 0; o < O; o++) {
+          for (let h = 0; h < H; h++) {
+            const s = (((o * srcRows + r) * H + h) * P + from) * D
+            const d = (((o * this.rowsCap + r) * H + h) * cap + this.lens[r]) * D
+            dst.set(t.data.subarray(s, s + n * D), d)
+          }
         }
       }
-    }
-    const dims = first.dims.length === 5 ? [O, rows, H, pastLen, D] : [rows, H, pastLen, D]
-    tensors.push({ data, dims })
+    })
+    for (let r = 0; r < rows; r++) this.lens[r] += counts[r]
   }
-  return { tensors, lens, pastLen }
-}
 
-/** Bytes held by a batch's cache tensors. */
-export const kvBytes = (b: KvBatch): number => b.tensors.reduce((s, t) => s + t.data.byteLength, 0)
+  /** Appends row `r` of `src` as a new last row. */
+  takeRow(src: KvCache, r: number): void {
+    const len = src.lens[r]
+    this.fit(this.rows + 1, Math.max(this.maxLen(), len))
+    this.lens.push(len)
+    this.copyRow({ bufs: src.bufs, rowsCap: src.rowsCap, cap: src.cap }, r, len, this.rows - 1)
+  }
+
+  /** Removes row `r` by moving the last row into its place (the caller mirrors that move). */
+  removeRow(r: number): void {
+    const last = this.rows - 1
+    if (r !== last) {
+      this.copyRow({ bufs: this.bufs, rowsCap: this.rowsCap, cap: this.cap }, last, this.lens[last], r)
+      this.lens[r] = this.lens[last]
+    }
+    this.lens.pop()
+    this.fit(this.rows, this.maxLen())
+  }
+
+  private maxLen(): number {
+    return this.lens.reduce((m, l) => Math.max(m, l), 0)
+  }
+
+  private copyRow(src: Layout, from: number, len: number, to: number): void {
+    const { outer: O, heads: H, headDim: D } = this.shape
+    const n = len * D
+    this.bufs.forEach((dst, i) => {
+      for (let o = 0; o < O; o++) {
+        for (let h = 0; h < H; h++) {
+          const s = (((o * src.rowsCap + from) * H + h) * src.cap) * D
+          const d = (((o * this.rowsCap + to) * H + h) * this.cap) * D
+          dst.set(src.bufs[i].subarray(s, s + n), d)
+        }
+      }
+    })
+  }
+
+  /**
+   * Sizes the buffers for `rows` rows of up to `slots` tokens each (the batcher's worst case for what it admitted),
+   * so that rows growing up to it are re-laid out in place rather than reallocated.
+   */
+  reserve(rows: number, slots: number): void {
+    this.room = { rows, slots: roundUp(slots) }
+    this.fit(this.rows, this.maxLen())
+  }
+
+  /**
+   * Makes room for `rows` rows of `slots` slots. The slot stride grows by CHUNK and shrinks when two thirds of it
+   * are idle. Within the buffers (sized by reserve()) a new stride moves rows in place; otherwise, or when more than
+   * twice the reserved size is held, the buffers are reallocated. Stacked caches always reallocate.
+   */
+  private fit(rows: number, slots: number): void {
+    if (rows === 0) {
+      this.bufs = []
+      this.rowsCap = 0
+      this.cap = 0
+      return
+    }
+    const { outer: O, heads: H, headDim: D, dtype } = this.shape
+    const cap = slots > this.cap || roundUp(slots) * 3 <= this.cap ? roundUp(slots) : this.cap
+    const held = this.bufs.length ? this.bufs[0].length : 0
+    const need = O * rows * H * cap * D
+    const want = Math.max(need, O * this.room.rows * H * this.room.slots * D)
+    if (O === 1 && need <= held && held <= 2 * want) {
+      if (cap !== this.cap) this.relayout(cap)
+      return
+    }
+    if (O > 1 && rows <= this.rowsCap && cap === this.cap) return
+    const old: Layout = { bufs: this.bufs, rowsCap: this.rowsCap, cap: this.cap }
+    this.rowsCap = O === 1 ? rows : Math.max(rows, this.room.rows)
+    this.cap = cap
+    this.bufs = Array.from({ length: this.shape.tensors }, () => alloc(dtype, O === 1 ? want : O * this.rowsCap * H * cap * D))
+    if (old.bufs.length === 0) return
+    for (let r = 0; r < Math.min(this.rows, rows); r++) this.copyRow(old, r, this.lens[r], r)
+  }
+
+  /** Changes the slot stride of an unstacked cache in place: from the last row down when it grows, else up. */
+  private relayout(cap: number): void {
+    const { heads: H, headDim: D } = this.shape
+    const old = this.cap
+    const blocks = this.rows * H
+    for (const b of this.bufs) {
+      for (let i = 0; i < blocks; i++) {
+        const k = cap > old ? blocks - 1 - i : i
+        const len = this.lens[Math.floor(k / H)] * D
+        b.copyWithin(k * cap * D, k * old * D, k * old * D + len)
+      }
+    }
+    this.cap = cap
+  }
+}

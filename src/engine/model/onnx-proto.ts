@@ -1,4 +1,4 @@
-// The subset of onnx.proto the builder writes, as a protobufjs schema. Field numbers match the official onnx.proto.
+// The subset of onnx.proto the builder writes and the loader reads, as a protobufjs schema. Field numbers match the official onnx.proto.
 import protobuf from 'protobufjs'
 
 /** onnx.proto (proto2), trimmed to the messages a plain decoder graph needs; numbers and packing as upstream. */
@@ -127,6 +127,8 @@ message OperatorSetIdProto {
 const root = protobuf.parse(ONNX_PROTO, { keepCase: true }).root
 
 export const ModelProto = root.lookupType('onnx.ModelProto')
+export const NodeProto = root.lookupType('onnx.NodeProto')
+export const ValueInfoProto = root.lookupType('onnx.ValueInfoProto')
 
 /** TensorProto.DataType values the builder uses. */
 export const DataType = { FLOAT: 1, INT64: 7, BOOL: 9 } as const
