@@ -2,8 +2,13 @@
 // step at batch B over a past of the scenario's length, session.run and nothing else, giving B/step tokens/s;
 // plus one prompt's prefill) and this machine's matrix-multiply peak (a one-node MatMul graph built in memory).
 // This module and the engine's session.ts are the only importers of onnxruntime-node: the ceiling must be ORT
-// without onnxd's wrapper, or it would measure onnxd against itself.
+// without onnxd's wrapper, or it would measure onnxd against itself. It runs the same graph onnxd runs (the
+// exported one with prepareDecoderGraph's rewrites), so the ceiling is the best this graph gives in ORT, not
+// the export's slower full-cache outputs.
+import { readFileSync } from 'node:fs'
+import { dirname } from 'node:path'
 import * as ort from 'onnxruntime-node'
+import { prepareDecoderGraph } from '../../engine/model/decoder-graph.js'
 import { DataType, encodeModel } from '../../engine/model/onnx-proto.js'
 import { median, rsd } from '../stats.js'
 
@@ -129,7 +134,10 @@ export interface CeilingOptions {
 }
 
 export async function measureCeiling(o: CeilingOptions): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming }> {
-  const s = await ort.InferenceSession.create(o.onnxPath, sessionOptions(o.threads))
+  const g = prepareDecoderGraph(readFileSync(o.onnxPath))
+  const s = g.rewritten
+    ? await ort.InferenceSession.create(g.model, { ...sessionOptions(o.threads), extra: { session: { model_external_initializers_file_folder_path: dirname(o.onnxPath) } } })
+    : await ort.InferenceSession.create(o.onnxPath, sessionOptions(o.threads))
   try {
     const l = layout(s)
     o.onStep?.(`prefill ${o.prefillRows} x ${o.prompt}`)

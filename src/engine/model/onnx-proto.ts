@@ -165,6 +165,7 @@ export interface Node {
   op_type: string
   input: string[]
   output: string[]
+  domain?: string
   attribute?: Attribute[]
 }
 export type Dim = { dim_value: number } | { dim_param: string }

@@ -7,7 +7,7 @@ import * as ort from 'onnxruntime-node'
 import { OnnxdError } from '../../shared/errors.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
-import { fetchNewKvOnly } from './kv-outputs.js'
+import { prepareDecoderGraph } from './decoder-graph.js'
 
 export type Provider = 'cpu' | 'cuda' | 'tensorrt'
 export type IntDtype = 'int64' | 'int32'
@@ -23,7 +23,7 @@ export interface KvTensor {
 
 /**
  * What a present output holds, and so where a step's new rows sit in it:
- * - `new`: only the new rows, [batch, heads, seq, headDim] (graphs rewritten by kv-outputs.ts); slot j.
+ * - `new`: only the new rows, [batch, heads, seq, headDim] (graphs rewritten by decoder-graph.ts); slot j.
  * - `appended`: concat(past, new); slot pastLen + j.
  * - `in-place`: GroupQueryAttention writes row r's new tokens right after its own length; slot len_r + j.
  */
@@ -45,7 +45,8 @@ export interface Signature {
     presentNames: string[]
     present: PresentLayout
   }
-  logits: { name: string; dtype: KvDtype; vocab: number }
+  /** lastOnly: the graph computes the last position of each row only ([batch, 1, vocab]). */
+  logits: { name: string; dtype: KvDtype; vocab: number; lastOnly: boolean }
 }
 
 export interface SessionOptions {
@@ -54,6 +55,8 @@ export interface SessionOptions {
   /** Allow starting on CPU when the requested GPU provider is not installed. */
   allowCpuFallback?: boolean
   intraOpThreads?: number
+  /** Keep logits for every position (tests comparing whole forward passes); by default only the last is computed. */
+  allLogits?: boolean
 }
 
 /** A forward step over a batch: `rows` × `seq` new tokens, on top of `past` (seq length `pastLen`). */
@@ -90,7 +93,8 @@ export const INSTALL_HINT: Record<Exclude<Provider, 'cpu'>, string> = {
   tensorrt: 'install the CUDA execution provider as for cuda, plus TensorRT 10 libraries on the library path; see README "GPU hosts"',
 }
 
-function discover(s: ort.InferenceSession, where: string): Signature {
+/** `renamed` maps a present output the graph was exported with to the output that carries its new rows now. */
+function discover(s: ort.InferenceSession, where: string, renamed: ReadonlyMap<string, string> | null): Signature {
   const ins = new Map(s.inputMetadata.filter((m) => m.isTensor).map((m) => [m.name, m as ort.InferenceSession.TensorValueMetadata]))
   const outs = new Map(s.outputMetadata.filter((m) => m.isTensor).map((m) => [m.name, m as ort.InferenceSession.TensorValueMetadata]))
   const intOf = (name: string): { name: string; dtype: IntDtype } | null => {
@@ -119,7 +123,8 @@ function discover(s: ort.InferenceSession, where: string): Signature {
     } else break
   }
   if (pastNames.length === 0) throw new OnnxdError('bad_bundle', `${where}: no KV-cache inputs (past_key_values.<i>.key|value or past_<i>)`)
-  for (const n of presentNames) if (!outs.has(n)) throw new OnnxdError('bad_bundle', `${where}: output ${n} is missing`)
+  const presentOutputs = presentNames.map((n) => renamed?.get(n) ?? n)
+  for (const n of presentOutputs) if (!outs.has(n)) throw new OnnxdError('bad_bundle', `${where}: output ${n} is missing`)
   const m0 = ins.get(pastNames[0])!
   const shape = m0.shape
   const heads = shape[shape.length - 3]
@@ -130,8 +135,17 @@ function discover(s: ort.InferenceSession, where: string): Signature {
     ids,
     mask: intOf('attention_mask'),
     positions: intOf('position_ids'),
-    kv: { layers: stacked ? pastNames.length : pastNames.length / 2, stacked, heads, headDim, dtype: m0.type, pastNames, presentNames, present: 'appended' },
-    logits: { name: 'logits', dtype: logitsMeta.type, vocab },
+    kv: {
+      layers: stacked ? pastNames.length : pastNames.length / 2,
+      stacked,
+      heads,
+      headDim,
+      dtype: m0.type,
+      pastNames,
+      presentNames: presentOutputs,
+      present: renamed ? 'new' : 'appended',
+    },
+    logits: { name: 'logits', dtype: logitsMeta.type, vocab, lastOnly: false },
   }
 }
 
@@ -177,19 +191,12 @@ export class DecoderSession {
         throw new OnnxdError('bad_bundle', `${bundle.onnxPath}: cannot load ONNX model: ${(e as Error).message}`)
       }
     }
-    let session = await open(bundle.onnxPath)
-    const sig = discover(session, bundle.onnxPath)
+    // The graph as onnxd runs it: only the new KV rows and the last position's logits leave a step (decoder-graph.ts).
+    const g = prepareDecoderGraph(readFileSync(bundle.onnxPath), { allLogits: opts.allLogits })
+    const session = await open(g.rewritten ? g.model : bundle.onnxPath)
+    const sig = discover(session, bundle.onnxPath, g.kvOutputs)
+    sig.logits.lastOnly = g.lastLogitsOnly
     if (bundle.padding === 'right') sig.kv.present = 'in-place'
-    else if (!sig.kv.stacked) {
-      const rewritten = fetchNewKvOnly(readFileSync(bundle.onnxPath), new Map(sig.kv.presentNames.map((n, i) => [n, sig.kv.pastNames[i]])), 4)
-      if (rewritten) {
-        await session.release()
-        session = await open(rewritten.model)
-        // Same inputs and logits; each present output now carries only the new rows.
-        sig.kv.present = 'new'
-        sig.kv.presentNames = sig.kv.presentNames.map((n) => rewritten.outputs.get(n)!)
-      }
-    }
     const s = new DecoderSession(session, sig, provider)
     s.chunkedPrefill = await s.probeChunkedPrefill()
     return s
@@ -238,9 +245,15 @@ export class DecoderSession {
     } catch (e) {
       throw new OnnxdError('internal', `forward step failed: ${(e as Error).message}`)
     }
-    const logitsT = out[sig.logits.name]
     const V = sig.logits.vocab
-    const src = logitsT.data as Float32Array | Uint16Array
+    const src = out[sig.logits.name].data as Float32Array | Uint16Array
+    if (sig.logits.lastOnly) {
+      // One row of logits per sequence: pick (row * seq + seq - 1) is row `row`.
+      picks = picks.map((p) => {
+        if (p % x.seq !== x.seq - 1) throw new OnnxdError('internal', `logits of position ${p % x.seq} wanted, but this session computes each row's last position only`)
+        return Math.floor(p / x.seq)
+      })
+    }
     let logits: Float32Array
     if (src instanceof Float32Array && src.length === picks.length * V && picks.every((p, i) => p === i)) {
       // A decode step wants every row in order: ORT's output (already a fresh JS copy) is the answer as it is.

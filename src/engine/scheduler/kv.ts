@@ -1,7 +1,7 @@
 // The KV cache of a batch, kept by the engine rather than passed through the graph. Each row is one sequence; its
 // tokens fill slots [0, len) of a buffer [rows, heads, cap, headDim] per past input (cap is shared, so shorter rows
 // end in masked-out holes). A step reads the buffers in place as its past and fetches only the new rows
-// (kv-outputs.ts), which append() copies into the slots after each row's length. Sequences join and leave by
+// (decoder-graph.ts), which append() copies into the slots after each row's length. Sequences join and leave by
 // copying one row; the buffers are reallocated only when rows or slots run out, or when a third of them is idle.
 import type { KvData, KvDtype, KvTensor, PresentLayout } from '../model/session.js'
 
@@ -145,6 +145,7 @@ export class KvCache {
   private copyRow(src: Layout, from: number, len: number, to: number): void {
     const { outer: O, heads: H, headDim: D } = this.shape
     const n = len * D
+    if (n === 0) return
     this.bufs.forEach((dst, i) => {
       for (let o = 0; o < O; o++) {
         for (let h = 0; h < H; h++) {

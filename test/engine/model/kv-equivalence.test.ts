@@ -7,7 +7,7 @@ import { KvCache } from '../../../src/engine/scheduler/kv.js'
 import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
 async function maxDiffCachedVsFull(dir: string): Promise<{ diff: number; scale: number }> {
-  const s = await DecoderSession.create(readBundle(dir))
+  const s = await DecoderSession.create(readBundle(dir), { allLogits: true })
   try {
     const V = s.signature.logits.vocab
     const n = 7
@@ -56,4 +56,48 @@ describe('KV cache equivalence on the embedded default model', () => {
     expect(scale).toBeGreaterThan(0)
     expect(diff).toBeLessThanOrEqual(1e-4)
   })
+})
+
+/** A prompt's next-token logits from a session that computes the last position only and one that computes all. */
+async function maxDiffLastOnlyVsAll(dir: string): Promise<{ diff: number; scale: number; lastOnly: boolean }> {
+  const last = await DecoderSession.create(readBundle(dir))
+  const all = await DecoderSession.create(readBundle(dir), { allLogits: true })
+  try {
+    const V = all.signature.logits.vocab
+    // Two rows of 5 tokens, so a wrong row or position cannot pass.
+    const n = 5
+    const ids = Int32Array.from({ length: 2 * n }, (_, i) => (i * 53 + 11) % V)
+    const x = { rows: 2, seq: n, pastLen: 0, ids, mask: new Uint8Array(2 * n).fill(1), positions: Int32Array.from({ length: 2 * n }, (_, i) => i % n), past: all.emptyPast(2) }
+    const picks = [n - 1, 2 * n - 1]
+    const a = await last.forward(x, picks)
+    const b = await all.forward(x, picks)
+    let diff = 0
+    let scale = 0
+    for (let i = 0; i < 2 * V; i++) {
+      diff = Math.max(diff, Math.abs(a.logits[i] - b.logits[i]))
+      scale = Math.max(scale, Math.abs(b.logits[i]))
+    }
+    await expect(last.forward(x, [0])).rejects.toThrow(/last position only/)
+    return { diff, scale, lastOnly: last.signature.logits.lastOnly }
+  } finally {
+    await last.dispose()
+    await all.dispose()
+  }
+}
+
+describe('last-position logits', () => {
+  it('onnxd-tiny: the rewritten LM head gives the same next-token logits', async () => {
+    const { diff, scale, lastOnly } = await maxDiffLastOnlyVsAll(defaultModelDir())
+    expect(lastOnly).toBe(true)
+    expect(scale).toBeGreaterThan(0)
+    expect(diff).toBeLessThanOrEqual(1e-4)
+  })
+
+  for (const f of DECODER_FIXTURES) {
+    it.skipIf(!haveFixtures)(`${f.name}: same next-token logits`, async () => {
+      const { diff, scale } = await maxDiffLastOnlyVsAll(fixture(f.name))
+      expect(scale).toBeGreaterThan(0)
+      expect(diff).toBeLessThanOrEqual(f.fp16 ? 1e-2 * Math.max(1, scale) : 1e-4)
+    })
+  }
 })

@@ -1,0 +1,194 @@
+// The decoder graph onnxd runs, made from the exported one by two output rewrites (prepareDecoderGraph):
+//
+// - Fetch only the new keys and values. In the HF decoder signature every step returns present = concat(past,
+//   new) for every layer, and onnxruntime-node copies each output into a fresh JS buffer, so the whole cache was
+//   copied out of every step. The engine keeps its own cache (scheduler/kv.ts), so `present.<i>.key|value` become
+//   the concat's second input (the new rows, [batch, heads, seq, headDim]). ONNX Runtime still builds the concat
+//   that attention reads, but no full cache leaves the session: at batch 64 on the 135m preset a decode step
+//   takes half the time.
+// - Logits for the last position only: a prefill chunk skips the LM head (a fifth of the 135m preset's weights)
+//   for every other prompt token, and returns one row of logits per sequence.
+//
+// Only the graph's node and output lists are decoded; everything else (initializers of an inline-weights export
+// included) is copied through as raw protobuf bytes.
+import protobuf from 'protobufjs'
+import { AttrType, DataType, NodeProto, ValueInfoProto, type Node } from './onnx-proto.js'
+
+interface Field {
+  no: number
+  /** The whole field, tag included. */
+  start: number
+  end: number
+  /** The payload of a length-delimited field. */
+  data: Uint8Array | null
+}
+
+function fieldsOf(buf: Uint8Array): Field[] {
+  const r = protobuf.Reader.create(buf)
+  const out: Field[] = []
+  while (r.pos < r.len) {
+    const start = r.pos
+    const tag = r.uint32()
+    const wire = tag & 7
+    let data: Uint8Array | null = null
+    if (wire === 2) {
+      const len = r.uint32()
+      data = buf.subarray(r.pos, r.pos + len)
+      r.skip(len)
+    } else r.skipType(wire)
+    out.push({ no: tag >>> 3, start, end: r.pos, data })
+  }
+  return out
+}
+
+function lengthDelimited(no: number, payload: Uint8Array): Uint8Array {
+  const head = protobuf.Writer.create().uint32((no << 3) | 2).uint32(payload.length).finish()
+  const out = new Uint8Array(head.length + payload.length)
+  out.set(head)
+  out.set(payload, head.length)
+  return out
+}
+
+function concatBytes(parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0))
+  let at = 0
+  for (const p of parts) {
+    out.set(p, at)
+    at += p.length
+  }
+  return out
+}
+
+const GRAPH = 7
+const NODE = 1
+const OUTPUT = 12
+
+interface GraphView {
+  top: Field[]
+  graph: Field
+  fields: Field[]
+  /** Each node output's producing node, and the node's field. */
+  producer: Map<string, { node: Node; field: Field }>
+}
+
+/** Null when the bytes are not a model protobuf; ONNX Runtime then reports the broken file itself. */
+function readGraph(model: Uint8Array): GraphView | null {
+  try {
+    return decodeGraph(model)
+  } catch {
+    return null
+  }
+}
+
+function decodeGraph(model: Uint8Array): GraphView | null {
+  const top = fieldsOf(model)
+  const graph = top.find((f) => f.no === GRAPH && f.data)
+  if (!graph) return null
+  const fields = fieldsOf(graph.data!)
+  const producer = new Map<string, { node: Node; field: Field }>()
+  for (const field of fields) {
+    if (field.no !== NODE) continue
+    const node = NodeProto.toObject(NodeProto.decode(field.data!), { longs: Number, defaults: true }) as Node
+    for (const o of node.output) producer.set(o, { node, field })
+  }
+  return { top, graph, fields, producer }
+}
+
+/** The model with each graph field that `edit` answers for replaced by the fields it returns (encoded, tag included). */
+function writeGraph(model: Uint8Array, v: GraphView, edit: (f: Field) => Uint8Array[] | undefined): Uint8Array {
+  const graph = concatBytes(v.fields.flatMap((f) => edit(f) ?? [v.graph.data!.subarray(f.start, f.end)]))
+  return concatBytes(v.top.map((f) => (f === v.graph ? lengthDelimited(GRAPH, graph) : model.subarray(f.start, f.end))))
+}
+
+const encodeNode = (n: object): Uint8Array => lengthDelimited(NODE, NodeProto.encode(NodeProto.fromObject(n)).finish())
+
+/** The graph's output names, in order. */
+export function graphOutputNames(model: Uint8Array): string[] {
+  const v = readGraph(model)
+  if (!v) return []
+  return v.fields.filter((f) => f.no === OUTPUT).map((f) => (ValueInfoProto.toObject(ValueInfoProto.decode(f.data!)) as { name: string }).name)
+}
+
+/**
+ * Rewrites `model` so that each output in `presentToPast` (present name -> past input name) is replaced by the new
+ * rows its Concat(past, new) appends along the sequence axis; `outputs` maps each present name to the graph output
+ * that now carries its new rows. Returns null unless every listed output is such a concat: then the caller keeps
+ * full present outputs.
+ */
+export function fetchNewKvOnly(
+  model: Uint8Array,
+  presentToPast: ReadonlyMap<string, string>,
+  rank: number,
+): { model: Uint8Array; outputs: Map<string, string> } | null {
+  const v = readGraph(model)
+  if (!v) return null
+  const newRows = new Map<string, string>()
+  for (const [present, past] of presentToPast) {
+    const n = v.producer.get(present)?.node
+    if (!n || n.op_type !== 'Concat' || n.input.length !== 2 || n.input[0] !== past) return null
+    const axis = n.attribute?.find((a) => a.name === 'axis')?.i
+    if (axis !== rank - 2 && axis !== -2) return null
+    newRows.set(present, n.input[1])
+  }
+  const rewritten = writeGraph(model, v, (f) => {
+    if (f.no !== OUTPUT) return undefined
+    const vi = ValueInfoProto.toObject(ValueInfoProto.decode(f.data!)) as { name: string; type?: { tensor_type?: { elem_type?: number } } }
+    const replacement = newRows.get(vi.name)
+    if (!replacement) return undefined
+    // Same element type; no shape: the new rows have `seq` where present had past + seq.
+    const info = { name: replacement, type: { tensor_type: { elem_type: vi.type?.tensor_type?.elem_type } } }
+    return [lengthDelimited(OUTPUT, ValueInfoProto.encode(ValueInfoProto.fromObject(info)).finish())]
+  })
+  return { model: rewritten, outputs: newRows }
+}
+
+/**
+ * Rewrites `model` so that `logits` ([batch, seq, vocab]) is computed for the last position of each row only
+ * ([batch, 1, vocab]): a Gather of the last hidden state goes in front of the LM head's MatMul (found through any
+ * Cast or Identity after it). A prefill chunk then skips the LM head for every other position, and ONNX Runtime
+ * returns one row of logits per sequence instead of one per prompt token. Null when the head is not such a MatMul.
+ */
+export function lastPositionLogits(model: Uint8Array, logits: string): Uint8Array | null {
+  const v = readGraph(model)
+  if (!v) return null
+  let head = v.producer.get(logits)
+  while (head && (head.node.op_type === 'Cast' || head.node.op_type === 'Identity')) head = v.producer.get(head.node.input[0])
+  if (!head || head.node.op_type !== 'MatMul' || (head.node.domain ?? '') !== '') return null
+  const { node, field } = head
+  const index = '/onnxd/last_position/index'
+  const last = '/onnxd/last_position/hidden'
+  const raw = new Uint8Array(BigInt64Array.of(-1n).buffer)
+  const constant = { name: '/onnxd/last_position/Constant', op_type: 'Constant', input: [], output: [index], attribute: [{ name: 'value', type: AttrType.TENSOR, t: { name: index, dims: [1], data_type: DataType.INT64, raw_data: raw } }] }
+  const gather = { name: '/onnxd/last_position/Gather', op_type: 'Gather', input: [node.input[0], index], output: [last], attribute: [{ name: 'axis', type: AttrType.INT, i: 1 }] }
+  return writeGraph(model, v, (f) => (f === field ? [encodeNode(constant), encodeNode(gather), encodeNode({ ...node, input: [last, ...node.input.slice(1)] })] : undefined))
+}
+
+export interface PreparedGraph {
+  /** The graph to run: the rewritten bytes, or the exported ones when neither rewrite applies. */
+  model: Uint8Array
+  rewritten: boolean
+  /** Present output as exported -> output that now carries only the new rows; null when the cache outputs are as exported. */
+  kvOutputs: Map<string, string> | null
+  /** Logits are computed for each row's last position only. */
+  lastLogitsOnly: boolean
+}
+
+/**
+ * The decoder graph onnxd runs for an exported one: HF cache outputs `present.<i>.key|value` reduced to the new
+ * rows, and logits reduced to the last position (unless `allLogits`). Each rewrite applies only where the graph
+ * has the expected shape.
+ */
+export function prepareDecoderGraph(exported: Uint8Array, opts: { allLogits?: boolean } = {}): PreparedGraph {
+  let model = exported
+  const pastOf = new Map(
+    graphOutputNames(exported).flatMap((n): Array<[string, string]> => {
+      const m = /^present\.(\d+)\.(key|value)$/.exec(n)
+      return m ? [[n, `past_key_values.${m[1]}.${m[2]}`]] : []
+    }),
+  )
+  const kv = pastOf.size ? fetchNewKvOnly(model, pastOf, 4) : null
+  if (kv) model = kv.model
+  const last = opts.allLogits ? null : lastPositionLogits(model, 'logits')
+  if (last) model = last
+  return { model, rewritten: model !== exported, kvOutputs: kv?.outputs ?? null, lastLogitsOnly: last !== null }
+}
