@@ -127,4 +127,17 @@ describe('engine on the embedded default model (onnxd-tiny)', () => {
       if (!r.text.includes('\uFFFD')) for (const d of deltas) expect(d).not.toContain('\uFFFD')
     }
   })
+
+  it('reports the KV cache it holds while serving, and gives it back once idle', async () => {
+    let during = 0
+    const r = await runRequest(engine, { prompt: 'hello', max_tokens: 20, temperature: 0, ignore_eos: true }, (n) => {
+      if (n === 10) during = engine.stats().kvUsedBytes
+    })
+    expect(r.end.type).toBe('done')
+    // At least the tokens of the running sequence, for every layer's key and value.
+    expect(during).toBeGreaterThanOrEqual(10 * engine.model.kvBytesPerToken)
+    const t0 = Date.now()
+    while (engine.stats().kvUsedBytes > 0 && Date.now() - t0 < 5000) await new Promise((res) => setTimeout(res, 100))
+    expect(engine.stats().kvUsedBytes).toBe(0)
+  })
 })

@@ -112,13 +112,15 @@ export class Batcher {
       this.dropCancelled()
       if (!this.group) this.admit()
       if (!this.group && this.running.length === 0) {
-        await new Promise<void>((r) => {
-          this.wake = r
+        const woken = await new Promise<boolean>((r) => {
+          this.wake = () => r(true)
           // Idle ticks keep the heartbeat fresh, so a quiet engine is not mistaken for a hung one.
-          const t = setTimeout(r, 1000)
+          const t = setTimeout(() => r(false), 1000)
           t.unref?.()
         })
         this.wake = null
+        // A second idle: the cache's memory goes back (it stays mapped between back-to-back requests).
+        if (!woken) this.kv.release()
         continue
       }
       try {
