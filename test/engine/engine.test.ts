@@ -141,3 +141,37 @@ describe('engine on the embedded default model (onnxd-tiny)', () => {
     expect(engine.stats().kvUsedBytes).toBe(0)
   })
 })
+
+describe('prefill groups (onnxd-tiny, 128-token steps)', () => {
+  /** The prefill steps (rows, tokens) of a burst of `n` prompts of `len` tokens. */
+  async function prefillSteps(n: number, len: number): Promise<Array<{ batch: number; tokens: number }>> {
+    const steps: Array<{ batch: number; tokens: number }> = []
+    const engine = await Engine.load({ modelDir: defaultModelDir(), maxBatchedTokens: 128 }, { onStep: (s) => s.phase === 'prefill' && steps.push({ batch: s.batch, tokens: s.tokens }) })
+    try {
+      const ids = Array.from({ length: len }, (_, i) => 5 + i)
+      const runs = await Promise.all(Array.from({ length: n }, () => runRequest(engine, { input_ids: ids, max_tokens: 2, temperature: 0, ignore_eos: true })))
+      for (const r of runs) expect(r.end.type).toBe('done')
+    } finally {
+      await engine.close()
+    }
+    return steps
+  }
+
+  it('long prompts: groups of at most 4 rows, so chunks keep 32 columns or more', async () => {
+    const steps = await prefillSteps(12, 40)
+    // Equal lengths: no padding, so the steps carry exactly the prompts' tokens.
+    expect(steps.reduce((n, s) => n + s.tokens, 0)).toBe(12 * 40)
+    for (const s of steps) {
+      expect(s.batch).toBeLessThanOrEqual(4)
+      expect(s.tokens).toBeLessThanOrEqual(128)
+    }
+    // Each group: a 32-column chunk, then the prompts' last 8 columns.
+    expect(steps.map((s) => s.tokens / s.batch)).toEqual([32, 8, 32, 8, 32, 8])
+  })
+
+  it('short prompts that fit one step whole are prefilled together', async () => {
+    const steps = await prefillSteps(12, 8)
+    expect(Math.max(...steps.map((s) => s.batch))).toBeGreaterThan(4)
+    for (const s of steps) expect(s.tokens).toBeLessThanOrEqual(128)
+  })
+})
