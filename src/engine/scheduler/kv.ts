@@ -2,7 +2,8 @@
 // tokens fill slots [0, len) of a buffer [rows, heads, cap, headDim] per past input (cap is shared, so shorter rows
 // end in masked-out holes). A step reads the buffers in place as its past and fetches only the new rows
 // (decoder-graph.ts), which append() copies into the slots after each row's length. Sequences join and leave by
-// copying one row; the buffers are reallocated only when rows or slots run out, or when a third of them is idle.
+// copying one row. The slot stride follows the longest row (moving rows in place); the buffers are reallocated
+// only when the rows outgrow them, never shrink while the batcher is busy, and go back when it is idle.
 import type { KvData, KvDtype, KvTensor, PresentLayout } from '../model/session.js'
 
 /**
