@@ -181,19 +181,18 @@ export class DecoderSession {
       executionMode: 'sequential',
       logSeverityLevel: 3,
     }
-    const open = async (model: string | Uint8Array): Promise<ort.InferenceSession> => {
-      try {
-        if (typeof model === 'string') return await ort.InferenceSession.create(model, options)
-        // A model given as bytes finds its external data through this folder (the bundle's onnx/ folder).
-        const folder = { session: { model_external_initializers_file_folder_path: dirname(bundle.onnxPath) } }
-        return await ort.InferenceSession.create(model, { ...options, extra: folder })
-      } catch (e) {
-        throw new OnnxdError('bad_bundle', `${bundle.onnxPath}: cannot load ONNX model: ${(e as Error).message}`)
-      }
-    }
     // The graph as onnxd runs it: only the new KV rows and the last position's logits leave a step (decoder-graph.ts).
     const g = prepareDecoderGraph(readFileSync(bundle.onnxPath), { allLogits: opts.allLogits })
-    const session = await open(g.rewritten ? g.model : bundle.onnxPath)
+    let session: ort.InferenceSession
+    try {
+      // Given as bytes, the rewritten model finds its external data through the bundle's onnx/ folder.
+      const folder = { session: { model_external_initializers_file_folder_path: dirname(bundle.onnxPath) } }
+      session = g.rewritten
+        ? await ort.InferenceSession.create(g.model, { ...options, extra: folder })
+        : await ort.InferenceSession.create(bundle.onnxPath, options)
+    } catch (e) {
+      throw new OnnxdError('bad_bundle', `${bundle.onnxPath}: cannot load ONNX model: ${(e as Error).message}`)
+    }
     const sig = discover(session, bundle.onnxPath, g.kvOutputs)
     sig.logits.lastOnly = g.lastLogitsOnly
     if (bundle.padding === 'right') sig.kv.present = 'in-place'
