@@ -3,6 +3,7 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { OnnxdError } from '../shared/errors.js'
+import { LOG_LEVELS } from '../shared/config-file.js'
 
 const Url = Type.String({ pattern: '^https?://[^\\s/]+', description: 'http(s) URL' })
 
@@ -17,7 +18,6 @@ export const ModelPrice = Type.Object(
 )
 export type ModelPrice = Static<typeof ModelPrice>
 
-export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
 export const FacadeOptions = Type.Object(
   {

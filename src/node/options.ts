@@ -6,7 +6,7 @@ import { basename, resolve } from 'node:path'
 import { Type, type Static, type TSchema } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { OnnxdError } from '../shared/errors.js'
-import { readConfigSection } from '../shared/config-file.js'
+import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
 import type { PoolOptions } from '../engine/index.js'
 
 /** The embedded default model; the CLI builds it on first use when no other model is configured. */
@@ -45,7 +45,7 @@ export const NodeOptions = Type.Object(
     /** Largest accepted request body, bytes (413 above). */
     bodyLimit: Type.Integer({ minimum: 1024, default: 4 * MiB }),
     logLevel: Type.Union(
-      [Type.Literal('fatal'), Type.Literal('error'), Type.Literal('warn'), Type.Literal('info'), Type.Literal('debug'), Type.Literal('trace'), Type.Literal('silent')],
+      LOG_LEVELS.map((l) => Type.Literal(l)),
       { default: 'info' },
     ),
   },

@@ -4,6 +4,9 @@ import { OnnxdError } from './errors.js'
 
 export const CONFIG_FILE = 'onnxd.config.json'
 
+/** pino's log levels, the `logLevel` option of every process kind. */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+
 /** One section of the config file: `path` if given (must exist), else ./onnxd.config.json if present. */
 export function readConfigSection(section: string, path?: string): Record<string, unknown> {
   const file = path ?? (existsSync(CONFIG_FILE) ? CONFIG_FILE : undefined)
