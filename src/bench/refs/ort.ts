@@ -6,9 +6,8 @@
 // exported one with prepareDecoderGraph's rewrites), so the ceiling is the best this graph gives in ORT, not
 // the export's slower full-cache outputs.
 import { readFileSync } from 'node:fs'
-import { dirname } from 'node:path'
 import * as ort from 'onnxruntime-node'
-import { prepareDecoderGraph } from '../../engine/model/decoder-graph.js'
+import { externalDataConfig, prepareDecoderGraph } from '../../engine/model/decoder-graph.js'
 import { DataType, encodeModel } from '../../engine/model/onnx-proto.js'
 import { median, rsd } from '../stats.js'
 
@@ -136,7 +135,7 @@ export interface CeilingOptions {
 export async function measureCeiling(o: CeilingOptions): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming }> {
   const g = prepareDecoderGraph(readFileSync(o.onnxPath))
   const s = g.rewritten
-    ? await ort.InferenceSession.create(g.model, { ...sessionOptions(o.threads), extra: { session: { model_external_initializers_file_folder_path: dirname(o.onnxPath) } } })
+    ? await ort.InferenceSession.create(g.model, { ...sessionOptions(o.threads), extra: externalDataConfig(o.onnxPath) })
     : await ort.InferenceSession.create(o.onnxPath, sessionOptions(o.threads))
   try {
     const l = layout(s)

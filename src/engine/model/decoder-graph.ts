@@ -11,6 +11,7 @@
 //
 // Only the graph's node and output lists are decoded; everything else (initializers of an inline-weights export
 // included) is copied through as raw protobuf bytes.
+import { dirname } from 'node:path'
 import protobuf from 'protobufjs'
 import { AttrType, DataType, NodeProto, ValueInfoProto, type Node } from './onnx-proto.js'
 
@@ -162,6 +163,14 @@ export function lastPositionLogits(model: Uint8Array, logits: string): Uint8Arra
   const gather = { name: '/onnxd/last_position/Gather', op_type: 'Gather', input: [node.input[0], index], output: [last], attribute: [{ name: 'axis', type: AttrType.INT, i: 1 }] }
   return writeGraph(model, v, (f) => (f === field ? [encodeNode(constant), encodeNode(gather), encodeNode({ ...node, input: [last, ...node.input.slice(1)] })] : undefined))
 }
+
+/**
+ * The ONNX Runtime session config (`SessionOptions.extra`) that lets a model loaded from bytes find the external
+ * data files of the model file it was read from.
+ */
+export const externalDataConfig = (onnxPath: string): Record<string, Record<string, string>> => ({
+  session: { model_external_initializers_file_folder_path: dirname(onnxPath) },
+})
 
 export interface PreparedGraph {
   /** The graph to run: the rewritten bytes, or the exported ones when neither rewrite applies. */

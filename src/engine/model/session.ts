@@ -7,7 +7,7 @@ import * as ort from 'onnxruntime-node'
 import { OnnxdError } from '../../shared/errors.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
-import { prepareDecoderGraph } from './decoder-graph.js'
+import { externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
 
 export type Provider = 'cpu' | 'cuda' | 'tensorrt'
 export type IntDtype = 'int64' | 'int32'
@@ -185,10 +185,8 @@ export class DecoderSession {
     const g = prepareDecoderGraph(readFileSync(bundle.onnxPath), { allLogits: opts.allLogits })
     let session: ort.InferenceSession
     try {
-      // Given as bytes, the rewritten model finds its external data through the bundle's onnx/ folder.
-      const folder = { session: { model_external_initializers_file_folder_path: dirname(bundle.onnxPath) } }
       session = g.rewritten
-        ? await ort.InferenceSession.create(g.model, { ...options, extra: folder })
+        ? await ort.InferenceSession.create(g.model, { ...options, extra: externalDataConfig(bundle.onnxPath) })
         : await ort.InferenceSession.create(bundle.onnxPath, options)
     } catch (e) {
       throw new OnnxdError('bad_bundle', `${bundle.onnxPath}: cannot load ONNX model: ${(e as Error).message}`)

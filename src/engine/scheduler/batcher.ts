@@ -10,7 +10,7 @@ import type { LoadedModel } from '../model/load.js'
 import type { ForwardInput } from '../model/session.js'
 import { OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { EngineStats, FinishObservation, StepObservation } from '../types.js'
-import { KvCache, type KvShape } from './kv.js'
+import { KvCache, kvShapeOf, type KvShape } from './kv.js'
 import type { Sequence } from './sequence.js'
 
 /** Fewest prompt columns per row a prefill chunk is cut to when a group has many rows (see admit()). */
@@ -53,7 +53,6 @@ export class Batcher {
   private closed = false
   private heartbeat = Date.now()
   private readonly loopDone: Promise<void>
-  private readonly padding: 'left' | 'right'
   private readonly kvShape: KvShape
 
   constructor(
@@ -61,9 +60,7 @@ export class Batcher {
     private readonly opts: BatcherOptions,
     private readonly observer: BatcherObserver = {},
   ) {
-    this.padding = model.bundle.padding
-    const { pastNames, stacked, heads, headDim, dtype, present } = model.session.signature.kv
-    this.kvShape = { tensors: pastNames.length, outer: stacked ? 2 : 1, heads, headDim, dtype, present }
+    this.kvShape = kvShapeOf(model.session.signature.kv)
     this.kv = new KvCache(this.kvShape)
     this.loopDone = this.loop()
   }
@@ -200,13 +197,14 @@ export class Batcher {
     // Otherwise a group is as many prompts as fit one step whole, or as many as still get chunks of at least
     // MIN_CHUNK columns: many rows of a few columns each run slower (135m, 512-token steps: 16 rows x 32 columns
     // prefill 1681 tokens/s, 64 x 8 only 1368).
-    const maxGroup = this.padding === 'right' ? 1 : Math.max(1, Math.floor(this.opts.maxBatchedTokens / MIN_CHUNK))
+    const oneAtATime = this.kvShape.present === 'in-place'
+    const maxGroup = Math.max(1, Math.floor(this.opts.maxBatchedTokens / MIN_CHUNK))
     const chunked = this.model.session.chunkedPrefill
     let width = 0
     const fitsWhole = (): boolean => (take.length + 1) * Math.max(width, this.waiting[0].promptIds.length) <= this.opts.maxBatchedTokens
     while (
       this.waiting.length &&
-      (take.length === 0 || (this.padding === 'left' && ((chunked && take.length < maxGroup) || fitsWhole()))) &&
+      (take.length === 0 || (!oneAtATime && ((chunked && take.length < maxGroup) || fitsWhole()))) &&
       this.running.length + take.length < this.opts.maxRunning &&
       this.reserveBytes([...take, this.waiting[0]]) <= this.opts.kvBudgetBytes
     ) {

@@ -4,7 +4,7 @@
 // (decoder-graph.ts), which append() copies into the slots after each row's length. Sequences join and leave by
 // copying one row. The slot stride follows the longest row (moving rows in place); the buffers are reallocated
 // only when the rows outgrow them, never shrink while the batcher is busy, and go back when it is idle.
-import type { KvData, KvDtype, KvTensor, PresentLayout } from '../model/session.js'
+import type { KvData, KvDtype, KvTensor, PresentLayout, Signature } from '../model/session.js'
 
 /**
  * Slots grow in chunks, so rows are re-laid out once every `chunk` decode steps at most. Attention over the idle
@@ -21,6 +21,11 @@ export interface KvShape {
   headDim: number
   dtype: KvDtype
   present: PresentLayout
+}
+
+/** The cache shape of a decoder session's signature. */
+export function kvShapeOf(kv: Signature['kv']): KvShape {
+  return { tensors: kv.pastNames.length, outer: kv.stacked ? 2 : 1, heads: kv.heads, headDim: kv.headDim, dtype: kv.dtype, present: kv.present }
 }
 
 /** Where rows live: the buffers, and their row and slot strides. */

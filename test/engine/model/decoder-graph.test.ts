@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import * as ort from 'onnxruntime-node'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { readBundle } from '../../../src/engine/model/bundle.js'
-import { fetchNewKvOnly, graphOutputNames } from '../../../src/engine/model/decoder-graph.js'
+import { externalDataConfig, fetchNewKvOnly, graphOutputNames } from '../../../src/engine/model/decoder-graph.js'
 import { defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
 interface Tiny {
@@ -73,7 +73,7 @@ describe('fetchNewKvOnly on the embedded default model', () => {
   it('the rewritten graph returns the last rows of each present: a 2-token step on a 3-token past', async () => {
     const { kvHeads: H, headDim: D, onnxDir } = tiny
     const r = fetchNewKvOnly(tiny.bytes, tiny.map, 4)!
-    const opts: ort.InferenceSession.SessionOptions = { logSeverityLevel: 3, extra: { session: { model_external_initializers_file_folder_path: onnxDir } } }
+    const opts: ort.InferenceSession.SessionOptions = { logSeverityLevel: 3, extra: externalDataConfig(join(onnxDir, 'model.onnx')) }
     const original = await ort.InferenceSession.create(join(onnxDir, 'model.onnx'), { logSeverityLevel: 3 })
     const rewritten = await ort.InferenceSession.create(r.model, opts)
     try {

@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest'
 import { readBundle } from '../../../src/engine/model/bundle.js'
 import { DecoderSession } from '../../../src/engine/model/session.js'
-import { KvCache } from '../../../src/engine/scheduler/kv.js'
+import { KvCache, kvShapeOf } from '../../../src/engine/scheduler/kv.js'
 import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
 async function maxDiffCachedVsFull(dir: string): Promise<{ diff: number; scale: number }> {
@@ -16,8 +16,7 @@ async function maxDiffCachedVsFull(dir: string): Promise<{ diff: number; scale: 
       { rows: 1, seq: n, pastLen: 0, ids, mask: new Uint8Array(n).fill(1), positions: Int32Array.from({ length: n }, (_, i) => i), past: s.emptyPast(1) },
       Array.from({ length: n }, (_, i) => i),
     )
-    const { pastNames, stacked, heads, headDim, dtype, present } = s.signature.kv
-    const kv = new KvCache({ tensors: pastNames.length, outer: stacked ? 2 : 1, heads, headDim, dtype, present })
+    const kv = new KvCache(kvShapeOf(s.signature.kv))
     kv.addRows(1)
     let diff = 0
     let scale = 0
