@@ -3,9 +3,9 @@
 // - Fetch only the new keys and values. In the HF decoder signature every step returns present = concat(past,
 //   new) for every layer, and onnxruntime-node copies each output into a fresh JS buffer, so the whole cache was
 //   copied out of every step. The engine keeps its own cache (scheduler/kv.ts), so `present.<i>.key|value` become
-//   the concat's second input (the new rows, [batch, heads, seq, headDim]). ONNX Runtime still builds the concat
-//   that attention reads, but no full cache leaves the session: at batch 64 on the 135m preset a decode step
-//   takes half the time.
+//   the concat's second input (the new rows, [batch, heads, seq, headDim]). No full cache leaves the session: at
+//   batch 64 on the 135m preset a decode step takes half the time. Where attention reads the concat (HF exports)
+//   ONNX Runtime still builds it; where nothing else reads it (the builder's graph) the concat goes too.
 // - Logits for the last position only: a prefill chunk skips the LM head (a fifth of the 135m preset's weights)
 //   for every other prompt token, and returns one row of logits per sequence.
 //
@@ -70,6 +70,10 @@ interface GraphView {
   fields: Field[]
   /** Each node output's producing node, and the node's field. */
   producer: Map<string, { node: Node; field: Field }>
+  /** Every name a top-level node reads. */
+  consumed: Set<string>
+  /** Some node carries a subgraph (If, Loop, Scan), whose nodes may read outer names that `consumed` misses. */
+  subgraphs: boolean
 }
 
 /** Null when the bytes are not a model protobuf; ONNX Runtime then reports the broken file itself. */
@@ -87,12 +91,16 @@ function decodeGraph(model: Uint8Array): GraphView | null {
   if (!graph) return null
   const fields = fieldsOf(graph.data!)
   const producer = new Map<string, { node: Node; field: Field }>()
+  const consumed = new Set<string>()
+  let subgraphs = false
   for (const field of fields) {
     if (field.no !== NODE) continue
     const node = NodeProto.toObject(NodeProto.decode(field.data!), { longs: Number, defaults: true }) as Node
     for (const o of node.output) producer.set(o, { node, field })
+    for (const i of node.input) consumed.add(i)
+    if (node.attribute?.some((a) => a.type === AttrType.GRAPH || a.type === AttrType.GRAPHS)) subgraphs = true
   }
-  return { top, graph, fields, producer }
+  return { top, graph, fields, producer, consumed, subgraphs }
 }
 
 /** The model with each graph field that `edit` answers for replaced by the fields it returns (encoded, tag included). */
@@ -113,8 +121,9 @@ export function graphOutputNames(model: Uint8Array): string[] {
 /**
  * Rewrites `model` so that each output in `presentToPast` (present name -> past input name) is replaced by the new
  * rows its Concat(past, new) appends along the sequence axis; `outputs` maps each present name to the graph output
- * that now carries its new rows. Returns null unless every listed output is such a concat: then the caller keeps
- * full present outputs.
+ * that now carries its new rows. A concat nothing else reads is dropped (graphs whose attention reads the past and
+ * the new rows apart then copy no cache at all). Returns null unless every listed output is such a concat: then the
+ * caller keeps full present outputs.
  */
 export function fetchNewKvOnly(
   model: Uint8Array,
@@ -124,14 +133,18 @@ export function fetchNewKvOnly(
   const v = readGraph(model)
   if (!v) return null
   const newRows = new Map<string, string>()
+  const dead = new Set<Field>()
   for (const [present, past] of presentToPast) {
-    const n = v.producer.get(present)?.node
-    if (!n || n.op_type !== 'Concat' || n.input.length !== 2 || n.input[0] !== past) return null
+    const p = v.producer.get(present)
+    const n = p?.node
+    if (!p || !n || n.op_type !== 'Concat' || n.input.length !== 2 || n.input[0] !== past) return null
     const axis = n.attribute?.find((a) => a.name === 'axis')?.i
     if (axis !== rank - 2 && axis !== -2) return null
     newRows.set(present, n.input[1])
+    if (!v.subgraphs && !v.consumed.has(present)) dead.add(p.field)
   }
   const rewritten = writeGraph(model, v, (f) => {
+    if (dead.has(f)) return []
     if (f.no !== OUTPUT) return undefined
     const vi = ValueInfoProto.toObject(ValueInfoProto.decode(f.data!)) as { name: string; type?: { tensor_type?: { elem_type?: number } } }
     const replacement = newRows.get(vi.name)

@@ -137,7 +137,7 @@ export const DataType = { FLOAT: 1, INT64: 7, BOOL: 9 } as const
 export const DataLocation = { DEFAULT: 0, EXTERNAL: 1 } as const
 
 /** AttributeProto.AttributeType values the builder uses. */
-export const AttrType = { FLOAT: 1, INT: 2, TENSOR: 4, INTS: 7 } as const
+export const AttrType = { FLOAT: 1, INT: 2, TENSOR: 4, GRAPH: 5, INTS: 7, GRAPHS: 10 } as const
 
 // Plain-object shapes of the messages, as protobufjs `create`/`encode` take them (keepCase field names).
 export interface StringEntry {

@@ -6,6 +6,7 @@ import * as ort from 'onnxruntime-node'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { readBundle } from '../../../src/engine/model/bundle.js'
 import { externalDataConfig, fetchNewKvOnly, graphOutputNames } from '../../../src/engine/model/decoder-graph.js'
+import { ModelProto, type Node } from '../../../src/engine/model/onnx-proto.js'
 import { defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
 interface Tiny {
@@ -28,6 +29,12 @@ function loadTiny(): Tiny {
   for (let i = 0; i < layers; i++) for (const kv of ['key', 'value']) map.set(`present.${i}.${kv}`, `past_key_values.${i}.${kv}`)
   const onnxDir = join(dir, 'onnx')
   return { onnxDir, bytes: readFileSync(join(onnxDir, 'model.onnx')), layers, kvHeads, headDim, map }
+}
+
+/** The Concat nodes that read a past input: the cache copies a step makes. */
+function cacheConcats(model: Uint8Array): Node[] {
+  const m = ModelProto.toObject(ModelProto.decode(model), { defaults: true }) as { graph: { node: Node[] } }
+  return m.graph.node.filter((n) => n.op_type === 'Concat' && n.input.some((i) => i.startsWith('past_key_values.')))
 }
 
 const i64 = (values: number[], dims: number[]): ort.Tensor => new ort.Tensor('int64', BigInt64Array.from(values.map(BigInt)), dims)
@@ -114,6 +121,11 @@ describe('fetchNewKvOnly on the embedded default model', () => {
     }
   })
 
+  it('drops the cache concats, which only fed the present outputs: the builder graph\'s attention reads past and new apart', () => {
+    expect(cacheConcats(tiny.bytes)).toHaveLength(2 * tiny.layers)
+    expect(cacheConcats(fetchNewKvOnly(tiny.bytes, tiny.map, 4)!.model)).toHaveLength(0)
+  })
+
   it('returns null when a mapped output is not the Concat of that past', () => {
     // present.0.key concatenates past_key_values.0.key, not .1.
     expect(fetchNewKvOnly(tiny.bytes, new Map([['present.0.key', 'past_key_values.1.key']]), 4)).toBeNull()
@@ -133,6 +145,23 @@ describe('fetchNewKvOnly on the embedded default model', () => {
 
   it('returns null for bytes that are not a model', () => {
     expect(fetchNewKvOnly(new TextEncoder().encode('not an onnx model'), tiny.map, 4)).toBeNull()
+  })
+})
+
+describe.skipIf(!haveFixtures)('fetchNewKvOnly on an optimum export whose attention reads the concat', () => {
+  it('stories260K-hf: the outputs carry the new rows and the concats attention reads stay', () => {
+    const bytes = readFileSync(readBundle(fixture('stories260K-hf')).onnxPath)
+    const map = new Map(
+      graphOutputNames(bytes).flatMap((n): [string, string][] => {
+        const m = /^present\.(\d+)\.(key|value)$/.exec(n)
+        return m ? [[n, `past_key_values.${m[1]}.${m[2]}`]] : []
+      }),
+    )
+    expect(map.size).toBeGreaterThan(0)
+    const r = fetchNewKvOnly(bytes, map, 4)
+    expect(r).not.toBeNull()
+    expect(graphOutputNames(r!.model)).not.toContain([...map.keys()][0])
+    expect(cacheConcats(r!.model)).toHaveLength(map.size)
   })
 })
 

@@ -127,6 +127,7 @@ export function llamaGraph(p: Preset): DecoderGraph {
 
   const int0 = g.int64('int_0', [0], [])
   const int1 = g.int64('int_1', [1], [])
+  const axes0 = g.int64('axes_0', [0])
   const axes1 = g.int64('axes_1', [1])
   const axes01 = g.int64('axes_0_1', [0, 1])
   const axes12 = g.int64('axes_1_2', [1, 2])
@@ -169,6 +170,8 @@ export function llamaGraph(p: Preset): DecoderGraph {
   const notPad = g.one(m, 'Unsqueeze', [g.one(m, 'Cast', ['attention_mask'], [attrI('to', DataType.BOOL)]), axes12])
   const mask1 = g.one(m, 'Where', [g.one(m, 'And', [causal, notPad]), zeroF, lowest])
   // Row r * seq + j of a query group is query head r's position j: the mask repeats per head of the group.
+  // Split sizes [past, seq] of the key axis, to cut the probabilities back into past and new columns.
+  const pastAndSeq = g.one(m, 'Concat', [g.one(m, 'Unsqueeze', [pastLen, axes0]), g.one(m, 'Unsqueeze', [seqLen, axes0])], [attrI('axis', 0)])
   const mask = nRep > 1 ? g.one(m, 'Tile', [mask1, tileMaskRep]) : mask1
 
   const rmsNorm = (scope: string, x: string, w: string): string => {
@@ -199,21 +202,27 @@ export function llamaGraph(p: Preset): DecoderGraph {
     const wd = weight(`${pre}.mlp.down_proj.weight_T`, [p.intermediateSize, c], normal)
 
     const A = `${L}/self_attn`
+    const pastK = `past_key_values.${i}.key`
+    const pastV = `past_key_values.${i}.value`
     const x = rmsNorm(`${L}/input_layernorm`, h, inNorm)
     const q = rope(`${A}/rotary_q`, heads(A, g.one(`${A}/q_proj`, 'MatMul', [x, wq]), shapeQ))
     const k = rope(`${A}/rotary_k`, heads(A, g.one(`${A}/k_proj`, 'MatMul', [x, wk]), shapeKv))
     const v = heads(A, g.one(`${A}/v_proj`, 'MatMul', [x, wv]), shapeKv)
-    g.one(`${A}/present_key`, 'Concat', [`past_key_values.${i}.key`, k], [attrI('axis', 2)])
-    const keys = g.nameLastOutput(`present.${i}.key`)
-    g.one(`${A}/present_value`, 'Concat', [`past_key_values.${i}.value`, v], [attrI('axis', 2)])
-    const values = g.nameLastOutput(`present.${i}.value`)
+    // present = concat(past, new) is the HF signature's output only: attention reads the past and the new rows
+    // apart (scores side by side, one softmax, then probs split back), so nothing in the graph copies the cache.
+    // onnxd fetches the new rows and drops these concats (decoder-graph.ts), keeping its own cache in place.
+    g.one(`${A}/present_key`, 'Concat', [pastK, k], [attrI('axis', 2)])
+    g.nameLastOutput(`present.${i}.key`)
+    g.one(`${A}/present_value`, 'Concat', [pastV, v], [attrI('axis', 2)])
+    g.nameLastOutput(`present.${i}.value`)
 
     // KV head g serves query heads g*nRep .. g*nRep+nRep-1 (HF repeat_kv order).
     const qGroups = nRep > 1 ? g.one(A, 'Reshape', [q, shapeQGroups]) : q
-    const kT = g.one(A, 'Transpose', [keys], [attrInts('perm', [0, 1, 3, 2])])
-    const scores = g.one(A, 'Add', [g.one(A, 'Div', [g.one(A, 'MatMul', [qGroups, kT]), sqrtHeadDim]), mask])
-    const probs = g.one(A, 'Softmax', [scores], [attrI('axis', -1)])
-    const grouped = g.one(A, 'MatMul', [probs, values])
+    const keysT = (keys: string): string => g.one(A, 'Transpose', [keys], [attrInts('perm', [0, 1, 3, 2])])
+    const raw = g.one(A, 'Concat', [g.one(A, 'MatMul', [qGroups, keysT(pastK)]), g.one(A, 'MatMul', [qGroups, keysT(k)])], [attrI('axis', -1)])
+    const probs = g.one(A, 'Softmax', [g.one(A, 'Add', [g.one(A, 'Div', [raw, sqrtHeadDim]), mask])], [attrI('axis', -1)])
+    const [probsPast, probsNew] = g.op(A, 'Split', [probs, pastAndSeq], [attrI('axis', -1)], 2)
+    const grouped = g.one(A, 'Add', [g.one(A, 'MatMul', [probsPast, pastV]), g.one(A, 'MatMul', [probsNew, v])])
     const ctx = nRep > 1 ? g.one(A, 'Reshape', [grouped, shapeQHeads]) : grouped
     const merged = g.one(A, 'Reshape', [g.one(A, 'Transpose', [ctx], [attrInts('perm', [0, 2, 1, 3])]), shapeMerge])
     h = g.one(L, 'Add', [h, g.one(`${A}/o_proj`, 'MatMul', [merged, wo])])

@@ -13,7 +13,7 @@ import { writeOnnx } from './write-onnx.js'
 export { PRESETS, parameterCount, type Preset, type PresetName }
 
 /** Written into model.onnx's producer_version; bump it when the graph or the weights' generation changes. */
-export const BUILDER_VERSION = '2'
+export const BUILDER_VERSION = '3'
 
 export interface BuildOptions {
   preset: string
