@@ -30,6 +30,28 @@ describe('argmax', () => {
     expect(argmax(Float32Array.from([Number.NaN, -1, Number.NaN, 0]))).toBe(3)
     expect(argmax(Float32Array.from([-Infinity, -Infinity]))).toBe(-1)
   })
+
+  it('agrees with a one-pass scan on every length and lane: tails, ties across lanes, +Infinity, empty', () => {
+    const scan = (row: Float32Array): number => {
+      let best = -1
+      for (let i = 0; i < row.length; i++) if (row[i] > (best < 0 ? -Infinity : row[best])) best = i
+      return best
+    }
+    const rng = new Rng(11)
+    for (let n = 0; n <= 23; n++) {
+      for (let trial = 0; trial < 20; trial++) {
+        // Few distinct values, so ties across lanes are common.
+        const row = Float32Array.from({ length: n }, () => Math.floor(rng.next() * 4) - 2)
+        if (trial % 5 === 1 && n) row[Math.floor(rng.next() * n)] = Infinity
+        if (trial % 5 === 2 && n) row[n - 1] = 9
+        if (trial % 5 === 3) row.fill(Number.NaN)
+        expect(argmax(row)).toBe(scan(row))
+      }
+    }
+    expect(argmax(new Float32Array(0))).toBe(-1)
+    expect(argmax(Float32Array.from([0, 5, 1, 2, 3, 5, 5]))).toBe(1)
+    expect(argmax(Float32Array.from([0, 1, 2, 3, 4, 5, 6, 7, 8]))).toBe(8)
+  })
 })
 
 describe('Sampler: greedy', () => {
