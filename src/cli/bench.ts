@@ -35,7 +35,7 @@ function print(r: BenchReport): void {
   for (const l of r.summary) out.write(`${l}\n`)
   out.write('\ntargets\n')
   for (const g of r.targets) {
-    const bound = g.ceiling_bound == null ? '' : `; the ORT ceiling in onnxd's place would give ${g.ceiling_bound.toFixed(2)}`
+    const bound = g.bound == null ? '' : `; ORT alone doing the same work would give ${g.bound.toFixed(2)}`
     const v = g.value === null ? `not measured (${g.reason})` : `${g.value.toFixed(2)} (${g.direction} ${g.threshold}): ${g.met ? 'met' : 'MISSED'}${bound}`
     out.write(`  ${g.id.padEnd(22)} ${g.text}: ${v}\n`)
   }

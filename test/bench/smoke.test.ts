@@ -33,7 +33,7 @@ describe('onnxd bench --smoke', () => {
     expect(existsSync(chartPath!) && readFileSync(chartPath!, 'utf8').startsWith('<svg')).toBe(true)
 
     const r: BenchReport = report
-    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 1, model: { id: 'onnxd-tiny', preset: 'tiny' } })
+    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 2, model: { id: 'onnxd-tiny', preset: 'tiny' } })
     expect(r.machine).toMatchObject({ provider: 'cpu' })
     expect(r.machine.cores).toBeGreaterThan(0)
     expect(r.machine.cpu.length).toBeGreaterThan(0)
@@ -67,6 +67,9 @@ describe('onnxd bench --smoke', () => {
       expect(e.vs_ceiling).toBeGreaterThan(0)
       expect(e.vs_unbatched).toBeGreaterThan(0)
       expect(e.vs_matmul_peak).toBeGreaterThan(0)
+      // ORT alone doing the same work never beats its own decode-only ceiling.
+      expect(e.bound_vs_ceiling).toBeGreaterThan(0)
+      expect(e.bound_vs_ceiling).toBeLessThan(1)
       if (haveTf) expect(e.vs_peer).toBeGreaterThan(0)
     }
     expect(r.targets.map((t) => t.id)).toEqual(['peer_throughput', 'peer_tpot', 'unbatched_throughput', 'ceiling_throughput'])
