@@ -153,7 +153,7 @@ async function measureReferences(cfg: BenchConfig, model: ModelInfo | null, len:
     const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
     log.step(`ORT ceiling (${when} the sweep): decode steps at batch ${cfg.concurrency.join(', ')} over a past of ${past}, prefill of ${prefillRows} x ${len.prompt}`)
     try {
-      const c = await measureCeiling({ onnxPath: model.onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, budget: cfg.refBudget, onStep: (s) => log.step(`  ${s}`) })
+      const c = await measureCeiling({ onnxPath: model.onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s) => log.step(`  ${s}`) })
       ceiling = { threads: cfg.threads, past, ...c, runs: { [when]: { decode: c.decode, prefill: c.prefill } } }
     } catch (e) {
       ceiling = skipped(`failed: ${(e as Error).message}`)

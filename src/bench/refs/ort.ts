@@ -3,8 +3,9 @@
 // plus one prompt's prefill) and this machine's matrix-multiply peak (a one-node MatMul graph built in memory).
 // This module and the engine's session.ts are the only importers of onnxruntime-node: the ceiling must be ORT
 // without onnxd's wrapper, or it would measure onnxd against itself. It runs the same graph onnxd runs (the
-// exported one with prepareDecoderGraph's rewrites), so the ceiling is the best this graph gives in ORT, not
-// the export's slower full-cache outputs.
+// exported one with prepareDecoderGraph's rewrites) and fetches what the engine fetches (with greedy decoding,
+// each row's next token rather than the logits), so the ceiling is the best this graph gives in ORT, not the
+// export's slower full-cache outputs.
 import { readFileSync } from 'node:fs'
 import * as ort from 'onnxruntime-node'
 import { externalDataConfig, prepareDecoderGraph } from '../../engine/model/decoder-graph.js'
@@ -128,6 +129,9 @@ export interface CeilingOptions {
   /** Prompts per timed prefill run. */
   prefillRows: number
   threads: number
+  /** Greedy decoding: decode steps fetch each row's next token (the graph's argmax) instead of the logits, as the
+   * engine does when every row is greedy. */
+  greedy: boolean
   budget: TimingBudget
   onStep?(what: string): void
 }
@@ -144,10 +148,11 @@ export async function measureCeiling(o: CeilingOptions): Promise<{ decode: Decod
     const p = await time(() => s.run(pf), o.budget)
     const prefill: PrefillTiming = { prompt: o.prompt, rows: o.prefillRows, ...p, tokens_per_s: (o.prefillRows * o.prompt) / (p.ms / 1000) }
     const decode: DecodeCeiling[] = []
+    const fetches = o.greedy && g.nextToken ? s.outputNames.filter((n) => n !== 'logits') : s.outputNames
     for (const batch of o.batches) {
       o.onStep?.(`decode batch ${batch}`)
       const f = feeds(l, batch, 1, o.past)
-      const t = await time(() => s.run(f), o.budget)
+      const t = await time(() => s.run(f, fetches), o.budget)
       decode.push({ batch, past: o.past, ...t, tokens_per_s: batch / (t.ms / 1000) })
     }
     return { decode, prefill }

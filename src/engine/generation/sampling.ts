@@ -209,6 +209,21 @@ export class Sampler {
     return this.pick(logits.subarray(0, this.vocabSize), history, opts)
   }
 
+  /**
+   * Whether the next pick is the plain argmax of the raw logits: greedy, no penalty to apply, and EOS not masked
+   * for min_tokens. Then the pick can be taken from the graph's own argmax without reading the logits here.
+   */
+  picksArgmax(history: SamplingHistory): boolean {
+    const p = this.params
+    return (
+      p.temperature < SAMPLING_EPS &&
+      p.repetition_penalty === 1 &&
+      p.presence_penalty === 0 &&
+      p.frequency_penalty === 0 &&
+      (this.eosIds.length === 0 || history.outputLength >= p.min_tokens)
+    )
+  }
+
   private checkRow(logits: Float32Array): void {
     if (logits.length < this.vocabSize) {
       throw new RangeError(`logits row must hold >= ${this.vocabSize} values. Given: ${logits.length}`)

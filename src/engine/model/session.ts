@@ -47,6 +47,8 @@ export interface Signature {
   }
   /** lastOnly: the graph computes the last position of each row only ([batch, 1, vocab]). */
   logits: { name: string; dtype: KvDtype; vocab: number; lastOnly: boolean }
+  /** The output holding each row's greedy next token (argmax of its last logits), or null. */
+  nextToken: string | null
 }
 
 export interface SessionOptions {
@@ -76,6 +78,12 @@ export interface ForwardInput {
 export interface ForwardOutput {
   /** Float32 logits of the requested (row, position) pairs, [picks.length * vocab]. */
   logits: Float32Array
+  present: KvTensor[]
+}
+
+export interface GreedyOutput {
+  /** Each row's argmax over its last position's logits. */
+  tokens: Int32Array
   present: KvTensor[]
 }
 
@@ -146,6 +154,7 @@ function discover(s: ort.InferenceSession, where: string, renamed: ReadonlyMap<s
       present: renamed ? 'new' : 'appended',
     },
     logits: { name: 'logits', dtype: logitsMeta.type, vocab, lastOnly: false },
+    nextToken: null,
   }
 }
 
@@ -193,6 +202,7 @@ export class DecoderSession {
     }
     const sig = discover(session, bundle.onnxPath, g.kvOutputs)
     sig.logits.lastOnly = g.lastLogitsOnly
+    sig.nextToken = g.nextToken
     if (bundle.padding === 'right') sig.kv.present = 'in-place'
     const s = new DecoderSession(session, sig, provider)
     s.chunkedPrefill = await s.probeChunkedPrefill()
@@ -229,19 +239,7 @@ export class DecoderSession {
    */
   async forward(x: ForwardInput, picks: number[]): Promise<ForwardOutput> {
     const sig = this.signature
-    const feeds: Record<string, ort.Tensor> = {}
-    feeds[sig.ids.name] = intTensor(sig.ids.dtype, x.ids, [x.rows, x.seq])
-    if (sig.mask) feeds[sig.mask.name] = intTensor(sig.mask.dtype, x.mask, [x.rows, x.pastLen + x.seq])
-    if (sig.positions) feeds[sig.positions.name] = intTensor(sig.positions.dtype, x.positions, [x.rows, x.seq])
-    sig.kv.pastNames.forEach((n, i) => {
-      feeds[n] = new ort.Tensor(sig.kv.dtype, x.past[i].data, x.past[i].dims)
-    })
-    let out: ort.InferenceSession.ReturnType
-    try {
-      out = await this.session.run(feeds)
-    } catch (e) {
-      throw new OnnxdError('internal', `forward step failed: ${(e as Error).message}`)
-    }
+    const out = await this.run(x)
     const V = sig.logits.vocab
     const src = out[sig.logits.name].data as Float32Array | Uint16Array
     if (sig.logits.lastOnly) {
@@ -259,8 +257,39 @@ export class DecoderSession {
       logits = new Float32Array(picks.length * V)
       picks.forEach((p, i) => toFloat32(src.subarray(p * V, (p + 1) * V), logits.subarray(i * V, (i + 1) * V)))
     }
-    const present = sig.kv.presentNames.map((n) => ({ data: out[n].data as KvData, dims: [...out[n].dims] }))
-    return { logits, present }
+    return { logits, present: this.present(out) }
+  }
+
+  /**
+   * Runs one step and returns each row's greedy next token instead of logits: the step's sampling when every row
+   * decodes greedily. Only graphs with a next-token output (signature.nextToken) can.
+   */
+  async forwardGreedy(x: ForwardInput): Promise<GreedyOutput> {
+    const sig = this.signature
+    if (!sig.nextToken) throw new OnnxdError('internal', 'this session has no next-token output')
+    const out = await this.run(x, [sig.nextToken, ...sig.kv.presentNames])
+    const ids = out[sig.nextToken].data as BigInt64Array
+    return { tokens: Int32Array.from(ids, Number), present: this.present(out) }
+  }
+
+  private async run(x: ForwardInput, fetches?: string[]): Promise<ort.InferenceSession.ReturnType> {
+    const sig = this.signature
+    const feeds: Record<string, ort.Tensor> = {}
+    feeds[sig.ids.name] = intTensor(sig.ids.dtype, x.ids, [x.rows, x.seq])
+    if (sig.mask) feeds[sig.mask.name] = intTensor(sig.mask.dtype, x.mask, [x.rows, x.pastLen + x.seq])
+    if (sig.positions) feeds[sig.positions.name] = intTensor(sig.positions.dtype, x.positions, [x.rows, x.seq])
+    sig.kv.pastNames.forEach((n, i) => {
+      feeds[n] = new ort.Tensor(sig.kv.dtype, x.past[i].data, x.past[i].dims)
+    })
+    try {
+      return fetches ? await this.session.run(feeds, fetches) : await this.session.run(feeds)
+    } catch (e) {
+      throw new OnnxdError('internal', `forward step failed: ${(e as Error).message}`)
+    }
+  }
+
+  private present(out: ort.InferenceSession.ReturnType): KvTensor[] {
+    return this.signature.kv.presentNames.map((n) => ({ data: out[n].data as KvData, dims: [...out[n].dims] }))
   }
 
   async dispose(): Promise<void> {

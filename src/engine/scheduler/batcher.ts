@@ -295,15 +295,18 @@ export class Batcher {
       x.positions[r] = kv.lens[r]
       kv.maskRow(x.mask, r, 1, 1)
     }
+    // When every row decodes greedily the graph's argmax is the step's sampling: no logits leave ORT.
+    const session = this.model.session
+    const greedy = session.signature.nextToken !== null && this.running.every((s) => s.greedyNow)
     const t0 = performance.now()
-    const out = await this.model.session.forward(x, this.running.map((_, r) => r))
+    const out = greedy ? await session.forwardGreedy(x) : await session.forward(x, this.running.map((_, r) => r))
     this.observer.onStep?.({ phase: 'decode', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows })
     kv.append(out.present, this.running.map(() => 1))
     const V = this.model.vocab
     let finished = false
     this.running.forEach((s, r) => {
       if (s.cancelled) return
-      if (s.step(out.logits.subarray(r * V, (r + 1) * V))) {
+      if ('tokens' in out ? s.stepToken(out.tokens[r]) : s.step(out.logits.subarray(r * V, (r + 1) * V))) {
         finished = true
         this.observer.onFinish?.(s.observation('done'))
       }

@@ -53,11 +53,20 @@ export class Sequence {
     this.cancelled = true
   }
 
+  /** Whether this step's token is the argmax of the raw logits, which the graph can compute (see stepToken). */
+  get greedyNow(): boolean {
+    return this.sampler.picksArgmax(this.history)
+  }
+
   /** Samples the next token from this row's logits (overwriting them); returns true when the sequence has finished. */
   step(logits: Float32Array): boolean {
-    const p = this.params
     // The row is this step's own copy, so sampling may overwrite it.
-    const token = this.sampler.sampleInPlace(logits, this.history)
+    return this.stepToken(this.sampler.sampleInPlace(logits, this.history))
+  }
+
+  /** Takes `token` as the next one (the graph's argmax when greedyNow); returns true when the sequence has finished. */
+  stepToken(token: number): boolean {
+    const p = this.params
     this.history.push(token)
     this.tokenTimes.push(performance.now())
     this.generated.push(token)

@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import * as ort from 'onnxruntime-node'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { readBundle } from '../../../src/engine/model/bundle.js'
-import { externalDataConfig, fetchNewKvOnly, graphOutputNames } from '../../../src/engine/model/decoder-graph.js'
+import { NEXT_TOKEN_OUTPUT, externalDataConfig, fetchNewKvOnly, graphOutputNames, greedyTokens, prepareDecoderGraph } from '../../../src/engine/model/decoder-graph.js'
 import { ModelProto, type Node } from '../../../src/engine/model/onnx-proto.js'
 import { defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
@@ -145,6 +145,47 @@ describe('fetchNewKvOnly on the embedded default model', () => {
 
   it('returns null for bytes that are not a model', () => {
     expect(fetchNewKvOnly(new TextEncoder().encode('not an onnx model'), tiny.map, 4)).toBeNull()
+  })
+})
+
+describe('greedyTokens', () => {
+  it('adds each row\'s argmax of the last logits as an int64 output, first index on ties', async () => {
+    const tiny = loadTiny()
+    const g = prepareDecoderGraph(tiny.bytes)
+    expect(g.nextToken).toBe(NEXT_TOKEN_OUTPUT)
+    expect(graphOutputNames(g.model).at(-1)).toBe(NEXT_TOKEN_OUTPUT)
+    const s = await ort.InferenceSession.create(g.model, { logSeverityLevel: 3 })
+    try {
+      const rows = 3
+      const seq = 4
+      const feeds: Record<string, ort.Tensor> = {
+        input_ids: i64(Array.from({ length: rows * seq }, (_, i) => (i * 37 + 5) % 2000), [rows, seq]),
+        attention_mask: i64(new Array<number>(rows * seq).fill(1), [rows, seq]),
+        position_ids: i64(Array.from({ length: rows * seq }, (_, i) => i % seq), [rows, seq]),
+      }
+      for (const past of tiny.map.values()) feeds[past] = new ort.Tensor('float32', new Float32Array(0), [rows, tiny.kvHeads, 0, tiny.headDim])
+      const out = await s.run(feeds)
+      const logits = out.logits.data as Float32Array
+      const V = logits.length / rows
+      const want = Array.from({ length: rows }, (_, r) => {
+        const row = logits.subarray(r * V, (r + 1) * V)
+        return row.indexOf(Math.max(...row))
+      })
+      expect(out[NEXT_TOKEN_OUTPUT].dims).toEqual([rows, 1])
+      expect(Array.from(out[NEXT_TOKEN_OUTPUT].data as BigInt64Array, Number)).toEqual(want)
+    } finally {
+      await s.release()
+    }
+  })
+
+  it('returns null for a name that is no output', () => {
+    expect(greedyTokens(loadTiny().bytes, 'no_such_output')).toBeNull()
+  })
+
+  it.skipIf(!haveFixtures)('leaves a graph alone whose logits are float16 (tiny-random-LlamaForCausalLM-fp16)', () => {
+    const fp16 = readFileSync(readBundle(fixture('tiny-random-LlamaForCausalLM-fp16')).onnxPath)
+    expect(greedyTokens(fp16, 'logits')).toBeNull()
+    expect(prepareDecoderGraph(fp16).nextToken).toBeNull()
   })
 })
 

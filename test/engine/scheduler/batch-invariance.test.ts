@@ -1,6 +1,6 @@
 // Continuous batching must not change what a greedy request generates: alone, or batched with requests of other
 // lengths that join and leave while it runs, it yields the same tokens.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { Engine } from '../../../src/engine/engine.js'
 import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 import { runRequest } from '../../helpers/engine-run.js'
@@ -45,6 +45,27 @@ describe('batch invariance', () => {
         await Promise.all([shortLived, ...others])
         expect(batched.ids).toEqual(alone.ids)
         expect(Math.max(...decodeBatches)).toBeGreaterThanOrEqual(2)
+      })
+
+      it("greedy tokens from the graph's argmax equal the sampler's, taken from the logits", async () => {
+        const V = engine.model.vocab
+        const session = engine.model.session
+        const fromGraph = vi.spyOn(session, 'forwardGreedy')
+        try {
+          const main = { input_ids: prompt(11, 6, V), max_tokens: 20, temperature: 0, ignore_eos: true }
+          const fast = await runRequest(engine, main)
+          // float32 graphs get the next-token output (fp16 ones keep reading logits).
+          expect(fromGraph.mock.calls.length > 0).toBe(session.signature.nextToken !== null)
+          fromGraph.mockClear()
+          // A sampled request runs beside it the whole time: every decode step then reads the logits.
+          const sampled = runRequest(engine, { input_ids: prompt(7, 5, V), max_tokens: 40, temperature: 1, seed: 3, ignore_eos: true })
+          const viaLogits = await runRequest(engine, main)
+          await sampled
+          expect(fromGraph).not.toHaveBeenCalled()
+          expect(viaLogits.ids).toEqual(fast.ids)
+        } finally {
+          fromGraph.mockRestore()
+        }
       })
     })
   }
