@@ -107,8 +107,26 @@ export interface BenchReport {
   efficiency: Efficiency[]
   targets: TargetCheck[]
   summary: string[]
+  drift: Drift
   files: { json: string; chart: string | null }
 }
+
+/**
+ * How much the host's speed moved during the run, read off work that is the same every time: the unbatched node's
+ * batch-1 decode step at each of its levels, and the ORT decode steps timed before and after the sweep. Ratios
+ * between scenarios measured minutes apart carry this error.
+ */
+export interface Drift {
+  /** Slowest over fastest mean decode step of the unbatched node across its levels. */
+  unbatched_step: number | null
+  /** Slowest over fastest of the ORT decode ceiling's before and after timings, worst batch. */
+  ceiling_step: number | null
+  /** Set when either moved by more than DRIFT_WARN: what to distrust in this run. */
+  warning: string | null
+}
+
+/** Above this spread (slowest / fastest of the same work) the run warns that its cross-scenario ratios are unreliable. */
+export const DRIFT_WARN = 1.15
 
 export const isSkipped = <T extends object>(x: T | Skipped): x is Skipped => 'skipped' in x && x.skipped === true
 
@@ -182,6 +200,25 @@ export function efficiency(r: Pick<BenchReport, 'scenarios' | 'references'>, mod
       ceiling_batch_gain: ratio(step?.tokens_per_s, ceil?.decode.find((d) => d.batch === 1)?.tokens_per_s),
     }
   })
+}
+
+export function hostDrift(r: Pick<BenchReport, 'scenarios' | 'references'>): Drift {
+  const spread = (xs: number[]): number | null => (xs.length >= 2 && Math.min(...xs) > 0 ? Math.max(...xs) / Math.min(...xs) : null)
+  const steps = (scenario(r as BenchReport, 'unbatched')?.levels ?? []).flatMap((l) => (l.engine?.decode_steps ? [l.engine.mean_decode_step_ms] : []))
+  const unbatched_step = spread(steps)
+  const c = isSkipped(r.references.ort_ceiling) ? null : r.references.ort_ceiling
+  const pairs = (c?.runs.before?.decode ?? []).flatMap((b) => {
+    const a = c?.runs.after?.decode.find((d) => d.batch === b.batch)
+    return a ? [spread([a.ms, b.ms])!] : []
+  })
+  const ceiling_step = pairs.length ? Math.max(...pairs) : null
+  const moved: string[] = []
+  if (unbatched_step !== null && unbatched_step > DRIFT_WARN) moved.push(`the unbatched node's batch-1 decode step ranged ${steps.map((x) => x.toFixed(1)).join(' / ')} ms across its levels`)
+  if (ceiling_step !== null && ceiling_step > DRIFT_WARN) moved.push(`the ORT decode ceiling's steps differed up to ${pct(ceiling_step - 1)} between before and after the sweep`)
+  const warning = moved.length
+    ? `the host's speed moved during this run (${moved.join('; ')}): ratios between scenarios carry that error; repeat the run before trusting them`
+    : null
+  return { unbatched_step, ceiling_step, warning }
 }
 
 /** The issues' targets, as ratios from this run. */

@@ -21,6 +21,7 @@ import {
   REPORT_SCHEMA,
   efficiency,
   summaryLines,
+  hostDrift,
   targets,
   writeJson,
   type BenchReport,
@@ -237,6 +238,7 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
     efficiency: eff,
     targets: tg,
     summary: summaryLines(eff, tg, { references }),
+    drift: hostDrift({ scenarios, references }),
     files: { json: jsonPath, chart: chartPath },
   }
   writeJson(report, jsonPath)

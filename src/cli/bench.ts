@@ -33,6 +33,7 @@ function print(r: BenchReport): void {
   if (time.length) out.write(`\nwhere the time goes (the node's /metrics: time inside forward passes, per level)\n${formatTable(time)}`)
   out.write('\n')
   for (const l of r.summary) out.write(`${l}\n`)
+  if (r.drift.warning) out.write(`warning: ${r.drift.warning}\n`)
   out.write('\ntargets\n')
   for (const g of r.targets) {
     const bound = g.bound == null ? '' : `; ORT alone doing the same work would give ${g.bound.toFixed(2)}`

@@ -59,6 +59,7 @@ export function fakeReport(over: Partial<BenchReport> = {}): BenchReport {
     efficiency: [],
     targets: [],
     summary: [],
+    drift: { unbatched_step: null, ceiling_step: null, warning: null },
     files: { json: 'x.json', chart: 'x.svg' },
     ...over,
   }

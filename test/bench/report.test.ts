@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest'
 import { chartPoints, chartSpec, renderSvg } from '../../src/bench/chart.js'
 import type { ModelInfo } from '../../src/bench/model-info.js'
 import { formatTable, tables } from '../../src/bench/format.js'
-import { bestOf, efficiency, isSkipped, summaryLines, targets, type BenchReport } from '../../src/bench/report.js'
+import { bestOf, efficiency, hostDrift, isSkipped, summaryLines, targets, type BenchReport, type CeilingReference } from '../../src/bench/report.js'
 import { fakeReport, scenarioOf } from './fixtures.js'
 
 const model: ModelInfo = { dir: '/m', id: 'm', onnxPath: '/m/onnx/model.onnx', vocab: 100, layers: 2, hidden: 8, heads: 2, kvHeads: 1, headDim: 4, intermediate: 16, matmulParams: 1000, builderVersion: null }
@@ -13,6 +13,35 @@ function derive(r: BenchReport): BenchReport {
   const tg = targets(eff, r)
   return { ...r, efficiency: eff, targets: tg, summary: summaryLines(eff, tg, r) }
 }
+
+describe('hostDrift: how much the same work moved during a run', () => {
+  /** The fake report with the unbatched node's batch-1 decode step at each level, and ORT steps before/after. */
+  function withSteps(unbatchedMs: number[], before: number, after: number): BenchReport {
+    const r = fakeReport()
+    const unb = r.scenarios.find((s) => s.name === 'unbatched')!
+    if (isSkipped(unb)) throw new Error('fixture')
+    unb.levels.forEach((l, i) => {
+      l.engine = { decode_steps: 100, decode_seconds: unbatchedMs[i] / 10, mean_decode_batch: 1, mean_decode_step_ms: unbatchedMs[i], prefill_steps: 1, prefill_seconds: 0.1, prefill_tokens: 20, other_seconds: 0, forward_fraction: 1 }
+    })
+    const c = r.references.ort_ceiling as CeilingReference
+    const at = (ms: number): CeilingReference['decode'] => c.decode.map((d) => ({ ...d, ms: d.batch === 64 ? ms : d.ms }))
+    c.runs = { before: { decode: at(before), prefill: c.prefill }, after: { decode: at(after), prefill: c.prefill } }
+    return r
+  }
+
+  it('is quiet when the same work took the same time', () => {
+    expect(hostDrift(withSteps([40, 41, 40.5, 41.5], 100, 104))).toMatchObject({ warning: null })
+  })
+
+  it('warns, naming the figures, when the unbatched step or the ceiling moved by more than 15%', () => {
+    const d = hostDrift(withSteps([38.8, 46.5, 58, 63.6], 100, 104))
+    expect(d.unbatched_step).toBeCloseTo(63.6 / 38.8, 6)
+    expect(d.warning).toMatch(/unbatched node's batch-1 decode step ranged 38\.8 \/ 46\.5 \/ 58\.0 \/ 63\.6 ms/)
+    const c = hostDrift(withSteps([40, 40, 40, 40], 180, 236))
+    expect(c.ceiling_step).toBeCloseTo(236 / 180, 6)
+    expect(c.warning).toMatch(/ORT decode ceiling's steps differed up to 31%/)
+  })
+})
 
 describe('efficiency and targets', () => {
   it('divides onnxd output tok/s by each reference at the same concurrency', () => {
