@@ -169,9 +169,9 @@ export function llamaGraph(p: Preset): DecoderGraph {
   const causal = g.one(m, 'Unsqueeze', [g.one(m, 'LessOrEqual', [keySlots, querySlots]), axes01])
   const notPad = g.one(m, 'Unsqueeze', [g.one(m, 'Cast', ['attention_mask'], [attrI('to', DataType.BOOL)]), axes12])
   const mask1 = g.one(m, 'Where', [g.one(m, 'And', [causal, notPad]), zeroF, lowest])
-  // Row r * seq + j of a query group is query head r's position j: the mask repeats per head of the group.
   // Split sizes [past, seq] of the key axis, to cut the probabilities back into past and new columns.
   const pastAndSeq = g.one(m, 'Concat', [g.one(m, 'Unsqueeze', [pastLen, axes0]), g.one(m, 'Unsqueeze', [seqLen, axes0])], [attrI('axis', 0)])
+  // Row r * seq + j of a query group is query head r's position j: the mask repeats per head of the group.
   const mask = nRep > 1 ? g.one(m, 'Tile', [mask1, tileMaskRep]) : mask1
 
   const rmsNorm = (scope: string, x: string, w: string): string => {
