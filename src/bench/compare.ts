@@ -71,8 +71,26 @@ export function compareReports(a: BenchReport, b: BenchReport): CompareRow[] {
   return rows
 }
 
+/**
+ * What makes B/A more than the change under test: the runs were on different machines, providers, ONNX Runtime
+ * versions or model builds, or a run's host moved while it ran (its drift warning).
+ */
+export function caveats(a: BenchReport, b: BenchReport): string[] {
+  const out: string[] = []
+  const differ = (what: string, x: unknown, y: unknown): void => {
+    if (x !== y) out.push(`${what} differs: A ${String(x)}, B ${String(y)}; B/A mixes that with the change`)
+  }
+  differ('cpu', `${a.machine.cpu} x${a.machine.cores}`, `${b.machine.cpu} x${b.machine.cores}`)
+  differ('provider', a.machine.provider, b.machine.provider)
+  differ('onnxruntime-node', a.versions['onnxruntime-node'], b.versions['onnxruntime-node'])
+  differ('model', `${a.model.id} (builder ${a.model.builder_version ?? '-'})`, `${b.model.id} (builder ${b.model.builder_version ?? '-'})`)
+  // Reports of schema 1 carry no drift.
+  for (const [name, r] of [['A', a], ['B', b]] as const) if (r.drift?.warning) out.push(`${name}: ${r.drift.warning}`)
+  return out
+}
+
 /** The comparison as a printable table. */
-export function formatComparison(rows: CompareRow[], a: string, b: string): string {
+export function formatComparison(rows: CompareRow[], a: string, b: string, notes: string[] = []): string {
   const body = rows.map((r) => ({
     where: r.where,
     figure: r.figure,
@@ -81,5 +99,6 @@ export function formatComparison(rows: CompareRow[], a: string, b: string): stri
     'B/A': r.ratio === null ? 'n/a' : `${r.ratio.toFixed(3)}x`,
     '': r.better === null ? '' : r.better ? 'better' : 'worse',
   }))
-  return `A: ${a}\nB: ${b}\n\n${formatTable(body)}`
+  const caveatLines = notes.map((n) => `note: ${n}\n`).join('')
+  return `A: ${a}\nB: ${b}\n${caveatLines}\n${formatTable(body)}`
 }

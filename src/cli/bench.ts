@@ -1,7 +1,7 @@
 // `onnxd bench [options]`: the serving benchmark (src/bench): a concurrency sweep with the standard figures, the
 // references in the same run, a table on stdout, JSON and an SVG chart on disk. `onnxd bench compare A.json
 // B.json [--json]` prints the ratios B/A.
-import { compareReports, formatComparison, readReport } from '../bench/compare.js'
+import { caveats, compareReports, formatComparison, readReport } from '../bench/compare.js'
 import { USAGE, benchConfig, parseFlags } from '../bench/options.js'
 import { formatTable, referenceLines, tables, timeTable } from '../bench/format.js'
 import type { BenchReport } from '../bench/report.js'
@@ -15,8 +15,13 @@ function compare(argv: string[]): number {
     process.stderr.write(`usage: onnxd bench compare A.json B.json [--json]\n`)
     return 2
   }
-  const rows = compareReports(readReport(files[0]), readReport(files[1]))
-  process.stdout.write(json ? JSON.stringify(rows, null, 2) + '\n' : formatComparison(rows, files[0], files[1]))
+  const [a, b] = [readReport(files[0]), readReport(files[1])]
+  const rows = compareReports(a, b)
+  const notes = caveats(a, b)
+  if (json) {
+    process.stdout.write(JSON.stringify(rows, null, 2) + '\n')
+    for (const n of notes) process.stderr.write(`note: ${n}\n`)
+  } else process.stdout.write(formatComparison(rows, files[0], files[1], notes))
   return 0
 }
 

@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { compareReports, formatComparison, readReport } from '../../src/bench/compare.js'
+import { caveats, compareReports, formatComparison, readReport } from '../../src/bench/compare.js'
 import { fakeReport, scenarioOf } from './fixtures.js'
 
 describe('compareReports', () => {
@@ -29,6 +29,25 @@ describe('compareReports', () => {
     const text = formatComparison(compareReports(a, b), 'a.json', 'b.json')
     expect(text).toMatch(/^A: a\.json\nB: b\.json/)
     expect(text).toMatch(/onnxd c=64\s+output_throughput\s+640\.00\s+1280\.00\s+2\.000x\s+better/)
+  })
+
+  it('notes what else differs between the runs: machine, model build, a host that moved', () => {
+    expect(caveats(a, b)).toEqual([])
+    const elsewhere = fakeReport({
+      machine: { ...a.machine, cpu: 'other cpu' },
+      model: { ...a.model, builder_version: '3' },
+      drift: { unbatched_step: 1.6, ceiling_step: 1.2, warning: "the host's speed moved during this run (...)" },
+    })
+    const notes = caveats(a, elsewhere)
+    expect(notes).toEqual([
+      'cpu differs: A test cpu x2, B other cpu x2; B/A mixes that with the change',
+      'model differs: A m (builder -), B m (builder 3); B/A mixes that with the change',
+      "B: the host's speed moved during this run (...)",
+    ])
+    expect(formatComparison(compareReports(a, elsewhere), 'a.json', 'b.json', notes)).toMatch(/^A: a\.json\nB: b\.json\nnote: cpu differs/)
+    // A report written before drift existed (schema 1) compares without a note for it.
+    const { drift: _, ...old } = a
+    expect(caveats(old as typeof a, a)).toEqual([])
   })
 
   it('reads reports from disk and refuses other JSON', () => {
