@@ -62,6 +62,37 @@ export interface CompletionUsage {
   at: number
   /** Set the key's `lastUsedAt` to `at` (default true; callers skip it when it was set less than a minute ago). */
   touchKey?: boolean
+  /**
+   * The in-flight row (`InFlightCompletion.id`) this completion settles, if one may have been written: it is removed
+   * in the same transaction. If recovery already settled it, only what this record adds beyond it is recorded.
+   */
+  inFlightId?: string
+}
+
+/**
+ * A completion being served, as far as its client has received it. Written as it goes (admission, then every few
+ * tokens or every interval), so that a crash loses at most one interval of usage; settled exactly once, by the
+ * completion's own `recordCompletion` or, when its owner stopped renewing it, by `settleStaleInFlight`.
+ */
+export interface InFlightCompletion {
+  /** The completion's request id. */
+  id: string
+  accountId: string
+  keyId: string
+  model: string
+  promptTokens: number
+  completionTokens: number
+  costMicros: number
+  /** Unix milliseconds of admission. */
+  startedAt: number
+}
+
+/** What `settleStaleInFlight` recorded. */
+export interface SettledInFlight {
+  completions: number
+  promptTokens: number
+  completionTokens: number
+  costMicros: number
 }
 
 export interface UsageTotals {
@@ -113,8 +144,22 @@ export interface KeyStore {
 }
 
 export interface UsageStore {
-  /** Records usage per key, model and day and debits the account, atomically. Returns the new balance. */
+  /**
+   * Records usage per key, model and day and debits the account, atomically, settling `usage.inFlightId` in the same
+   * transaction. Returns the new balance.
+   */
   recordCompletion(usage: CompletionUsage): Promise<{ balanceMicros: number }>
+  /**
+   * In one transaction: writes these rows of `owner` (insert, or update a row not yet settled) and renews the lease
+   * of every unsettled row `owner` holds (their `updatedAt` becomes `nowMs`). Rows already settled are left alone.
+   */
+  saveInFlight(owner: string, rows: readonly InFlightCompletion[], nowMs: number): Promise<void>
+  /**
+   * In one transaction: records and debits every unsettled in-flight row not renewed since `staleBeforeMs` (its owner
+   * is gone: a crash), as one request each, and marks them settled; forgets rows settled more than a day before
+   * `nowMs`. Safe to run from every facade sharing the store.
+   */
+  settleStaleInFlight(staleBeforeMs: number, nowMs: number): Promise<SettledInFlight>
   usage(query: UsageQuery): Promise<UsageRow[]>
 }
 

@@ -39,4 +39,22 @@ export const MIGRATIONS: readonly string[] = [
   ) STRICT;
   CREATE INDEX usage_account_day ON usage(account_id, day);
   `,
+  // 2: completions in flight, written as they go and settled when they end (or, after a crash, by recovery).
+  `
+  CREATE TABLE inflight (
+    id                TEXT PRIMARY KEY,
+    owner             TEXT NOT NULL,
+    key_id            TEXT NOT NULL REFERENCES api_keys(id),
+    account_id        TEXT NOT NULL REFERENCES accounts(id),
+    model             TEXT NOT NULL,
+    prompt_tokens     INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cost_micros       INTEGER NOT NULL,
+    started_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    settled_at        INTEGER
+  ) STRICT;
+  CREATE INDEX inflight_open ON inflight(settled_at, updated_at);
+  CREATE INDEX inflight_owner ON inflight(owner, settled_at);
+  `,
 ]

@@ -10,10 +10,12 @@ import type {
   Account,
   ApiKey,
   CompletionUsage,
+  InFlightCompletion,
   KeyLookup,
   NewAccount,
   NewApiKey,
   ProfilePatch,
+  SettledInFlight,
   Store,
   Subscription,
   UsageQuery,
@@ -50,6 +52,21 @@ interface UsageDbRow {
   completion_tokens: number
   cost_micros: number
 }
+
+interface InFlightRow {
+  id: string
+  key_id: string
+  account_id: string
+  model: string
+  prompt_tokens: number
+  completion_tokens: number
+  cost_micros: number
+  updated_at: number
+  settled_at: number | null
+}
+
+/** Settled in-flight rows are kept this long, so that a completion still running when recovery took its row adds only the rest. */
+const SETTLED_RETENTION_MS = 86_400_000
 
 const toAccount = (r: AccountRow): Account => ({
   id: r.id,
@@ -130,11 +147,11 @@ function prepareStatements(db: Database.Database) {
       `UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND (? IS NULL OR account_id = ?)
        RETURNING *`,
     ),
-    upsertUsage: db.prepare<[string, string, string, string, number, number, number]>(
+    upsertUsage: db.prepare<[string, string, string, string, number, number, number, number]>(
       `INSERT INTO usage (key_id, account_id, model, day, requests, prompt_tokens, completion_tokens, cost_micros)
-       VALUES (?, ?, ?, ?, 1, ?, ?, ?)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (key_id, model, day) DO UPDATE SET
-         requests = requests + 1,
+         requests = requests + excluded.requests,
          prompt_tokens = prompt_tokens + excluded.prompt_tokens,
          completion_tokens = completion_tokens + excluded.completion_tokens,
          cost_micros = cost_micros + excluded.cost_micros`,
@@ -143,6 +160,25 @@ function prepareStatements(db: Database.Database) {
     debit: db.prepare<[number, string], { balance_micros: number }>(
       'UPDATE accounts SET balance_micros = balance_micros - ? WHERE id = ? RETURNING balance_micros',
     ),
+    takeInFlight: db.prepare<[string], InFlightRow>('DELETE FROM inflight WHERE id = ? RETURNING *'),
+    saveInFlight: db.prepare<[string, string, string, string, string, number, number, number, number, number]>(
+      `INSERT INTO inflight (id, owner, key_id, account_id, model, prompt_tokens, completion_tokens, cost_micros,
+                             started_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (id) DO UPDATE SET
+         owner = excluded.owner,
+         prompt_tokens = excluded.prompt_tokens,
+         completion_tokens = excluded.completion_tokens,
+         cost_micros = excluded.cost_micros,
+         updated_at = excluded.updated_at
+       WHERE settled_at IS NULL`,
+    ),
+    renewInFlight: db.prepare<[number, string]>('UPDATE inflight SET updated_at = ? WHERE owner = ? AND settled_at IS NULL'),
+    staleInFlight: db.prepare<[number], InFlightRow>(
+      'SELECT * FROM inflight WHERE settled_at IS NULL AND updated_at < ? ORDER BY updated_at, id',
+    ),
+    markSettled: db.prepare<[number, string]>('UPDATE inflight SET settled_at = ? WHERE id = ?'),
+    forgetSettled: db.prepare<[number]>('DELETE FROM inflight WHERE settled_at IS NOT NULL AND settled_at < ?'),
   }
 }
 
@@ -150,6 +186,8 @@ export class SqliteStore implements Store {
   readonly db: Database.Database
   private readonly q: ReturnType<typeof prepareStatements>
   private readonly record: (u: CompletionUsage) => { balanceMicros: number }
+  private readonly save: (owner: string, rows: readonly InFlightCompletion[], nowMs: number) => void
+  private readonly settleStale: (staleBeforeMs: number, nowMs: number) => SettledInFlight
 
   constructor(opts: SqliteStoreOptions = {}) {
     let file = opts.file
@@ -166,12 +204,47 @@ export class SqliteStore implements Store {
     migrate(this.db)
 
     const q = (this.q = prepareStatements(this.db))
+    const debit = (micros: number, accountId: string): number => {
+      const row = q.debit.get(micros, accountId)
+      if (!row) throw new OnnxdError('internal', `account ${accountId} vanished while recording usage`)
+      return row.balance_micros
+    }
     this.record = this.db.transaction((u: CompletionUsage): { balanceMicros: number } => {
-      q.upsertUsage.run(u.keyId, u.accountId, u.model, dayOf(u.at), u.promptTokens, u.completionTokens, u.costMicros)
+      let requests = 1
+      let { promptTokens, completionTokens, costMicros } = u
+      const taken = u.inFlightId !== undefined ? q.takeInFlight.get(u.inFlightId) : undefined
+      if (taken && taken.settled_at !== null) {
+        // Recovery already recorded this request and what it had delivered: add only the rest.
+        requests = 0
+        promptTokens = Math.max(0, promptTokens - taken.prompt_tokens)
+        completionTokens = Math.max(0, completionTokens - taken.completion_tokens)
+        costMicros = Math.max(0, costMicros - taken.cost_micros)
+      }
+      if (requests + promptTokens + completionTokens + costMicros > 0) {
+        q.upsertUsage.run(u.keyId, u.accountId, u.model, dayOf(u.at), requests, promptTokens, completionTokens, costMicros)
+      }
       if (u.touchKey !== false) q.touchKey.run(Math.floor(u.at / 1000), u.keyId)
-      const row = q.debit.get(u.costMicros, u.accountId)
-      if (!row) throw new OnnxdError('internal', `account ${u.accountId} vanished while recording usage`)
-      return { balanceMicros: row.balance_micros }
+      return { balanceMicros: debit(costMicros, u.accountId) }
+    })
+    this.save = this.db.transaction((owner: string, rows: readonly InFlightCompletion[], nowMs: number): void => {
+      for (const r of rows) {
+        q.saveInFlight.run(r.id, owner, r.keyId, r.accountId, r.model, r.promptTokens, r.completionTokens, r.costMicros, r.startedAt, nowMs)
+      }
+      q.renewInFlight.run(nowMs, owner)
+    })
+    this.settleStale = this.db.transaction((staleBeforeMs: number, nowMs: number): SettledInFlight => {
+      const out: SettledInFlight = { completions: 0, promptTokens: 0, completionTokens: 0, costMicros: 0 }
+      for (const r of q.staleInFlight.all(staleBeforeMs)) {
+        q.upsertUsage.run(r.key_id, r.account_id, r.model, dayOf(r.updated_at), 1, r.prompt_tokens, r.completion_tokens, r.cost_micros)
+        debit(r.cost_micros, r.account_id)
+        q.markSettled.run(nowMs, r.id)
+        out.completions++
+        out.promptTokens += r.prompt_tokens
+        out.completionTokens += r.completion_tokens
+        out.costMicros += r.cost_micros
+      }
+      q.forgetSettled.run(nowMs - SETTLED_RETENTION_MS)
+      return out
     })
   }
 
@@ -264,6 +337,14 @@ export class SqliteStore implements Store {
 
   async recordCompletion(usage: CompletionUsage): Promise<{ balanceMicros: number }> {
     return this.record(usage)
+  }
+
+  async saveInFlight(owner: string, rows: readonly InFlightCompletion[], nowMs: number): Promise<void> {
+    this.save(owner, rows, nowMs)
+  }
+
+  async settleStaleInFlight(staleBeforeMs: number, nowMs: number): Promise<SettledInFlight> {
+    return this.settleStale(staleBeforeMs, nowMs)
   }
 
   async usage(query: UsageQuery): Promise<UsageRow[]> {

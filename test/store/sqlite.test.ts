@@ -123,6 +123,86 @@ describe('SqliteStore', () => {
     expect(await s.usage({ keyId: k.id })).toEqual([])
   })
 
+  describe('completions in flight', () => {
+    const T = Date.UTC(2025, 0, 1, 12)
+    async function setup() {
+      const s = open()
+      const a = await s.createAccount({ name: 'a', balanceMicros: 1000 })
+      const k = await s.createKey({ accountId: a.id, hash: hash(1), redacted: 'x' })
+      const row = (id: string, completionTokens: number, costMicros = completionTokens) => ({
+        id, accountId: a.id, keyId: k.id, model: 'm', promptTokens: 4, completionTokens, costMicros, startedAt: T,
+      })
+      const total = async () => (await s.usage({ keyId: k.id }))[0] ?? null
+      const balance = async () => (await s.getAccount(a.id))!.balanceMicros
+      const inflight = () => s.db.prepare('SELECT id, owner, completion_tokens, updated_at, settled_at FROM inflight ORDER BY id').all()
+      return { s, a, k, row, total, balance, inflight }
+    }
+
+    it('a completion that ends normally bills exactly once: its final record removes the row it kept up to date', async () => {
+      const { s, a, k, row, total, balance, inflight } = await setup()
+      await s.saveInFlight('p1', [row('r1', 3)], T + 1)
+      await s.saveInFlight('p1', [row('r1', 7)], T + 2)
+      expect(inflight()).toEqual([{ id: 'r1', owner: 'p1', completion_tokens: 7, updated_at: T + 2, settled_at: null }])
+      expect(await total()).toBeNull() // nothing billed while it runs
+      await s.recordCompletion({ accountId: a.id, keyId: k.id, model: 'm', promptTokens: 4, completionTokens: 9, costMicros: 9, at: T + 3, inFlightId: 'r1' })
+      expect(inflight()).toEqual([])
+      expect(await total()).toMatchObject({ requests: 1, promptTokens: 4, completionTokens: 9, costMicros: 9 })
+      expect(await balance()).toBe(991)
+      // Nothing is left for recovery to bill again.
+      expect(await s.settleStaleInFlight(T + 10_000, T + 10_000)).toMatchObject({ completions: 0 })
+      expect(await balance()).toBe(991)
+    })
+
+    it('recovery settles rows whose owner stopped renewing them, once; live owners keep theirs by renewing', async () => {
+      const { s, row, total, balance, inflight } = await setup()
+      await s.saveInFlight('dead', [row('r1', 5), row('r2', 6)], T)
+      await s.saveInFlight('live', [row('r3', 2)], T)
+      await s.saveInFlight('live', [], T + 4000) // renews r3 only
+      expect(await s.settleStaleInFlight(T + 3000, T + 5000)).toEqual({ completions: 2, promptTokens: 8, completionTokens: 11, costMicros: 11 })
+      expect(await total()).toMatchObject({ requests: 2, promptTokens: 8, completionTokens: 11, costMicros: 11 })
+      expect(await balance()).toBe(989)
+      expect(await s.settleStaleInFlight(T + 3000, T + 5000)).toMatchObject({ completions: 0 })
+      expect(await balance()).toBe(989)
+      // A settled row is not brought back or updated by a late save.
+      await s.saveInFlight('dead', [row('r1', 50)], T + 6000)
+      expect(inflight()).toEqual([
+        { id: 'r1', owner: 'dead', completion_tokens: 5, updated_at: T, settled_at: T + 5000 },
+        { id: 'r2', owner: 'dead', completion_tokens: 6, updated_at: T, settled_at: T + 5000 },
+        { id: 'r3', owner: 'live', completion_tokens: 2, updated_at: T + 4000, settled_at: null },
+      ])
+      // Settled rows are forgotten after a day.
+      await s.settleStaleInFlight(T, T + 5000 + 86_400_001)
+      expect(inflight()).toEqual([expect.objectContaining({ id: 'r3' })])
+    })
+
+    it('a completion that finishes after recovery took its row adds only what it delivered since', async () => {
+      const { s, a, k, row, total, balance } = await setup()
+      await s.saveInFlight('slow', [row('r1', 5)], T)
+      await s.settleStaleInFlight(T + 1, T + 1)
+      await s.recordCompletion({ accountId: a.id, keyId: k.id, model: 'm', promptTokens: 4, completionTokens: 8, costMicros: 8, at: T + 2, inFlightId: 'r1' })
+      expect(await total()).toMatchObject({ requests: 1, promptTokens: 4, completionTokens: 8, costMicros: 8 })
+      expect(await balance()).toBe(992)
+    })
+
+    it('a record whose row was never written bills in full', async () => {
+      const { s, a, k, total } = await setup()
+      await s.recordCompletion({ accountId: a.id, keyId: k.id, model: 'm', promptTokens: 1, completionTokens: 2, costMicros: 3, at: T, inFlightId: 'never-saved' })
+      expect(await total()).toMatchObject({ requests: 1, promptTokens: 1, completionTokens: 2, costMicros: 3 })
+    })
+
+    it('keeps in-flight rows across a reopen of the file (what a restart after a crash sees)', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'onnxd-store-'))
+      const s = open({ dataDir: dir })
+      const a = await s.createAccount({ name: 'a', balanceMicros: 100 })
+      const k = await s.createKey({ accountId: a.id, hash: hash(1), redacted: 'x' })
+      await s.saveInFlight('p', [{ id: 'r', accountId: a.id, keyId: k.id, model: 'm', promptTokens: 3, completionTokens: 4, costMicros: 7, startedAt: T }], T)
+      await stores.pop()!.close()
+      const again = open({ dataDir: dir })
+      expect(await again.settleStaleInFlight(T + 1, T + 1)).toEqual({ completions: 1, promptTokens: 3, completionTokens: 4, costMicros: 7 })
+      expect((await again.getAccount(a.id))!.balanceMicros).toBe(93)
+    })
+  })
+
   it('lets a second connection (the operator CLI) write while the server holds the file', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'onnxd-store-'))
     const server = open({ dataDir: dir })
