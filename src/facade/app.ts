@@ -10,7 +10,7 @@ import { resolveJwtSecret } from './auth/secret.js'
 import { Meter, PriceTable } from './billing/meter.js'
 import type { FacadeContext } from './context.js'
 import { facadeErrorHandler, facadeNotFoundHandler } from './errors.js'
-import { RateLimiter } from './limits/rate-limit.js'
+import { rateLimitHeaders, RateLimiter } from './limits/rate-limit.js'
 import { HttpNodeClient, type NodeClient } from './node-client.js'
 import type { FacadeOptions } from './options.js'
 import './request.js'
@@ -116,11 +116,9 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
         request.principal = principal
         if (principal.kind !== 'key') return
         const limit = await ctx.limiter.admit(principal.key)
-        if (limit) {
-          reply.header('x-ratelimit-limit-requests', limit.limit)
-          reply.header('x-ratelimit-remaining-requests', limit.remaining)
-          reply.header('x-ratelimit-reset-requests', `${Math.max(0, Math.ceil((limit.resetAtMs - now()) / 1000))}s`)
-        }
+        if (!limit) return
+        reply.headers(rateLimitHeaders(limit, now()))
+        if (limit.refused) throw limit.refused
       })
       modelsRoutes(v1, ctx)
       chatCompletionsRoute(v1, ctx)

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest'
-import { RateLimiter } from '../../src/facade/limits/rate-limit.js'
+import { formatDuration, RateLimiter } from '../../src/facade/limits/rate-limit.js'
 import type { ApiKey } from '../../src/store/interfaces.js'
 import { MemoryRateLimitStore } from '../../src/store/memory-rate-limit.js'
 import { bearer, chatBody, facadeFixture, type FacadeFixture } from '../helpers/facade.js'
@@ -26,15 +26,18 @@ const key = (id: string, rpmLimit: number | null = null): ApiKey => ({
   revokedAt: null,
 })
 
+const refused = (code = 'rate_limited') => ({ refused: expect.objectContaining({ code }) })
+const allowed = { refused: null }
+
 describe('RateLimiter', () => {
   it('applies the key override, the default, and 0 as unlimited', async () => {
     const l = new RateLimiter(new MemoryRateLimitStore(), { keyRpm: 2, fleetRpm: 0 }, now)
-    await l.admit(key('a'))
-    await l.admit(key('a'))
-    await expect(l.admit(key('a'))).rejects.toMatchObject({ code: 'rate_limited' })
-    for (let i = 0; i < 5; i++) await l.admit(key('b', 5))
-    await expect(l.admit(key('b', 5))).rejects.toMatchObject({ code: 'rate_limited' })
-    for (let i = 0; i < 50; i++) await l.admit(key('c', 0))
+    expect(await l.admit(key('a'))).toMatchObject({ limit: 2, remaining: 1, ...allowed })
+    expect(await l.admit(key('a'))).toMatchObject({ limit: 2, remaining: 0, ...allowed })
+    expect(await l.admit(key('a'))).toMatchObject({ limit: 2, remaining: 0, ...refused() })
+    for (let i = 0; i < 5; i++) expect(await l.admit(key('b', 5))).toMatchObject(allowed)
+    expect(await l.admit(key('b', 5))).toMatchObject(refused())
+    for (let i = 0; i < 50; i++) expect(await l.admit(key('c', 0))).toBeNull()
   })
 
   it('gives Retry-After in whole seconds until the window resets, at least 1', async () => {
@@ -42,11 +45,26 @@ describe('RateLimiter', () => {
     clock = T0 + 100
     await l.admit(key('a'))
     clock = T0 + 12_300 // 47.7 s left
-    await expect(l.admit(key('a'))).rejects.toMatchObject({ details: { retryAfterS: 48 } })
+    expect((await l.admit(key('a')))?.refused).toMatchObject({ details: { retryAfterS: 48 } })
     clock = T0 + 59_999
-    await expect(l.admit(key('a'))).rejects.toMatchObject({ details: { retryAfterS: 1 } })
+    expect((await l.admit(key('a')))?.refused).toMatchObject({ details: { retryAfterS: 1 } })
     clock = T0 + 60_000
-    await expect(l.admit(key('a'))).resolves.toMatchObject({ limit: 1, remaining: 0, resetAtMs: T0 + 120_000 })
+    expect(await l.admit(key('a'))).toMatchObject({ limit: 1, remaining: 0, resetAtMs: T0 + 120_000, refused: null })
+  })
+
+  it('reports the binding limit: the one with the fewest requests remaining, key or fleet', async () => {
+    const l = new RateLimiter(new MemoryRateLimitStore(), { keyRpm: 3, fleetRpm: 5 }, now)
+    expect(await l.admit(key('a'))).toMatchObject({ limit: 3, remaining: 2, ...allowed }) // key 2 left, fleet 4
+    expect(await l.admit(key('b'))).toMatchObject({ limit: 3, remaining: 2, ...allowed }) // key 2, fleet 3
+    expect(await l.admit(key('c'))).toMatchObject({ limit: 3, remaining: 2, ...allowed }) // key 2, fleet 2: a tie keeps the key's
+    expect(await l.admit(key('d'))).toMatchObject({ limit: 5, remaining: 1, ...allowed }) // fleet binds
+    expect(await l.admit(key('a'))).toMatchObject({ limit: 5, remaining: 0, ...allowed })
+    expect(await l.admit(key('a'))).toMatchObject({ limit: 5, remaining: 0, ...refused() }) // the fleet refuses
+    expect((await l.admit(key('a')))?.refused?.message).toMatch(/this API key: 3 requests/) // now the key does
+  })
+
+  it('writes reset durations as OpenAI does', () => {
+    expect([1, 9, 59, 60, 61, 360, 3600, 3725].map(formatDuration)).toEqual(['1s', '9s', '59s', '1m0s', '1m1s', '6m0s', '1h0m0s', '1h2m5s'])
   })
 })
 
@@ -59,10 +77,12 @@ describe('429 rate_limit_error over HTTP', () => {
       expect(ok.statusCode).toBe(200)
       expect(ok.headers['x-ratelimit-remaining-requests']).toBe(String(2 - i))
       expect(ok.headers['x-ratelimit-limit-requests']).toBe('3')
+      expect(ok.headers['x-ratelimit-reset-requests']).toBe('45s')
     }
     const res = await f.app.inject({ method: 'GET', url: '/v1/models', headers: bearer(f.key) })
     expect(res.statusCode).toBe(429)
     expect(res.headers['retry-after']).toBe('45')
+    expect(res.headers).toMatchObject({ 'x-ratelimit-limit-requests': '3', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '45s' })
     expect(res.json()).toEqual({ error: { type: 'rate_limit_error', code: 429, message: 'Rate limit reached for this API key: 3 requests per minute' } })
     // Another key of the same account has its own counter.
     expect((await f.app.inject({ method: 'GET', url: '/v1/models', headers: bearer(await f.newKey()) })).statusCode).toBe(200)
@@ -91,6 +111,7 @@ describe('429 rate_limit_error over HTTP', () => {
       const res = await f.app.inject({ method: 'GET', url: '/v1/models', headers: bearer(k) })
       expect(res.statusCode).toBe(429)
       expect(res.headers['retry-after']).toBe('30')
+      expect(res.headers).toMatchObject({ 'x-ratelimit-limit-requests': '4', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '30s' })
       expect(res.json().error).toMatchObject({ type: 'rate_limit_error', code: 429, message: expect.stringMatching(/Fleet-wide rate limit reached: 4 requests per minute/) })
     }
   })
@@ -109,6 +130,22 @@ describe('429 rate_limit_error over HTTP', () => {
       payload: '{oops',
     })
     expect(bad.statusCode).toBe(429)
+  })
+
+  it('chat completions carry the binding limit, as JSON and as SSE; a full minute left reads 1m0s', async () => {
+    f = await facadeFixture({ options: { keyRpm: 10, fleetRpm: 100 }, deps: { now } })
+    const json = await f.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: bearer(f.key), payload: chatBody() })
+    expect(json.statusCode).toBe(200)
+    expect(json.headers).toMatchObject({ 'x-ratelimit-limit-requests': '10', 'x-ratelimit-remaining-requests': '9', 'x-ratelimit-reset-requests': '1m0s' })
+    clock = T0 + 50_500
+    const sse = await f.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: bearer(f.key), payload: chatBody({ stream: true }) })
+    expect(sse.headers['content-type']).toMatch(/^text\/event-stream/)
+    expect(sse.headers).toMatchObject({ 'x-ratelimit-limit-requests': '10', 'x-ratelimit-remaining-requests': '8', 'x-ratelimit-reset-requests': '10s' })
+    // A 429 of a chat completion carries them too.
+    for (let i = 0; i < 8; i++) await f.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: bearer(f.key), payload: chatBody() })
+    const over = await f.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: bearer(f.key), payload: chatBody() })
+    expect(over.statusCode).toBe(429)
+    expect(over.headers).toMatchObject({ 'retry-after': '10', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '10s' })
   })
 
   it('does not limit the session-token routes', async () => {

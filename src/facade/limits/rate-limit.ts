@@ -1,6 +1,6 @@
 // Requests-per-minute limits, per API key (the key's own limit, else the default) and fleet-wide (one counter for
-// every key of this facade). Counters live in a RateLimitStore, so a shared backend can serve many facades.
-// Imports: store interfaces, shared errors.
+// every key of this facade), and the `x-ratelimit-*` headers that show a client the binding one. Counters live in a
+// RateLimitStore, so a shared backend can serve many facades. Imports: store interfaces, shared errors.
 import type { ApiKey, RateLimitStore } from '../../store/interfaces.js'
 import { OnnxdError } from '../../shared/errors.js'
 
@@ -14,14 +14,43 @@ export interface RateLimitOptions {
   fleetRpm: number
 }
 
-/** What the caller may advertise in `x-ratelimit-*` headers. */
+/** A counter after this request: what the caller advertises in `x-ratelimit-*` headers. */
 export interface RateLimitState {
   limit: number
   remaining: number
   resetAtMs: number
 }
 
-const retryAfterS = (resetAtMs: number, nowMs: number): number => Math.max(1, Math.ceil((resetAtMs - nowMs) / 1000))
+/** The binding limit (fewest remaining) of a request, and the 429 to answer if it was over a limit. */
+export interface RateLimitVerdict extends RateLimitState {
+  refused: OnnxdError | null
+}
+
+/** Whole seconds until `resetAtMs`, at least 1: the `Retry-After` value and the reset header's. */
+const secondsUntil = (resetAtMs: number, nowMs: number): number => Math.max(1, Math.ceil((resetAtMs - nowMs) / 1000))
+
+/** A duration as OpenAI writes `x-ratelimit-reset-requests` (Go's form): `1s`, `59s`, `1m0s`, `6m0s`, `1h0m0s`. */
+export function formatDuration(seconds: number): string {
+  const h = Math.floor(seconds / 3600)
+  const m = Math.floor((seconds % 3600) / 60)
+  const s = seconds % 60
+  if (h > 0) return `${h}h${m}m${s}s`
+  if (m > 0) return `${m}m${s}s`
+  return `${s}s`
+}
+
+/** The `x-ratelimit-*-requests` headers of a request's binding limit. */
+export function rateLimitHeaders(s: RateLimitState, nowMs: number): Record<string, string> {
+  return {
+    'x-ratelimit-limit-requests': String(s.limit),
+    'x-ratelimit-remaining-requests': String(s.remaining),
+    'x-ratelimit-reset-requests': formatDuration(secondsUntil(s.resetAtMs, nowMs)),
+  }
+}
+
+/** Of two limits, the one that binds: fewer remaining, or (equal) the one that resets later. */
+const binding = (a: RateLimitState | null, b: RateLimitState): RateLimitState =>
+  a === null || b.remaining < a.remaining || (b.remaining === a.remaining && b.resetAtMs > a.resetAtMs) ? b : a
 
 export class RateLimiter {
   constructor(
@@ -30,30 +59,31 @@ export class RateLimiter {
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** Counts one request of this key; throws 429 with `retryAfterS` when the key or the fleet is over its limit. */
-  async admit(key: ApiKey): Promise<RateLimitState | null> {
+  /**
+   * Counts one request of this key against its limit, then (if allowed) the fleet's. Returns the binding limit, with
+   * `refused` set to the 429 (`retryAfterS` in whole seconds) when the key or the fleet is over; null when unlimited.
+   */
+  async admit(key: ApiKey): Promise<RateLimitVerdict | null> {
     const now = this.now()
     let state: RateLimitState | null = null
     const keyLimit = key.rpmLimit ?? this.opts.keyRpm
     if (keyLimit > 0) {
       const h = await this.counters.hit(`key:${key.id}`, keyLimit, WINDOW_MS, now)
-      if (!h.allowed) {
-        throw new OnnxdError('rate_limited', `Rate limit reached for this API key: ${keyLimit} requests per minute`, {
-          retryAfterS: retryAfterS(h.resetAtMs, now),
-        })
-      }
       state = { limit: keyLimit, remaining: h.remaining, resetAtMs: h.resetAtMs }
+      if (!h.allowed) {
+        const message = `Rate limit reached for this API key: ${keyLimit} requests per minute`
+        return { ...state, refused: new OnnxdError('rate_limited', message, { retryAfterS: secondsUntil(h.resetAtMs, now) }) }
+      }
     }
     if (this.opts.fleetRpm > 0) {
       const h = await this.counters.hit(FLEET_BUCKET, this.opts.fleetRpm, WINDOW_MS, now)
+      const fleet = { limit: this.opts.fleetRpm, remaining: h.remaining, resetAtMs: h.resetAtMs }
       if (!h.allowed) {
-        throw new OnnxdError(
-          'rate_limited',
-          `Fleet-wide rate limit reached: ${this.opts.fleetRpm} requests per minute across all keys`,
-          { retryAfterS: retryAfterS(h.resetAtMs, now) },
-        )
+        const message = `Fleet-wide rate limit reached: ${this.opts.fleetRpm} requests per minute across all keys`
+        return { ...fleet, refused: new OnnxdError('rate_limited', message, { retryAfterS: secondsUntil(h.resetAtMs, now) }) }
       }
+      state = binding(state, fleet)
     }
-    return state
+    return state && { ...state, refused: null }
   }
 }
