@@ -5,7 +5,7 @@ import { mintSessionToken } from '../facade/auth/jwt.js'
 import { resolveJwtSecret } from '../facade/auth/secret.js'
 import { operatorOptions, withStore } from '../facade/operator.js'
 
-const USAGE = `usage: onnxd token <account-id> [--ttl SECONDS]   (default 3600)
+const USAGE = `usage: onnxd token <account-id> [--ttl SECONDS]   (default 3600; at most ONNXD_JWT_MAX_TTL_S, 86400 by default)
 options: --data-dir DIR (ONNXD_DATA_DIR), --config FILE; the secret is ONNXD_JWT_SECRET or <data-dir>/jwt-secret
 `
 
@@ -32,6 +32,12 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
     throw new OnnxdError('invalid_value', `--ttl must be a whole number of seconds >= 1. Given: ${values.ttl}`)
   }
   const opts = operatorOptions(values, env)
+  if (Number(values.ttl) > opts.jwtMaxTtlS) {
+    throw new OnnxdError(
+      'invalid_value',
+      `--ttl must be <= ${opts.jwtMaxTtlS} s, the longest session the facade accepts (jwtMaxTtlS, ONNXD_JWT_MAX_TTL_S). Given: ${values.ttl}`,
+    )
+  }
   if (opts.jwtSecret === undefined && (opts.jwksUrl !== undefined || opts.jwksFile !== undefined)) {
     throw new OnnxdError(
       'config',

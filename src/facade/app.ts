@@ -71,6 +71,7 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
     jwksFile: options.jwksFile,
     issuer: options.jwtIssuer,
     audience: options.jwtAudience,
+    maxTtlS: options.jwtMaxTtlS,
   })
   const now = deps.now ?? Date.now
   const store = deps.store ?? new SqliteStore({ dataDir: options.dataDir })

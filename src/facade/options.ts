@@ -35,6 +35,8 @@ export const FacadeOptions = Type.Object(
     /** When set, session tokens must carry this `iss` / `aud`. */
     jwtIssuer: Type.Optional(Type.String({ minLength: 1 })),
     jwtAudience: Type.Optional(Type.String({ minLength: 1 })),
+    /** Longest accepted session-token lifetime in seconds (`exp - iat`, or `exp - now` without `iat`). */
+    jwtMaxTtlS: Type.Integer({ minimum: 1, default: 86_400 }),
     /** Default requests per minute per API key (a key's own `rpm_limit` overrides it); 0 = unlimited. */
     keyRpm: Type.Integer({ minimum: 0, default: 600 }),
     /** Requests per minute over all keys of this facade; 0 = unlimited. */
@@ -69,6 +71,7 @@ export const FACADE_ENV: Record<Field, string> = {
   jwksFile: 'ONNXD_JWKS_FILE',
   jwtIssuer: 'ONNXD_JWT_ISSUER',
   jwtAudience: 'ONNXD_JWT_AUDIENCE',
+  jwtMaxTtlS: 'ONNXD_JWT_MAX_TTL_S',
   keyRpm: 'ONNXD_KEY_RPM',
   fleetRpm: 'ONNXD_FLEET_RPM',
   prices: 'ONNXD_PRICES',

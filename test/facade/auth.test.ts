@@ -122,6 +122,38 @@ describe('401 authentication_error', () => {
     expect401(await profile(bearer(await f.token('acct_nobody'))), 'Invalid session token: unknown account')
   })
 
+  describe('lifetimes (issue #10: `exp` 1e300 and `iat` far in the future were accepted)', () => {
+    const sign = (claims: Record<string, number>) =>
+      new SignJWT(claims).setProtectedHeader({ alg: 'HS256' }).setSubject(f.account.id).sign(secret)
+
+    it('refuses `exp` 1e300, and any lifetime above the maximum (default 24 h), with or without `iat`', async () => {
+      expect401(await profile(bearer(await sign({ exp: 1e300 }))), /lifetime \('exp' - now\) exceeds the maximum of 86400 s/)
+      expect401(await profile(bearer(await sign({ iat: now(), exp: 1e300 }))), /lifetime \('exp' - 'iat'\) exceeds the maximum of 86400 s/)
+      expect401(await profile(bearer(await sign({ iat: now(), exp: now() + 86_401 }))), /exceeds the maximum of 86400 s/)
+      expect401(await profile(bearer(await sign({ exp: now() + 86_400 + 120 }))), /exceeds the maximum/)
+      // A day exactly, with iat; without iat, up to a day from now plus the clock-skew leeway.
+      expect((await profile(bearer(await sign({ iat: now() - 10, exp: now() - 10 + 86_400 })))).statusCode).toBe(200)
+      expect((await profile(bearer(await sign({ exp: now() + 86_400 })))).statusCode).toBe(200)
+    })
+
+    it('refuses `iat` in the future beyond the 60 s clock-skew leeway', async () => {
+      expect401(await profile(bearer(await sign({ iat: now() + 3600, exp: now() + 3700 }))), /'iat' is in the future \(more than 60 s ahead\)/)
+      expect401(await profile(bearer(await sign({ iat: 4e9, exp: 4e9 + 60 }))), /'iat' is in the future/)
+      expect((await profile(bearer(await sign({ iat: now() + 30, exp: now() + 600 })))).statusCode).toBe(200)
+    })
+
+    it('the maximum is an option (jwtMaxTtlS, ONNXD_JWT_MAX_TTL_S)', async () => {
+      const g = await facadeFixture({ options: { jwtMaxTtlS: 300 } })
+      try {
+        const get = async (jwt: string) => g.app.inject({ method: 'GET', url: '/v1/account/profile', headers: bearer(jwt) })
+        expect((await get(await g.token(g.account.id, 300))).statusCode).toBe(200)
+        expect401(await get(await g.token(g.account.id, 301)), /exceeds the maximum of 300 s/)
+      } finally {
+        await g.close()
+      }
+    })
+  })
+
   it('an RS256 token when no JWKS is configured', async () => {
     const { privateKey } = await generateKeyPair('RS256')
     const jwt = await new SignJWT({}).setProtectedHeader({ alg: 'RS256' }).setSubject(f.account.id).setExpirationTime(now() + 60).sign(privateKey)

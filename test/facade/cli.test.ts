@@ -61,6 +61,9 @@ describe('operator CLI', () => {
     await expect(cli(key, ['create', 'acct_missing', '--data-dir', dir])).rejects.toMatchObject({ code: 'not_found' })
     await expect(cli(token, ['acct_missing', '--data-dir', dir])).rejects.toMatchObject({ code: 'not_found' })
     await expect(cli(token, ['acct_x', '--ttl', '0', '--data-dir', dir])).rejects.toThrow(/--ttl/)
+    // Never a token the facade would refuse: at most jwtMaxTtlS (24 h by default).
+    await expect(cli(token, ['acct_x', '--ttl', '86401', '--data-dir', dir])).rejects.toThrow(/--ttl must be <= 86400 s.*ONNXD_JWT_MAX_TTL_S/)
+    await expect(cli(token, ['acct_x', '--ttl', '120', '--data-dir', dir], { ONNXD_JWT_MAX_TTL_S: '60' })).rejects.toThrow(/--ttl must be <= 60 s/)
     expect((await cli(token, ['--data-dir', dir])).code).toBe(2)
   })
 

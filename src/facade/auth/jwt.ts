@@ -1,5 +1,6 @@
 // Session tokens: JWTs verified with jose against an algorithm allowlist (HS256 with the configured secret,
-// RS256/ES256 from a configured JWKS); `exp` and `sub` (the account id) are required. Imports: shared errors.
+// RS256/ES256 from a configured JWKS); `exp` and `sub` (the account id) are required; a token issued in the future
+// or living longer than the configured maximum is refused, with `CLOCK_SKEW_S` of leeway. Imports: shared errors.
 import { readFileSync } from 'node:fs'
 import {
   createLocalJWKSet,
@@ -9,6 +10,7 @@ import {
   jwtVerify,
   SignJWT,
   type JSONWebKeySet,
+  type JWTPayload,
   type JWTVerifyGetKey,
   type JWTVerifyOptions,
 } from 'jose'
@@ -17,12 +19,19 @@ import { OnnxdError } from '../../shared/errors.js'
 export const HMAC_ALGORITHMS = ['HS256'] as const
 export const ASYMMETRIC_ALGORITHMS = ['RS256', 'ES256'] as const
 
+/** Leeway for the issuer's clock running ahead of ours: `iat` up to this far in the future is accepted. */
+export const CLOCK_SKEW_S = 60
+
 export interface SessionVerifierOptions {
   secret?: string
   jwksUrl?: string
   jwksFile?: string
   issuer?: string
   audience?: string
+  /** Longest lifetime accepted: `exp - iat`, or `exp - now` (plus the leeway) when there is no `iat`. */
+  maxTtlS: number
+  /** Clock, unix milliseconds. */
+  now?: () => number
 }
 
 const unauthorized = (message: string): OnnxdError => new OnnxdError('unauthorized', message)
@@ -31,8 +40,12 @@ export class SessionVerifier {
   private readonly secret: Uint8Array | null
   private readonly jwks: JWTVerifyGetKey | null
   private readonly claims: Pick<JWTVerifyOptions, 'issuer' | 'audience' | 'requiredClaims'>
+  private readonly maxTtlS: number
+  private readonly now: () => number
 
   constructor(opts: SessionVerifierOptions) {
+    this.maxTtlS = opts.maxTtlS
+    this.now = opts.now ?? Date.now
     this.secret = opts.secret !== undefined ? new TextEncoder().encode(opts.secret) : null
     if (opts.jwksUrl !== undefined) this.jwks = createRemoteJWKSet(new URL(opts.jwksUrl))
     else if (opts.jwksFile !== undefined) this.jwks = createLocalJWKSet(readJwks(opts.jwksFile))
@@ -53,16 +66,19 @@ export class SessionVerifier {
       throw unauthorized('Invalid session token')
     }
     try {
-      let sub: string | undefined
+      const options = { ...this.claims, currentDate: new Date(this.now()) }
+      let payload: JWTPayload
       if (alg === 'HS256' && this.secret) {
-        sub = (await jwtVerify(token, this.secret, { ...this.claims, algorithms: [...HMAC_ALGORITHMS] })).payload.sub
+        payload = (await jwtVerify(token, this.secret, { ...options, algorithms: [...HMAC_ALGORITHMS] })).payload
       } else if ((ASYMMETRIC_ALGORITHMS as readonly string[]).includes(alg ?? '') && this.jwks) {
-        sub = (await jwtVerify(token, this.jwks, { ...this.claims, algorithms: [...ASYMMETRIC_ALGORITHMS] })).payload.sub
+        payload = (await jwtVerify(token, this.jwks, { ...options, algorithms: [...ASYMMETRIC_ALGORITHMS] })).payload
       } else {
         throw unauthorized(`Session token algorithm '${alg ?? 'none'}' is not accepted`)
       }
-      if (!sub) throw unauthorized('Session token has no subject')
-      return sub
+      const problem = lifetimeProblem(payload, this.now() / 1000, this.maxTtlS)
+      if (problem) throw unauthorized(problem)
+      if (!payload.sub) throw unauthorized('Session token has no subject')
+      return payload.sub
     } catch (e) {
       if (e instanceof OnnxdError) throw e
       if (e instanceof joseErrors.JWTExpired) throw unauthorized('Session token expired')
@@ -70,6 +86,19 @@ export class SessionVerifier {
       throw unauthorized('Invalid session token')
     }
   }
+}
+
+/** jose has checked that `exp` (required) and `iat` (if present) are numbers and that `exp` has not passed. */
+function lifetimeProblem(payload: JWTPayload, nowS: number, maxTtlS: number): string | null {
+  const { exp, iat } = payload as { exp: number; iat?: number }
+  if (iat !== undefined && iat > nowS + CLOCK_SKEW_S) {
+    return `Invalid session token: 'iat' is in the future (more than ${CLOCK_SKEW_S} s ahead)`
+  }
+  const lifetime = iat !== undefined ? exp - iat : exp - nowS - CLOCK_SKEW_S
+  if (!(lifetime <= maxTtlS)) {
+    return `Invalid session token: its lifetime ('exp' - ${iat !== undefined ? "'iat'" : 'now'}) exceeds the maximum of ${maxTtlS} s`
+  }
+  return null
 }
 
 function readJwks(file: string): JSONWebKeySet {
