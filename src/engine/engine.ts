@@ -8,6 +8,7 @@ import { Batcher, type BatcherObserver, type BatcherOptions } from './scheduler/
 import { Sequence, type SeqSink } from './scheduler/sequence.js'
 import { validateSampling } from './generation/params.js'
 import { SamplerScratch } from './generation/sampling.js'
+import { checkOnePrompt, encodeTextPrompt } from './tokenizer/prompt.js'
 import type { EngineRequest, EngineStats } from './types.js'
 
 export interface EngineOptions extends LoadOptions, Partial<BatcherOptions> {
@@ -49,18 +50,11 @@ export class Engine {
 
   /** Prompt token ids of a request: exactly one of messages, prompt or input_ids. */
   promptIds(req: EngineRequest): number[] {
-    const given = [req.messages, req.prompt, req.input_ids].filter((v) => v !== undefined).length
-    if (given !== 1) throw new OnnxdError('invalid_request', 'exactly one of `messages`, `prompt` or `input_ids` is required')
-    if (req.input_ids) {
-      const bad = req.input_ids.find((t) => !Number.isInteger(t) || t < 0 || t >= this.model.vocab)
-      if (bad !== undefined) throw new OnnxdError('invalid_value', `\`input_ids\` must be integers in [0, ${this.model.vocab}). Given: ${bad}`)
-      return req.input_ids
-    }
-    const tok = this.model.tokenizer
-    if (!tok) throw new OnnxdError('invalid_value', `model ${this.model.id} has no tokenizer: send \`input_ids\``)
-    const ids = req.messages ? tok.encodeChat(req.messages) : tok.encode(req.prompt!)
-    if (ids.length === 0) throw new OnnxdError('invalid_value', '`prompt` encodes to no tokens')
-    return ids
+    checkOnePrompt(req)
+    if (!req.input_ids) return encodeTextPrompt(this.model.tokenizer, this.model.id, req)
+    const bad = req.input_ids.find((t) => !Number.isInteger(t) || t < 0 || t >= this.model.vocab)
+    if (bad !== undefined) throw new OnnxdError('invalid_value', `\`input_ids\` must be integers in [0, ${this.model.vocab}). Given: ${bad}`)
+    return req.input_ids
   }
 
   /**

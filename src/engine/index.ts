@@ -23,6 +23,10 @@ export interface PoolOptions extends Partial<BatcherOptions> {
   intraOpThreads?: number
   /** A worker whose step loop shows no sign of life for this long is unhealthy. */
   heartbeatTimeoutMs?: number
+  /** ... and for this long is replaced: its requests end with worker_crashed and a fresh replica loads (default 30 s). */
+  stallTimeoutMs?: number
+  /** Threads that render chat templates and tokenize prompts, apart from the replicas' step loops (default 1). */
+  tokenizerThreads?: number
   /** Test hook: lets tests crash or stall a worker through EngineClient.inject(). */
   faultInjection?: boolean
 }
@@ -56,7 +60,7 @@ export interface EngineObserver extends BatcherObserver {
 }
 
 export interface EngineClient {
-  /** Resolves once every worker has loaded the model (rejects with the load error, e.g. a bad bundle). */
+  /** Starts the workers if needed; resolves once every one has loaded the model (rejects with the load error, e.g. a bad bundle). */
   ready(): Promise<void>
   /** Starts a request; events arrive on `sink` (accepted, tokens, done | error). Returns a cancel function. */
   submit(req: EngineRequest, sink: (e: SeqEvent) => void): () => void

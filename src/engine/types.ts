@@ -14,7 +14,7 @@ export type EngineRequest = CompletionRequest & { request_id: string }
  * the whole completion is the concatenation of all token events and `done`.
  */
 export type SeqEvent =
-  | { type: 'accepted'; promptTokens: number; queueMs?: number }
+  | { type: 'accepted'; promptTokens: number; queueMs?: number; /** The engine replica's thread (set by the pool's workers). */ threadId?: number }
   | { type: 'token'; text: string; tokens: number; ids: number[] }
   | { type: 'done'; text: string; ids: number[]; finishReason: FinishReason; usage: Usage; timings: Timings }
   | { type: 'error'; error: ErrorData }

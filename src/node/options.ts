@@ -40,6 +40,10 @@ export const NodeOptions = Type.Object(
     /** KV-cache budget of the whole node, MiB, split evenly between workers. Default: a quarter of system memory, at most 4096. */
     kvBudgetMb: Type.Integer({ minimum: 1 }),
     heartbeatTimeoutMs: Type.Integer({ minimum: 100, default: 5000 }),
+    /** A worker whose step loop shows no life for this long is replaced (its requests end with a retryable 500). */
+    stallTimeoutMs: Type.Integer({ minimum: 100, default: 30_000 }),
+    /** Threads that render chat templates and tokenize prompts, apart from the workers' step loops. */
+    tokenizerThreads: Type.Integer({ minimum: 1, maximum: 64, default: 1 }),
     /** Grace period for in-flight requests after SIGTERM before the pool closes. */
     drainTimeoutMs: Type.Integer({ minimum: 0, default: 30_000 }),
     /** Largest accepted request body, bytes (413 above). */
@@ -72,6 +76,8 @@ export const NODE_ENV: Record<Field, string> = {
   maxBatchedTokens: 'ONNXD_MAX_BATCHED_TOKENS',
   kvBudgetMb: 'ONNXD_KV_BUDGET_MB',
   heartbeatTimeoutMs: 'ONNXD_HEARTBEAT_TIMEOUT_MS',
+  stallTimeoutMs: 'ONNXD_STALL_TIMEOUT_MS',
+  tokenizerThreads: 'ONNXD_TOKENIZER_THREADS',
   drainTimeoutMs: 'ONNXD_DRAIN_TIMEOUT_MS',
   bodyLimit: 'ONNXD_NODE_BODY_LIMIT',
   logLevel: 'ONNXD_LOG_LEVEL',
@@ -230,6 +236,8 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
     // The pool hands kvBudgetBytes to every worker; memory is per machine, so split the node's budget.
     kvBudgetBytes: Math.floor((opts.kvBudgetMb * MiB) / opts.workers),
     heartbeatTimeoutMs: opts.heartbeatTimeoutMs,
+    stallTimeoutMs: opts.stallTimeoutMs,
+    tokenizerThreads: opts.tokenizerThreads,
   }
   if (opts.dtype !== undefined) pool.dtype = opts.dtype
   return pool

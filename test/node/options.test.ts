@@ -33,6 +33,8 @@ describe('loadNodeOptions', () => {
       maxBatchedTokens: 512,
       kvBudgetMb: 2048,
       heartbeatTimeoutMs: 5000,
+      stallTimeoutMs: 30_000,
+      tokenizerThreads: 1,
       drainTimeoutMs: 30_000,
       bodyLimit: 4 * 1024 * 1024,
       logLevel: 'info',
@@ -134,6 +136,8 @@ describe('toPoolOptions', () => {
       maxBatchedTokens: 512,
       kvBudgetBytes: 256 * 1024 * 1024,
       heartbeatTimeoutMs: 5000,
+      stallTimeoutMs: 30_000,
+      tokenizerThreads: 1,
     })
     expect(toPoolOptions(loadNodeOptions({ ONNXD_DTYPE: 'q4', ONNXD_MODEL_ID: 'x' }, {}, {}, sys))).toMatchObject({ dtype: 'q4', modelId: 'x' })
     // The budget is the node's; the pool gives kvBudgetBytes to each worker.

@@ -77,6 +77,16 @@ export interface BundleOptions {
   dtype?: Dtype
 }
 
+/** A bundle's tokenizer.json, tokenizer_config.json and chat template, without touching its ONNX files. */
+export function readTokenizerFiles(dir: string): Pick<Bundle, 'tokenizer' | 'chatTemplate'> {
+  const json = readJson(join(dir, 'tokenizer.json'), false)
+  const config = json ? (readJson(join(dir, 'tokenizer_config.json'), false) ?? {}) : null
+  return {
+    tokenizer: json && config ? { json, config } : null,
+    chatTemplate: typeof config?.chat_template === 'string' ? config.chat_template : null,
+  }
+}
+
 /** Reads a bundle directory. Every failure is an OnnxdError('bad_bundle') naming the file and the problem. */
 export function readBundle(dir: string, opts: BundleOptions = {}): Bundle {
   if (!existsSync(dir)) fail(`${dir}: model directory not found`)
@@ -115,11 +125,8 @@ export function readBundle(dir: string, opts: BundleOptions = {}): Bundle {
   }
   if (!existsSync(onnxPath)) fail(`${onnxPath}: file not found`)
 
-  const tokJsonPath = join(dir, 'tokenizer.json')
-  const tokJson = readJson(tokJsonPath, false)
-  const tokConfig = tokJson ? (readJson(join(dir, 'tokenizer_config.json'), false) ?? {}) : null
-  const chatTemplate = typeof tokConfig?.chat_template === 'string' ? tokConfig.chat_template : null
-  const tokMax = tokConfig?.model_max_length
+  const { tokenizer, chatTemplate } = readTokenizerFiles(dir)
+  const tokMax = tokenizer?.config.model_max_length
   contextLength ??= typeof tokMax === 'number' && tokMax < 1e9 ? tokMax : undefined
   if (!contextLength) fail(`${layout === 'hf' ? hfConfigPath : genaiPath}: no context length (max_position_embeddings or context_length)`)
   if (eos.length === 0) fail(`${layout === 'hf' ? hfConfigPath : genaiPath}: no eos_token_id (also looked in generation_config.json)`)
@@ -129,7 +136,7 @@ export function readBundle(dir: string, opts: BundleOptions = {}): Bundle {
     dir,
     layout,
     onnxPath,
-    tokenizer: tokJson && tokConfig ? { json: tokJson, config: tokConfig } : null,
+    tokenizer,
     chatTemplate,
     eosTokenIds: [...new Set(eos)],
     contextLength: contextLength as number,

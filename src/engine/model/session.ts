@@ -282,9 +282,55 @@ export class DecoderSession {
       feeds[n] = new ort.Tensor(sig.kv.dtype, x.past[i].data, x.past[i].dims)
     })
     try {
-      return fetches ? await this.session.run(feeds, fetches) : await this.session.run(feeds)
+      return await this.gated(() => (fetches ? this.session.run(feeds, fetches) : this.session.run(feeds)))
     } catch (e) {
+      if (e instanceof OnnxdError) throw e
       throw new OnnxdError('internal', `forward step failed: ${(e as Error).message}`)
+    }
+  }
+
+  /**
+   * Marks the stretches this thread spends inside ONNX Runtime, so its pool terminates it only outside them (see
+   * engine/pool/gate.ts). Set by the worker thread once the model has loaded.
+   */
+  gate: { enter(): boolean; exit(): void } | null = null
+
+  /**
+   * Runs `start` (an ORT run) with the gate held exactly around the native call. onnxruntime-node defers that call
+   * to a setImmediate callback (its backend.js), so that callback is what the gate wraps: a thread stalled in
+   * JavaScript while a step waits for its turn is not inside ORT. A stopped gate leaves the step pending (its
+   * thread is about to be terminated). Should a future onnxruntime-node not defer that way, the gate is held
+   * around the whole call instead.
+   */
+  private async gated<T>(start: () => Promise<T>): Promise<T> {
+    const gate = this.gate
+    if (!gate) return start()
+    const original = globalThis.setImmediate
+    let deferred = false
+    const wrapped = (cb: (...a: unknown[]) => void, ...args: unknown[]): NodeJS.Immediate => {
+      deferred = true
+      return original(() => {
+        if (!gate.enter()) return
+        try {
+          cb(...args)
+        } finally {
+          gate.exit()
+        }
+      })
+    }
+    globalThis.setImmediate = wrapped as typeof setImmediate
+    let p: Promise<T>
+    try {
+      p = start()
+    } finally {
+      globalThis.setImmediate = original
+    }
+    if (deferred) return p
+    if (!gate.enter()) throw new OnnxdError('not_ready', 'this engine replica is being stopped', { retryAfterS: 1 })
+    try {
+      return await p
+    } finally {
+      gate.exit()
     }
   }
 
@@ -293,6 +339,11 @@ export class DecoderSession {
   }
 
   async dispose(): Promise<void> {
-    await this.session.release()
+    if (this.gate && !this.gate.enter()) return // the thread is being terminated, which releases the session
+    try {
+      await this.session.release()
+    } finally {
+      this.gate?.exit()
+    }
   }
 }

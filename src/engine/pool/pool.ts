@@ -4,40 +4,70 @@ import { availableParallelism } from 'node:os'
 import { randomUUID } from 'node:crypto'
 import { BroadcastChannel, MessageChannel } from 'node:worker_threads'
 import { Piscina } from 'piscina'
-import { OnnxdError, toErrorData } from '../../shared/errors.js'
+import { fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { EngineClient, EngineObserver, PoolHealth, PoolOptions, Provider, WorkerHealth } from '../index.js'
 import type { EngineOptions } from '../engine.js'
 import { batcherOptions } from '../engine.js'
 import type { EngineRequest, EngineStats, SeqEvent } from '../types.js'
-import type { Broadcast, PortCommand, Task, WorkerData } from './protocol.js'
+import { checkOnePrompt, promptTextBytes } from '../tokenizer/prompt.js'
+import { GateTable, gateBuffer } from './gate.js'
+import type { Broadcast, PortCommand, Task, TokenizeReply, TokenizeTask, TokenizerWorkerData, WorkerData } from './protocol.js'
 
-/** Worker entry: the compiled .js next to this file in production; under tsx/vitest the .ts source via tsx. */
-function workerEntry(): { filename: string; execArgv: string[] } {
+/** A worker entry: the compiled .js next to this file in production; under tsx/vitest the .ts source via tsx. */
+function workerEntry(name: 'worker' | 'tokenizer-worker'): { filename: string; execArgv: string[] } {
   const fromTs = import.meta.url.endsWith('.ts')
   return {
-    filename: new URL(`../worker/worker.${fromTs ? 'ts' : 'js'}`, import.meta.url).href,
+    filename: new URL(`../worker/${name}.${fromTs ? 'ts' : 'js'}`, import.meta.url).href,
     execArgv: fromTs ? ['--import', 'tsx'] : [],
   }
 }
+
+/** How long a replica's step loop may show no life before it is replaced (DESIGN: a stalled replica is replaced). */
+export const DEFAULT_STALL_TIMEOUT_MS = 30_000
 
 interface WorkerState {
   ready: boolean
   stats: EngineStats | null
 }
 
+/** A request the pool is answering: which replica holds it once accepted, and how to end it from outside. */
+interface Inflight {
+  threadId?: number
+  cancel(): void
+  fail(err: OnnxdError): void
+}
+
+/** What bounds a text prompt's size before it is tokenized (see TextTokenizer.promptByteLimit). */
+interface PromptBound {
+  maxTokenBytes: number
+  lengthPreserving: boolean
+}
+
+const isFull = (e: Error): boolean => /queue is at limit|no task queue available/i.test(e.message)
+
 export class EnginePool implements EngineClient {
-  private readonly piscina: Piscina<Task, null>
+  private piscina: Piscina<Task, null> | null = null
+  /** Threads that render chat templates and tokenize, off the engine replicas' step loops. */
+  private tokenizers: Piscina<TokenizeTask, TokenizeReply> | null = null
+  private readonly gates = new GateTable(gateBuffer())
   private readonly channel: BroadcastChannel
+  private readonly channelName: string
   private readonly workers = new Map<number, WorkerState>()
   private readonly nWorkers: number
   private readonly heartbeatTimeoutMs: number
+  private readonly stallTimeoutMs: number
+  private readonly engineOptions: EngineOptions
   private info: { model: string; contextLength: number; provider: Provider } | null = null
+  private bound: PromptBound | null = null
   private draining = false
   private closing = false
   private restarts = 0
   private loadError: Error | null = null
   private readonly readyWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = []
-  private readonly inflight = new Set<() => void>()
+  private readonly inflight = new Set<Inflight>()
+  /** Replicas being replaced after a stall: no longer counted ready, never replaced twice. */
+  private readonly replacing = new Set<number>()
+  private monitor: NodeJS.Timeout | null = null
 
   constructor(
     private readonly opts: PoolOptions,
@@ -45,12 +75,12 @@ export class EnginePool implements EngineClient {
   ) {
     this.nWorkers = Math.max(1, opts.workers ?? 1)
     this.heartbeatTimeoutMs = opts.heartbeatTimeoutMs ?? 5000
-    const channelName = `onnxd-pool-${randomUUID()}`
-    this.channel = new BroadcastChannel(channelName)
+    this.stallTimeoutMs = opts.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS
+    this.channelName = `onnxd-pool-${randomUUID()}`
+    this.channel = new BroadcastChannel(this.channelName)
     this.channel.onmessage = (ev) => this.onBroadcast((ev as { data: Broadcast }).data)
     this.channel.unref()
-    const limits = batcherOptions(opts)
-    const engine: EngineOptions = {
+    this.engineOptions = {
       modelDir: opts.modelDir,
       id: opts.modelId,
       dtype: opts.dtype,
@@ -59,20 +89,29 @@ export class EnginePool implements EngineClient {
       allowCpuFallback: opts.allowCpuFallback,
       // One worker on CPU uses every core; several split them.
       intraOpThreads: opts.intraOpThreads || Math.max(1, Math.floor(availableParallelism() / this.nWorkers)),
-      ...limits,
+      ...batcherOptions(opts),
     }
-    const workerData: WorkerData = { engine, channel: channelName, faultInjection: opts.faultInjection ?? false }
-    const entry = workerEntry()
-    const perWorker = limits.maxRunning + limits.maxWaiting + 8
+  }
+
+  /**
+   * Starts the worker threads (ready() does, once). Nothing starts at construction, so a caller that cannot bind
+   * its port never has model loads in flight to wait for.
+   */
+  private start(): void {
+    if (this.piscina || this.closing) return
+    const limits = batcherOptions(this.opts)
+    const workerData: WorkerData = { engine: this.engineOptions, channel: this.channelName, gates: this.gates.buffer, faultInjection: this.opts.faultInjection ?? false }
+    const engineEntry = workerEntry('worker')
+    const capacity = limits.maxRunning + limits.maxWaiting + 8
     this.piscina = new Piscina<Task, null>({
-      filename: entry.filename,
-      execArgv: entry.execArgv,
+      filename: engineEntry.filename,
+      execArgv: engineEntry.execArgv,
       minThreads: this.nWorkers,
       maxThreads: this.nWorkers,
       // Never let an idle worker exit: it holds a loaded model.
       idleTimeout: Infinity,
       // Each request is a long-lived task; a worker batches all of its tasks together.
-      concurrentTasksPerWorker: perWorker,
+      concurrentTasksPerWorker: capacity,
       maxQueue: 0,
       atomics: 'disabled',
       workerData,
@@ -85,6 +124,29 @@ export class EnginePool implements EngineClient {
     this.piscina.on('error', (e: Error) => {
       if (!this.info) this.failLoad(e)
     })
+    const tokData: TokenizerWorkerData = { modelDir: this.opts.modelDir, modelId: this.opts.modelId }
+    const tokEntry = workerEntry('tokenizer-worker')
+    const tokThreads = Math.max(1, this.opts.tokenizerThreads ?? 1)
+    this.tokenizers = new Piscina<TokenizeTask, TokenizeReply>({
+      filename: tokEntry.filename,
+      execArgv: tokEntry.execArgv,
+      minThreads: tokThreads,
+      maxThreads: tokThreads,
+      idleTimeout: Infinity,
+      // Prompts waiting to be tokenized count against the node's capacity like sequences waiting in a replica.
+      maxQueue: capacity * this.nWorkers,
+      atomics: 'disabled',
+      workerData: tokData,
+    })
+    this.tokenizers.run({ kind: 'info' }).then(
+      (r) => {
+        if (r.kind === 'info') this.bound = { maxTokenBytes: r.maxTokenBytes, lengthPreserving: r.lengthPreserving }
+        this.settleReady()
+      },
+      (e: Error) => this.failLoad(new OnnxdError('bad_bundle', `tokenizer: ${e.message}`)),
+    )
+    this.monitor = setInterval(() => this.replaceStalled(), Math.max(50, Math.min(1000, this.stallTimeoutMs / 4)))
+    this.monitor.unref()
   }
 
   private failLoad(e: Error): void {
@@ -92,14 +154,26 @@ export class EnginePool implements EngineClient {
     for (const w of this.readyWaiters.splice(0)) w.reject(e)
   }
 
+  private readyCount(): number {
+    let n = 0
+    for (const [id, w] of this.liveWorkers()) if (w.ready && !this.replacing.has(id)) n++
+    return n
+  }
+
+  private isReady(): boolean {
+    return this.bound !== null && this.readyCount() >= this.nWorkers
+  }
+
+  private settleReady(): void {
+    if (this.isReady()) for (const w of this.readyWaiters.splice(0)) w.resolve()
+  }
+
   private onBroadcast(m: Broadcast): void {
     switch (m.type) {
       case 'ready':
         this.workers.set(m.threadId, { ready: true, stats: null })
         this.info = { model: m.model, contextLength: m.contextLength, provider: m.provider as Provider }
-        if ([...this.workers.values()].filter((w) => w.ready).length >= this.nWorkers) {
-          for (const w of this.readyWaiters.splice(0)) w.resolve()
-        }
+        this.settleReady()
         break
       case 'failed':
         if (!this.info) this.failLoad(new OnnxdError('bad_bundle', m.error))
@@ -120,60 +194,143 @@ export class EnginePool implements EngineClient {
 
   private liveWorkers(): Map<number, WorkerState> {
     // Drop workers piscina has replaced: their threads are gone.
-    const alive = new Set(this.piscina.threads.map((t) => t.threadId))
-    for (const id of this.workers.keys()) if (!alive.has(id)) this.workers.delete(id)
+    const alive = new Set((this.piscina?.threads ?? []).map((t) => t.threadId))
+    for (const id of this.workers.keys()) {
+      if (!alive.has(id)) {
+        this.workers.delete(id)
+        this.replacing.delete(id)
+      }
+    }
+    this.gates.release(alive)
     return this.workers
   }
 
   ready(): Promise<void> {
+    this.start()
     if (this.loadError) return Promise.reject(this.loadError)
-    if ([...this.liveWorkers().values()].filter((w) => w.ready).length >= this.nWorkers) return Promise.resolve()
+    if (this.isReady()) return Promise.resolve()
     return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }))
   }
 
   submit(req: EngineRequest, sink: (e: SeqEvent) => void): () => void {
-    if (this.draining || this.closing) {
-      sink({ type: 'error', error: toErrorData(new OnnxdError('not_ready', 'node is draining', { retryAfterS: 1 })) })
+    const refuse = (err: OnnxdError): (() => void) => {
+      sink({ type: 'error', error: toErrorData(err) })
       return () => {}
     }
-    if (!this.info) {
-      sink({ type: 'error', error: toErrorData(new OnnxdError('not_ready', 'model is loading', { retryAfterS: 1 })) })
-      return () => {}
+    if (this.draining || this.closing) return refuse(new OnnxdError('not_ready', 'node is draining', { retryAfterS: 1 }))
+    if (!this.info || !this.piscina || !this.tokenizers) return refuse(new OnnxdError('not_ready', 'model is loading', { retryAfterS: 1 }))
+    if (req.input_ids !== undefined) return this.dispatch(req, sink)
+    try {
+      checkOnePrompt(req)
+      this.checkPromptBytes(req)
+    } catch (e) {
+      return refuse(e as OnnxdError)
     }
+
+    // Tokenized on a tokenizer thread; the replica gets the ids. Until then, cancel and fail end it here.
+    let inner: (() => void) | null = null
+    let ended = false
+    const end = (err: OnnxdError): void => {
+      if (ended) return
+      ended = true
+      this.inflight.delete(r)
+      sink({ type: 'error', error: toErrorData(err) })
+    }
+    const r: Inflight = {
+      cancel: () => (inner ? inner() : end(new OnnxdError('internal', 'request cancelled'))),
+      fail: end,
+    }
+    this.inflight.add(r)
+    this.tokenizers.run({ kind: 'encode', messages: req.messages, prompt: req.prompt }).then(
+      (reply) => {
+        if (ended) return
+        if (reply.kind !== 'ids') return end(reply.kind === 'error' ? fromErrorData(reply.error) : new OnnxdError('internal', 'tokenizer answered out of turn'))
+        ended = true // from here the dispatched request ends itself
+        this.inflight.delete(r)
+        inner = this.dispatch({ ...req, messages: undefined, prompt: undefined, input_ids: reply.ids }, sink)
+      },
+      (e: Error) => end(isFull(e) ? new OnnxdError('queue_full', 'node is at capacity', { retryAfterS: 1 }) : new OnnxdError('internal', `tokenizer failed: ${e.message}`)),
+    )
+    return () => r.cancel()
+  }
+
+  /**
+   * Refuses, before any tokenizing, a text prompt with more bytes than the model's context can hold as tokens: one
+   * client's megabyte prompts cost a length check, not seconds of tokenizer time.
+   */
+  private checkPromptBytes(req: EngineRequest): void {
+    const b = this.bound
+    const ctx = this.info?.contextLength
+    if (!b || !ctx || b.maxTokenBytes === 0) return // no tokenizer: the tokenizer thread answers for it
+    const limit = ctx * b.maxTokenBytes * (b.lengthPreserving ? 1 : 4)
+    const bytes = promptTextBytes(req)
+    if (bytes > limit) {
+      throw new OnnxdError(
+        'context_length_exceeded',
+        `The prompt is ${bytes} bytes of text; this model's context of ${ctx} tokens holds at most ${limit} bytes (${b.maxTokenBytes} bytes per token at most${b.lengthPreserving ? '' : ', times 4 for its normalizer'})`,
+      )
+    }
+  }
+
+  /** Hands a request with prompt ids to a replica; its events flow back over a MessageChannel. */
+  private dispatch(req: EngineRequest, sink: (e: SeqEvent) => void): () => void {
+    const piscina = this.piscina!
     const { port1, port2 } = new MessageChannel()
     let ended = false
     const end = (): void => {
       ended = true
       port1.close()
-      this.inflight.delete(cancel)
+      this.inflight.delete(r)
+    }
+    const r: Inflight = {
+      cancel: () => {
+        if (!ended) port1.postMessage({ type: 'cancel' } satisfies PortCommand)
+      },
+      fail: (err) => {
+        if (ended) return
+        end()
+        sink({ type: 'error', error: toErrorData(err) })
+      },
     }
     port1.on('message', (e: SeqEvent) => {
       if (ended) return
+      if (e.type === 'accepted') r.threadId = e.threadId
       sink(e)
       if (e.type === 'done' || e.type === 'error') end()
     })
-    const cancel = (): void => {
-      if (!ended) port1.postMessage({ type: 'cancel' } satisfies PortCommand)
-    }
-    this.inflight.add(cancel)
-    this.piscina.run({ kind: 'request', req, port: port2 }, { transferList: [port2] }).catch((e: Error) => {
-      if (ended) return
+    this.inflight.add(r)
+    piscina.run({ kind: 'request', req, port: port2 }, { transferList: [port2] }).catch((e: Error) => {
       // piscina refuses tasks past concurrentTasksPerWorker x workers: that is a full node, not a crash.
-      const full = /queue is at limit|no task queue available/i.test(e.message)
-      const err = full
-        ? new OnnxdError('queue_full', 'node is at capacity', { retryAfterS: 1 })
-        : new OnnxdError('worker_crashed', `inference worker failed: ${e.message}`)
-      sink({ type: 'error', error: toErrorData(err) })
-      end()
+      r.fail(isFull(e) ? new OnnxdError('queue_full', 'node is at capacity', { retryAfterS: 1 }) : new OnnxdError('worker_crashed', `inference worker failed: ${e.message}`))
     })
-    return cancel
+    return r.cancel
+  }
+
+  /**
+   * Replaces replicas whose step loop has shown no life for stallTimeoutMs: their requests end now with the
+   * retryable worker_crashed (500), and the thread is terminated as soon as it is outside ONNX Runtime; piscina
+   * then starts a fresh replica, which loads the model and takes requests again.
+   */
+  private replaceStalled(): void {
+    if (this.closing || !this.piscina) return
+    const now = Date.now()
+    for (const [threadId, w] of this.liveWorkers()) {
+      if (!w.ready || !w.stats || this.replacing.has(threadId) || now - w.stats.heartbeat <= this.stallTimeoutMs) continue
+      this.replacing.add(threadId)
+      const err = new OnnxdError('worker_crashed', `engine replica ${threadId} made no progress for ${now - w.stats.heartbeat} ms; it is being replaced`)
+      for (const r of [...this.inflight]) if (r.threadId === threadId) r.fail(err)
+      void this.gates.stop(threadId, Infinity, 20).then(() => {
+        if (this.closing) return // close() terminates every thread itself
+        void this.piscina?.threads.find((t) => t.threadId === threadId)?.terminate()
+      })
+    }
   }
 
   health(): PoolHealth {
     const now = Date.now()
     const workers: WorkerHealth[] = [...this.liveWorkers()].map(([threadId, w]) => ({
       threadId,
-      ready: w.ready,
+      ready: w.ready && !this.replacing.has(threadId),
       heartbeatAgeMs: w.stats ? now - w.stats.heartbeat : 0,
       stats: w.stats,
     }))
@@ -209,15 +366,22 @@ export class EnginePool implements EngineClient {
 
   async close(): Promise<void> {
     this.closing = true
+    this.gates.close()
+    if (this.monitor) clearInterval(this.monitor)
     for (const w of this.readyWaiters.splice(0)) w.reject(new OnnxdError('not_ready', 'pool closed'))
-    for (const cancel of this.inflight) cancel()
-    await this.piscina.destroy()
+    for (const r of [...this.inflight]) r.cancel()
+    if (this.piscina) {
+      // A thread terminated inside ONNX Runtime aborts the process: each goes once its step (or load) has returned.
+      await Promise.all(this.piscina.threads.map((t) => this.gates.stop(t.threadId, Infinity)))
+      await this.piscina.destroy()
+    }
+    await this.tokenizers?.destroy()
     this.channel.close()
   }
 
   async inject(fault: { kind: 'crash' } | { kind: 'stall'; ms: number }): Promise<void> {
     if (!this.opts.faultInjection) throw new OnnxdError('invalid_request', 'fault injection is off')
-    await this.piscina.run(fault).catch(() => {})
+    await this.piscina?.run(fault).catch(() => {})
   }
 }
 

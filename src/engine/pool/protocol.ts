@@ -2,14 +2,32 @@
 import type { MessagePort } from 'node:worker_threads'
 import type { EngineRequest, EngineStats, FinishObservation, StepObservation } from '../types.js'
 import type { EngineOptions } from '../engine.js'
+import type { Message } from '../tokenizer/tokenizer.js'
+import type { ErrorData } from '../../shared/errors.js'
 
 /** What each worker is started with. */
 export interface WorkerData {
   engine: EngineOptions
   /** BroadcastChannel name on which workers report readiness, stats and observations. */
   channel: string
+  /** The pool's native-call gates (gate.ts). */
+  gates: SharedArrayBuffer
   faultInjection: boolean
 }
+
+/** What each tokenizer thread is started with. */
+export interface TokenizerWorkerData {
+  modelDir: string
+  modelId?: string
+}
+
+/** A tokenizer-thread task: what bounds a prompt's size, or a text prompt to tokenize. */
+export type TokenizeTask = { kind: 'info' } | { kind: 'encode'; messages?: Message[]; prompt?: string }
+
+export type TokenizeReply =
+  | { kind: 'info'; maxTokenBytes: number; lengthPreserving: boolean }
+  | { kind: 'ids'; ids: number[] }
+  | { kind: 'error'; error: ErrorData }
 
 /** A piscina task. `request` resolves when its sequence ends; its events flow over `port`. */
 export type Task =

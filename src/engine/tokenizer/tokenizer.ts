@@ -12,12 +12,49 @@ export interface Message {
 const tokenText = (v: unknown): string | undefined =>
   typeof v === 'string' ? v : typeof v === 'object' && v !== null && typeof (v as { content?: unknown }).content === 'string' ? (v as { content: string }).content : undefined
 
+interface TokenizerJson {
+  normalizer?: TokenizerPart | null
+  pre_tokenizer?: TokenizerPart | null
+  model?: { type?: string; byte_fallback?: boolean }
+}
+interface TokenizerPart {
+  type?: string
+  normalizers?: TokenizerPart[]
+  pretokenizers?: TokenizerPart[]
+  pattern?: { String?: string }
+  content?: string
+}
+
+const flatten = (p: TokenizerPart | null | undefined): TokenizerPart[] =>
+  !p ? [] : p.type === 'Sequence' ? [...(p.normalizers ?? []), ...(p.pretokenizers ?? [])].flatMap(flatten) : [p]
+
+/**
+ * See TextTokenizer.lengthPreserving: normalizers that only add text (Prepend, a Replace by something no shorter),
+ * and a BPE model that reaches every byte (a ByteLevel pre-tokenizer, or byte fallback).
+ */
+function lengthPreserving(json: object): boolean {
+  const t = json as TokenizerJson
+  const growing = flatten(t.normalizer).every(
+    (p) => p.type === 'Prepend' || (p.type === 'Replace' && typeof p.pattern?.String === 'string' && Buffer.byteLength(p.content ?? '') >= Buffer.byteLength(p.pattern.String)),
+  )
+  const everyByte = t.model?.type === 'BPE' && (t.model.byte_fallback === true || flatten(t.pre_tokenizer).some((p) => p.type === 'ByteLevel'))
+  return growing && everyByte
+}
+
 export class TextTokenizer {
   private readonly tok: Tokenizer
   private readonly template: Template | null
   private readonly specials: Record<string, string | undefined>
   /** One past the largest id the tokenizer can produce. */
   readonly vocabSize: number
+  /** The most UTF-8 bytes of text one token stands for (its decoded form; special tokens included). */
+  readonly maxTokenBytes: number
+  /**
+   * Whether every byte of input text survives into tokens: no normalizer that can shrink or delete text (Unicode
+   * normalization, stripping, lowercasing) and no model that folds a run of unknown characters into one token.
+   * Then a text of B bytes is at least B / maxTokenBytes tokens.
+   */
+  readonly lengthPreserving: boolean
 
   constructor(json: object, config: Record<string, unknown>, chatTemplate: string | null, where = 'tokenizer.json') {
     try {
@@ -26,8 +63,14 @@ export class TextTokenizer {
       throw new OnnxdError('bad_bundle', `${where}: cannot load tokenizer: ${(e as Error).message}`)
     }
     let max = -1
-    for (const id of this.tok.get_vocab(true).values()) if (id > max) max = id
+    let longest = 1
+    for (const id of this.tok.get_vocab(true).values()) {
+      if (id > max) max = id
+      longest = Math.max(longest, Buffer.byteLength(this.tok.decode([id], { skip_special_tokens: false, clean_up_tokenization_spaces: false })))
+    }
     this.vocabSize = max + 1
+    this.maxTokenBytes = longest
+    this.lengthPreserving = lengthPreserving(json)
     try {
       this.template = chatTemplate ? new Template(chatTemplate) : null
     } catch (e) {
@@ -39,6 +82,14 @@ export class TextTokenizer {
       unk_token: tokenText(config.unk_token),
       pad_token: tokenText(config.pad_token),
     }
+  }
+
+  /**
+   * The most UTF-8 bytes of prompt text that can fit `contextTokens` tokens. Exact for length-preserving tokenizers;
+   * otherwise four times that, so only a pathological text that normalization shrinks fourfold is refused wrongly.
+   */
+  promptByteLimit(contextTokens: number): number {
+    return contextTokens * this.maxTokenBytes * (this.lengthPreserving ? 1 : 4)
   }
 
   get hasChatTemplate(): boolean {

@@ -5,12 +5,16 @@ import { BroadcastChannel, threadId, workerData } from 'node:worker_threads'
 import { Engine } from '../engine.js'
 import type { Broadcast, PortCommand, Task, WorkerData } from '../pool/protocol.js'
 import type { SeqEvent } from '../types.js'
+import { NativeGate } from '../pool/gate.js'
 
 const data = workerData as WorkerData
 const channel = new BroadcastChannel(data.channel)
 const post = (m: Broadcast): void => channel.postMessage(m)
 
 async function init(): Promise<(t: Task) => Promise<null>> {
+  // Busy while the model loads (native code); the pool terminates this thread only once the gate is stopped.
+  const gate = NativeGate.claim(data.gates, threadId)
+  if (!gate) throw new Error('pool closed before this worker loaded its model')
   let engine: Engine
   try {
     engine = await Engine.load(data.engine, {
@@ -20,7 +24,10 @@ async function init(): Promise<(t: Task) => Promise<null>> {
   } catch (e) {
     post({ type: 'failed', threadId, error: (e as Error).message })
     throw e
+  } finally {
+    gate.exit()
   }
+  engine.model.session.gate = gate
   const stats = (): void => post({ type: 'stats', threadId, stats: engine.stats() })
   // While a forward step blocks this thread the timer cannot fire: stale stats are what make a hung worker visible.
   setInterval(stats, 250).unref()
@@ -37,7 +44,8 @@ async function init(): Promise<(t: Task) => Promise<null>> {
     const { port } = t
     return new Promise<null>((resolve) => {
       const cancel = engine.submit(t.req, (e: SeqEvent) => {
-        port.postMessage(e)
+        // The pool learns which replica holds the sequence, to end it at once if this thread stalls.
+        port.postMessage(e.type === 'accepted' ? { ...e, threadId } : e)
         if (e.type === 'done' || e.type === 'error') {
           port.close()
           resolve(null)

@@ -1,0 +1,30 @@
+// A request's prompt: which of messages, prompt or input_ids it brings, how many bytes of text, and its token ids.
+// Used where prompts are tokenized: the pool's tokenizer threads, and an engine run in-process.
+import { OnnxdError } from '../../shared/errors.js'
+import type { Message, TextTokenizer } from './tokenizer.js'
+
+export interface PromptInput {
+  messages?: Message[]
+  prompt?: string
+  input_ids?: number[]
+}
+
+/** Exactly one of messages, prompt or input_ids (a malformed request otherwise). */
+export function checkOnePrompt(req: PromptInput): void {
+  const given = [req.messages, req.prompt, req.input_ids].filter((v) => v !== undefined).length
+  if (given !== 1) throw new OnnxdError('invalid_request', 'exactly one of `messages`, `prompt` or `input_ids` is required')
+}
+
+/** UTF-8 bytes of a text prompt: the prompt, or every message's content (the chat template only adds to them). */
+export function promptTextBytes(req: PromptInput): number {
+  if (req.prompt !== undefined) return Buffer.byteLength(req.prompt)
+  return (req.messages ?? []).reduce((n, m) => n + Buffer.byteLength(m.content), 0)
+}
+
+/** Token ids of a text prompt (messages through the chat template). */
+export function encodeTextPrompt(tok: TextTokenizer | null, modelId: string, req: PromptInput): number[] {
+  if (!tok) throw new OnnxdError('invalid_value', `model ${modelId} has no tokenizer: send \`input_ids\``)
+  const ids = req.messages ? tok.encodeChat(req.messages) : tok.encode(req.prompt ?? '')
+  if (ids.length === 0) throw new OnnxdError('invalid_value', '`prompt` encodes to no tokens')
+  return ids
+}
