@@ -5,6 +5,8 @@ import { startFacade } from '../facade/server.js'
 
 const USAGE = `usage: onnxd facade [--nodes URL,...] [--port N] [--host H] [--data-dir DIR] [--key-rpm N] [--fleet-rpm N]
                     [--health-interval-ms N] [--body-limit BYTES] [--log-level L] [--config FILE]
+                    [--prices JSON] [--default-price JSON] [--billing-flush-ms N] [--billing-flush-tokens N]
+                    [--jwt-max-ttl-s S]
 Every option also has an ONNXD_* environment variable (see README); flags win over the environment.
 `
 
@@ -20,6 +22,10 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
       'key-rpm': str,
       'fleet-rpm': str,
       prices: str,
+      'default-price': str,
+      'billing-flush-ms': str,
+      'billing-flush-tokens': str,
+      'jwt-max-ttl-s': str,
       'health-interval-ms': str,
       'node-timeout-ms': str,
       'body-limit': str,

@@ -13,7 +13,7 @@ Starts a worker node (default 127.0.0.1:8081) and the public /v1 facade (default
 the node's. Every other flag of \`onnxd node\` and \`onnxd facade\` works here too; see README.
 `
 
-const FACADE_ONLY = ['data-dir', 'key-rpm', 'fleet-rpm', 'prices', 'health-interval-ms', 'node-timeout-ms', 'jwks-url', 'jwks-file', 'jwt-issuer', 'jwt-audience'] as const
+const FACADE_ONLY = ['data-dir', 'key-rpm', 'fleet-rpm', 'prices', 'default-price', 'billing-flush-ms', 'billing-flush-tokens', 'health-interval-ms', 'node-timeout-ms', 'jwks-url', 'jwks-file', 'jwt-issuer', 'jwt-audience', 'jwt-max-ttl-s'] as const
 
 export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const str = { type: 'string' } as const

@@ -84,12 +84,18 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
     router,
     auth: new Authenticator(store, sessions),
     limiter: new RateLimiter(rateLimits, { keyRpm: options.keyRpm, fleetRpm: options.fleetRpm }, now),
-    meter: new Meter(store, new PriceTable(options.prices), now),
+    meter: new Meter(store, new PriceTable(options.prices, options.defaultPrice), {
+      now,
+      flushMs: options.billingFlushMs,
+      flushTokens: options.billingFlushTokens,
+      log: app.log,
+    }),
     now,
   }
   app.decorate('facade', ctx)
 
   app.addHook('onClose', async () => {
+    await ctx.meter.close()
     router.stop()
     await nodeClient.close()
     if (!deps.rateLimits) await rateLimits.close()
@@ -131,6 +137,7 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
 
   try {
     await app.ready()
+    await ctx.meter.start() // settles what a previous run left in flight
     await router.refresh()
   } catch (e) {
     await app.close()

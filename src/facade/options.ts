@@ -18,6 +18,8 @@ export const ModelPrice = Type.Object(
 )
 export type ModelPrice = Static<typeof ModelPrice>
 
+/** What a model costs when `prices` names neither it nor `*`: small, so that credits go down out of the box. */
+export const DEFAULT_PRICE: ModelPrice = { prompt: 0.5, completion: 1.5 }
 
 export const FacadeOptions = Type.Object(
   {
@@ -41,8 +43,14 @@ export const FacadeOptions = Type.Object(
     keyRpm: Type.Integer({ minimum: 0, default: 600 }),
     /** Requests per minute over all keys of this facade; 0 = unlimited. */
     fleetRpm: Type.Integer({ minimum: 0, default: 60_000 }),
-    /** Prices per model id; the key `*` applies to models not listed. Models without a price cost nothing. */
+    /** Prices per model id; the key `*` applies to models not listed, and `defaultPrice` when there is no `*`. */
     prices: Type.Record(Type.String({ minLength: 1 }), ModelPrice, { default: {} }),
+    /** The price of a model that `prices` does not name (set both to 0 to make unpriced models free). */
+    defaultPrice: Type.Object(ModelPrice.properties, { additionalProperties: false, default: DEFAULT_PRICE }),
+    /** Usage of completions in flight is saved at least this often (ms): a crash loses at most this much. */
+    billingFlushMs: Type.Integer({ minimum: 50, maximum: 60_000, default: 1000 }),
+    /** ... and whenever a completion has delivered this many tokens since its last save. */
+    billingFlushTokens: Type.Integer({ minimum: 1, default: 16 }),
     /** How often each node's /health is polled. */
     healthIntervalMs: Type.Integer({ minimum: 50, default: 2000 }),
     /** Longest wait for a node's response headers, and for the next chunk of a stream. */
@@ -75,6 +83,9 @@ export const FACADE_ENV: Record<Field, string> = {
   keyRpm: 'ONNXD_KEY_RPM',
   fleetRpm: 'ONNXD_FLEET_RPM',
   prices: 'ONNXD_PRICES',
+  defaultPrice: 'ONNXD_DEFAULT_PRICE',
+  billingFlushMs: 'ONNXD_BILLING_FLUSH_MS',
+  billingFlushTokens: 'ONNXD_BILLING_FLUSH_TOKENS',
   healthIntervalMs: 'ONNXD_HEALTH_INTERVAL_MS',
   nodeTimeoutMs: 'ONNXD_NODE_TIMEOUT_MS',
   bodyLimit: 'ONNXD_BODY_LIMIT',
@@ -96,11 +107,12 @@ function fromString(field: Field, raw: string, problems: string[], source: strin
       .map((s) => s.trim().replace(/\/+$/, ''))
       .filter(Boolean)
   }
-  if (field === 'prices') {
+  if (field === 'prices' || field === 'defaultPrice') {
     try {
       return JSON.parse(raw) as unknown
     } catch {
-      problems.push(`prices (${source}): must be JSON such as {"my-model":{"prompt":0.5,"completion":1.5}}. Given: ${raw}`)
+      const example = field === 'prices' ? '{"my-model":{"prompt":0.5,"completion":1.5}}' : '{"prompt":0.5,"completion":1.5}'
+      problems.push(`${field} (${source}): must be JSON such as ${example}. Given: ${raw.length > 80 ? `${raw.slice(0, 80)}…` : raw}`)
       return undefined
     }
   }

@@ -81,7 +81,7 @@ describe('session-token routes', () => {
   })
 
   it('GET /v1/account/billing shows balance, subscription and prices', async () => {
-    f = await facadeFixture({ credits: 2_500_000, options: { prices: { 'tiny-llm': { prompt: 0.5, completion: 1.5 } } } })
+    f = await facadeFixture({ credits: 2_500_000, options: { prices: { 'tiny-llm': { prompt: 2, completion: 4 } } } })
     const h = bearer(await f.token())
     expect((await f.app.inject({ method: 'GET', url: '/v1/account/billing', headers: h })).json()).toEqual({
       object: 'billing',
@@ -90,7 +90,8 @@ describe('session-token routes', () => {
       balance: '2.500000',
       subscription: 'active',
       can_spend: true,
-      prices: { 'tiny-llm': { prompt: 0.5, completion: 1.5 } },
+      // The configured prices, and `*`: what every other model costs (the default price unless configured).
+      prices: { 'tiny-llm': { prompt: 2, completion: 4 }, '*': { prompt: 0.5, completion: 1.5 } },
     })
     await f.store.setSubscription(f.account.id, 'inactive')
     expect((await f.app.inject({ method: 'GET', url: '/v1/account/billing', headers: h })).json()).toMatchObject({ subscription: 'inactive', can_spend: false })

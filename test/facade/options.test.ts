@@ -11,6 +11,10 @@ describe('loadFacadeOptions', () => {
       keyRpm: 600,
       fleetRpm: 60_000,
       prices: {},
+      defaultPrice: { prompt: 0.5, completion: 1.5 },
+      billingFlushMs: 1000,
+      billingFlushTokens: 16,
+      jwtMaxTtlS: 86_400,
       healthIntervalMs: 2000,
       nodeTimeoutMs: 600_000,
       bodyLimit: 1_048_576,
@@ -25,6 +29,8 @@ describe('loadFacadeOptions', () => {
       { fleetRpm: 11, dataDir: '/file', port: 1 },
     )
     expect(o).toMatchObject({ port: 9000, nodes: ['http://a:1', 'http://b:2'], keyRpm: 7, fleetRpm: 11, dataDir: '/env', prices: { m: { prompt: 0.5, completion: 1 } } })
+    expect(loadFacadeOptions({ ONNXD_DEFAULT_PRICE: '{"prompt":0,"completion":0}' }).defaultPrice).toEqual({ prompt: 0, completion: 0 })
+    expect(() => loadFacadeOptions({ ONNXD_DEFAULT_PRICE: '{"prompt":-1,"completion":0}' })).toThrow(/defaultPrice \(ONNXD_DEFAULT_PRICE, --default-price\)/)
     expect(Object.isFrozen(o) && Object.isFrozen(o.nodes) && Object.isFrozen(o.prices)).toBe(true)
   })
 

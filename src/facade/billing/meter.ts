@@ -1,8 +1,12 @@
-// Billing: who may spend (402 before dispatch) and what a completion costs, recorded with its usage in one
-// store transaction. Imports: store, shared errors, facade options.
-import type { Account, ApiKey, Store } from '../../store/interfaces.js'
+// Billing: who may spend (402 before dispatch), what a completion costs, and its usage kept durable as it goes:
+// each completion in flight is a Tab whose delivered tokens are saved in batches (every `flushTokens` tokens of a
+// completion or every `flushMs`, whichever comes first), then settled with its debit in one store transaction when
+// it ends. Rows a crash left behind are settled by `settleStale` at start and every few intervals, so a SIGKILL loses
+// at most the tokens of one interval. Imports: store, shared errors, facade options.
+import type { Account, ApiKey, InFlightCompletion, SettledInFlight, Store } from '../../store/interfaces.js'
+import { randomBase62 } from '../../store/ids.js'
 import { OnnxdError } from '../../shared/errors.js'
-import type { ModelPrice } from '../options.js'
+import { DEFAULT_PRICE, type ModelPrice } from '../options.js'
 
 /** Tokens a completion consumed: what the node reported, or what was counted when a stream ended early. */
 export interface TokenCounts {
@@ -13,27 +17,110 @@ export interface TokenCounts {
 export class PriceTable {
   /** Nano-units per token: prices are units per 1M tokens, i.e. micro-units per token, kept to 3 decimals. */
   private readonly nanos = new Map<string, { prompt: number; completion: number }>()
+  private readonly fallback: { prompt: number; completion: number }
 
-  constructor(prices: Readonly<Record<string, ModelPrice>>) {
-    for (const [model, p] of Object.entries(prices)) {
-      this.nanos.set(model, { prompt: Math.round(p.prompt * 1000), completion: Math.round(p.completion * 1000) })
-    }
+  /** `prices` per model id, `*` for the rest; `defaultPrice` when there is no `*`. */
+  constructor(
+    private readonly prices: Readonly<Record<string, ModelPrice>>,
+    private readonly defaultPrice: ModelPrice = DEFAULT_PRICE,
+  ) {
+    const nanos = (p: ModelPrice) => ({ prompt: Math.round(p.prompt * 1000), completion: Math.round(p.completion * 1000) })
+    for (const [model, p] of Object.entries(prices)) this.nanos.set(model, nanos(p))
+    this.fallback = nanos(prices['*'] ?? defaultPrice)
   }
 
   /** Integer micro-units, rounded up per completion. */
   costMicros(model: string, t: TokenCounts): number {
-    const p = this.nanos.get(model) ?? this.nanos.get('*')
-    if (!p) return 0
+    const p = this.nanos.get(model) ?? this.fallback
     return Math.ceil((t.promptTokens * p.prompt + t.completionTokens * p.completion) / 1000)
+  }
+
+  /** The prices in force, as configured, with `*` (the fallback) always present. */
+  table(): Record<string, ModelPrice> {
+    return { ...this.prices, '*': this.prices['*'] ?? this.defaultPrice }
+  }
+}
+
+export interface MeterOptions {
+  /** Save delivered usage at least this often (ms). */
+  flushMs: number
+  /** Save as soon as one completion has delivered this many tokens since its last save. */
+  flushTokens: number
+  now?: () => number
+  /** Where failures of background saves go. */
+  log?: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void }
+}
+
+/** Rows not renewed for this many intervals belong to a facade that is gone. */
+const LEASE_INTERVALS = 5
+
+/** One completion in flight: what its client received so far, saved as it goes, and settled exactly once. */
+export class Tab {
+  private counts: TokenCounts = { promptTokens: 0, completionTokens: 0 }
+  /** Tokens delivered since the last save began. */
+  unsaved = 0
+  dirty = true
+  settled = false
+
+  constructor(
+    private readonly meter: Meter,
+    readonly id: string,
+    readonly account: Account,
+    readonly key: ApiKey,
+    readonly model: string,
+    readonly startedAt: number,
+  ) {}
+
+  /** What the client has received so far (running totals). Saves when `flushTokens` have piled up. */
+  progress(t: TokenCounts): void {
+    if (this.settled) return
+    const before = this.counts
+    if (t.promptTokens === before.promptTokens && t.completionTokens === before.completionTokens) return
+    this.counts = { promptTokens: t.promptTokens, completionTokens: t.completionTokens }
+    this.dirty = true
+    this.unsaved += Math.max(0, t.completionTokens - before.completionTokens)
+    this.meter.tokensDelivered(this)
+  }
+
+  /** The row to save. */
+  row(): InFlightCompletion {
+    return {
+      id: this.id,
+      accountId: this.account.id,
+      keyId: this.key.id,
+      model: this.model,
+      ...this.counts,
+      costMicros: this.meter.prices.costMicros(this.model, this.counts),
+      startedAt: this.startedAt,
+    }
+  }
+
+  /** Records the final usage and its debit (and removes the saved row) in one transaction. Once; returns the cost. */
+  settle(t: TokenCounts): Promise<number> {
+    if (this.settled) throw new OnnxdError('internal', `completion ${this.id} is already settled`)
+    this.settled = true
+    return this.meter.settle(this, t)
   }
 }
 
 export class Meter {
+  /** This facade's name on the rows it saves: rows of a facade that stops renewing them are settled by others. */
+  readonly owner = `facade_${randomBase62(16)}`
+  private readonly tabs = new Map<string, Tab>()
+  private readonly now: () => number
+  private timer: NodeJS.Timeout | null = null
+  private ticks = 0
+  /** The save under way, and whether another was asked for meanwhile. */
+  private saving: Promise<void> | null = null
+  private again = false
+
   constructor(
     private readonly store: Store,
     readonly prices: PriceTable,
-    private readonly now: () => number = Date.now,
-  ) {}
+    private readonly opts: MeterOptions,
+  ) {
+    this.now = opts.now ?? Date.now
+  }
 
   /** 402 when the account may not spend: subscription inactive, or balance exhausted. */
   checkCanSpend(account: Account): void {
@@ -45,8 +132,97 @@ export class Meter {
     }
   }
 
-  /** Records one completion's usage and debits its cost, atomically. */
-  async record(account: Account, key: ApiKey, model: string, t: TokenCounts): Promise<number> {
+  /** Opens the tab of a completion that has begun to stream; it is saved with the next batch. */
+  open(id: string, account: Account, key: ApiKey, model: string): Tab {
+    const tab = new Tab(this, id, account, key, model, this.now())
+    this.tabs.set(id, tab)
+    return tab
+  }
+
+  /** Completions in flight. */
+  get inFlight(): number {
+    return this.tabs.size
+  }
+
+  /** Settles what a previous run left in flight, then saves and renews on a timer. */
+  async start(): Promise<SettledInFlight> {
+    const settled = await this.settleStale()
+    this.timer ??= setInterval(() => this.tick(), this.opts.flushMs)
+    this.timer.unref()
+    return settled
+  }
+
+  /** Stops the timer and saves what is in flight (a completion still running is settled by itself, or at next start). */
+  async close(): Promise<void> {
+    if (this.timer) clearInterval(this.timer)
+    this.timer = null
+    await this.flush()
+  }
+
+  /** Settles every row whose owner stopped renewing it `LEASE_INTERVALS` intervals ago. */
+  async settleStale(): Promise<SettledInFlight> {
+    const now = this.now()
+    const settled = await this.store.settleStaleInFlight(now - LEASE_INTERVALS * this.opts.flushMs, now)
+    if (settled.completions > 0) this.opts.log?.info({ ...settled }, 'settled completions left in flight by a facade that stopped')
+    return settled
+  }
+
+  /** Called by a tab that delivered tokens. */
+  tokensDelivered(tab: Tab): void {
+    if (tab.unsaved >= this.opts.flushTokens) void this.flush()
+  }
+
+  /**
+   * Saves every tab with unsaved progress and renews this facade's rows, in one store transaction. Saves never
+   * overlap: one asked for during another runs right after it.
+   */
+  flush(): Promise<void> {
+    if (this.saving) {
+      this.again = true
+      return this.saving
+    }
+    const run = async (): Promise<void> => {
+      do {
+        this.again = false
+        // Nothing new still renews the lease of the rows in flight.
+        if (this.tabs.size === 0) return
+        const tabs = [...this.tabs.values()].filter((t) => t.dirty)
+        const rows = tabs.map((t) => {
+          t.dirty = false
+          t.unsaved = 0
+          return t.row()
+        })
+        try {
+          await this.store.saveInFlight(this.owner, rows, this.now())
+        } catch (e) {
+          for (const t of tabs) t.dirty = true
+          this.opts.log?.warn({ err: e, rows: rows.length }, 'could not save the usage of completions in flight')
+          return
+        }
+      } while (this.again)
+    }
+    this.saving = run().finally(() => {
+      this.saving = null
+    })
+    return this.saving
+  }
+
+  private tick(): void {
+    void this.flush()
+    if (++this.ticks % LEASE_INTERVALS === 0) {
+      this.settleStale().catch((e: unknown) => this.opts.log?.warn({ err: e }, 'could not settle stale completions'))
+    }
+  }
+
+  /** Final record of a tab: waits for a save under way (which may hold its row), then records in one transaction. */
+  async settle(tab: Tab, t: TokenCounts): Promise<number> {
+    this.tabs.delete(tab.id)
+    if (this.saving) await this.saving
+    return this.record(tab.account, tab.key, tab.model, t, tab.id)
+  }
+
+  /** Records one completion's usage and debits its cost, atomically (settling its in-flight row, if any). */
+  async record(account: Account, key: ApiKey, model: string, t: TokenCounts, inFlightId?: string): Promise<number> {
     const costMicros = this.prices.costMicros(model, t)
     const at = this.now()
     await this.store.recordCompletion({
@@ -59,6 +235,7 @@ export class Meter {
       at,
       // last_used_at has minute resolution: one write per key per minute, not one per completion.
       touchKey: key.lastUsedAt === null || at / 1000 - key.lastUsedAt >= 60,
+      ...(inFlightId !== undefined ? { inFlightId } : {}),
     })
     return costMicros
   }

@@ -127,7 +127,7 @@ export function accountRoutes(app: FastifyInstance, ctx: FacadeContext): void {
       balance: formatMoney(account.balanceMicros),
       subscription: account.subscription,
       can_spend: canSpend,
-      prices: ctx.options.prices,
+      prices: ctx.meter.prices.table(),
     }
   })
 

@@ -1,6 +1,7 @@
 // POST /v1/chat/completions: values (422) → billing (402) → dispatch to a node → the OpenAI answer, JSON or SSE.
 // A client that leaves cancels the node's work; usage and the debit are written once per completion, also for
-// streams cut short. Imports: facade parts, contract, shared errors, store ids.
+// streams cut short. A stream's usage is kept durable as it is delivered (a billing Tab), so a crash loses at most
+// one save interval. Imports: facade parts, contract, shared errors, store ids.
 import type { OutgoingHttpHeaders } from 'node:http'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
@@ -98,6 +99,7 @@ async function streamChat(request: FastifyRequest, reply: FastifyReply, ctx: Fac
     'x-accel-buffering': 'no',
   })
   const out = new ChunkWriter(s.id, s.created, s.params.model, s.params.stream_options?.include_usage === true)
+  const tab = ctx.meter.open(s.id, s.principal.account, s.principal.key, s.params.model)
   const write = async (text: string): Promise<void> => {
     if (raw.destroyed || raw.writableEnded) return
     if (!raw.write(text)) {
@@ -134,6 +136,7 @@ async function streamChat(request: FastifyRequest, reply: FastifyReply, ctx: Fac
       // Deltas carry their token ids; a delta without ids counts as one token.
       deltas += Array.isArray((ev as { ids?: unknown }).ids) ? (ev as { ids: unknown[] }).ids.length : ev.text ? 1 : 0
       if (ev.text) await write(out.content(ev.text))
+      tab.progress({ promptTokens: seen?.prompt_tokens ?? 0, completionTokens: Math.max(seen?.completion_tokens ?? 0, deltas) })
       if (s.gone.signal.aborted) break
     }
   } catch (e) {
@@ -149,7 +152,7 @@ async function streamChat(request: FastifyRequest, reply: FastifyReply, ctx: Fac
   const promptTokens = final?.usage.prompt_tokens ?? seen?.prompt_tokens ?? 0
   const completionTokens = final?.usage.completion_tokens ?? Math.max(seen?.completion_tokens ?? 0, deltas)
   try {
-    await ctx.meter.record(s.principal.account, s.principal.key, s.params.model, { promptTokens, completionTokens })
+    await tab.settle({ promptTokens, completionTokens })
   } catch (e) {
     request.log.error({ id: s.id, err: e, promptTokens, completionTokens }, 'could not record usage of a stream')
   }
