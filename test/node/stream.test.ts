@@ -1,6 +1,8 @@
 // Streamed completions and client disconnects over a real listening server (port 0): SSE framing and [DONE],
 // errors before and after acceptance, and cancellation the moment a client leaves (SSE and JSON alike).
 import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http'
+import { connect } from 'node:net'
+import { once } from 'node:events'
 import { afterEach, describe, expect, it } from 'vitest'
 import { deferred } from '../helpers/fake-engine.js'
 import { completionBody, listen, post, readUntil, sseData, testNode, URL_PATH, type TestNode } from './helpers.js'
@@ -39,6 +41,22 @@ describe('POST /internal/v1/completions (stream: true)', () => {
       { id: 'sse-1', text: 'lo', ids: [8], usage: { prompt_tokens: 4, completion_tokens: 2 } },
       { id: 'sse-1', text: '', finish_reason: 'length', usage: { prompt_tokens: 4, completion_tokens: 2 }, timings: { queue_ms: 1, ttft_ms: 5, total_ms: 20 } },
     ])
+  })
+
+  it("honours a client's Connection: close: the server closes the socket after the stream", async () => {
+    node = testNode({ script: [{ accept: 1 }, { token: 'Hi', ids: [7] }, { done: 'length' }] })
+    const base = new URL(await listen(node.app))
+    const body = JSON.stringify(completionBody({ stream: true }))
+    const sock = connect(Number(base.port), base.hostname)
+    sock.write(`POST ${URL_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`)
+    let raw = ''
+    sock.on('data', (d: Buffer) => (raw += d.toString()))
+    await once(sock, 'end') // the server ended the connection; a keep-alive answer would leave it open
+    const head = raw.slice(0, raw.indexOf('\r\n\r\n')).toLowerCase()
+    expect(head).toContain('connection: close')
+    expect(head).not.toContain('keep-alive')
+    expect(raw).toContain('data: [DONE]')
+    sock.destroy()
   })
 
   it('flushes each delta as the engine produces it', async () => {

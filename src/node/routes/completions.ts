@@ -186,7 +186,8 @@ async function streamSse(
   res.writeHead(200, {
     'content-type': 'text/event-stream; charset=utf-8',
     'cache-control': 'no-cache',
-    connection: 'keep-alive',
+    // No Connection header of our own: Node keeps the connection alive, or closes it after the stream when the
+    // client sent `Connection: close`.
     'x-accel-buffering': 'no', // proxies must not buffer the stream
     'x-request-id': id,
   })
