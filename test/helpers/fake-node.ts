@@ -15,6 +15,11 @@ export interface FakeNodeOptions {
   status?: HealthBody['status']
   /** Listen on this port (default 0: any free port). */
   port?: number
+  /**
+   * Streams one delta every `paceMs` (default: all at once), each carrying the running usage as the real node's do:
+   * a stream that runs while a test acts on it.
+   */
+  paceMs?: number
 }
 
 export interface Fault {
@@ -157,7 +162,12 @@ export async function startFakeNode(opts: FakeNodeOptions = {}): Promise<FakeNod
         raw.end()
         return reply
       }
-      send({ id, text: out[i], ids: [i] })
+      if (opts.paceMs === undefined) {
+        send({ id, text: out[i], ids: [i] })
+        continue
+      }
+      send({ id, text: out[i], ids: [i], usage: { prompt_tokens: usage.prompt_tokens, completion_tokens: i + 1 } })
+      await new Promise((resolve) => setTimeout(resolve, opts.paceMs))
     }
     if (!open) return reply
     send({ id, text: '', finish_reason, usage, timings })
