@@ -9,6 +9,7 @@ import { SessionVerifier } from './auth/jwt.js'
 import { resolveJwtSecret } from './auth/secret.js'
 import { Meter, PriceTable } from './billing/meter.js'
 import type { FacadeContext } from './context.js'
+import { hardenHttp, httpServerOptions } from '../shared/http-server.js'
 import { facadeErrorHandler, facadeNotFoundHandler } from './errors.js'
 import { rateLimitHeaders, RateLimiter } from './limits/rate-limit.js'
 import { HttpNodeClient, type NodeClient } from './node-client.js'
@@ -44,6 +45,8 @@ export const REDACT = ['req.headers.authorization', 'req.headers["x-api-key"]', 
 
 export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDeps> = {}): Promise<FacadeApp> {
   const app: FastifyInstance = Fastify({
+    // Failures before any route (Node's parser, bad URLs, over-long path parameters) in the error object.
+    ...httpServerOptions(facadeErrorHandler),
     ...(deps.logger
       ? { loggerInstance: deps.logger }
       : { logger: { level: options.logLevel, redact: REDACT, ...(deps.logStream ? { stream: deps.logStream } : {}) } }),
@@ -53,6 +56,8 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
     // One log line per request (below), not fastify's two: logging is a large part of the cost of a request.
     logController: new LogController({ disableRequestLogging: true }),
   })
+  // First of all hooks: while closing, every request is a 503 with Retry-After before auth runs.
+  hardenHttp(app, { bodyLimit: options.bodyLimit, refuseWhileClosing: true })
   app.addHook('onResponse', async (request, reply) => {
     request.log.info(
       { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 },

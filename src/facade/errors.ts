@@ -2,7 +2,7 @@
 // status and type from the shared table (src/shared/errors.ts). Imports: shared errors, fastify types.
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { fromFastifyError } from '../shared/http-errors.js'
-import { errorBody, errorStatus, isOnnxdError, OnnxdError } from '../shared/errors.js'
+import { clip, errorBody, errorStatus, isOnnxdError, OnnxdError } from '../shared/errors.js'
 
 export { codeForStatus, ErrorBodySchema } from '../shared/http-errors.js'
 
@@ -26,5 +26,5 @@ export function facadeErrorHandler(error: FastifyError, request: FastifyRequest,
 }
 
 export function facadeNotFoundHandler(request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  return sendError(reply, new OnnxdError('not_found', `Unknown route: ${request.method} ${request.url.split('?')[0]}`))
+  return sendError(reply, new OnnxdError('not_found', `Unknown route: ${request.method} ${clip(request.url.split('?')[0]!)}`))
 }

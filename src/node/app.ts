@@ -6,7 +6,8 @@ import type { Registry } from 'prom-client'
 import type { EngineClient } from '../engine/index.js'
 import { NodeState, type NodeControl } from './drain.js'
 import { servedModelId, type NodeOptions } from './options.js'
-import { registerErrorHandlers } from './plugins/errors.js'
+import { hardenHttp, httpServerOptions } from '../shared/http-server.js'
+import { nodeErrorHandler, registerErrorHandlers } from './plugins/errors.js'
 import { createMetrics, createRegistry, registerMetricsRoute, type NodeMetrics } from './plugins/metrics.js'
 import { COMPLETIONS_PATH, registerCompletionRoutes, requestIdFor } from './routes/completions.js'
 import { registerHealthRoutes } from './routes/health.js'
@@ -46,8 +47,14 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
   const metrics = deps.metrics ?? createMetrics(deps.registry ?? createRegistry(), model, opts.provider)
   metrics.setHealthSource(() => engine.health())
   const state = new NodeState(engine, opts.drainTimeoutMs)
+  const onError = nodeErrorHandler((code, request) => {
+    if (request.routeOptions.url === COMPLETIONS_PATH) metrics.requestFailed(code)
+  })
 
   const app = Fastify({
+    // Failures before any route (Node's parser, bad URLs) in the error object; `return503OnClosing: false`: while
+    // closing, our own drain answers 503 in the spec's error object.
+    ...httpServerOptions(onError),
     logger: {
       level: opts.logLevel,
       redact: { paths: REDACT, censor: '[redacted]' },
@@ -55,8 +62,6 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
     },
     bodyLimit: opts.bodyLimit,
     genReqId: (req) => requestIdFor(req.headers['x-request-id']),
-    // While closing, our own drain answers 503 in the spec's error object; fastify's built-in 503 has another shape.
-    return503OnClosing: false,
     // After the drain, close() must not wait on streams whose clients stopped reading.
     forceCloseConnections: true,
     ajv: {
@@ -70,9 +75,8 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
   })
 
   app.decorate('node', state as NodeControl)
-  registerErrorHandlers(app, (code, request) => {
-    if (request.routeOptions.url === COMPLETIONS_PATH) metrics.requestFailed(code)
-  })
+  hardenHttp(app, { bodyLimit: opts.bodyLimit })
+  registerErrorHandlers(app, onError)
   // Probes and scrapes every few seconds would drown the request log: at most warn for them.
   const probeLogLevel: LogLevel = ['info', 'debug', 'trace'].includes(opts.logLevel) ? 'warn' : opts.logLevel
   registerHealthRoutes(app, { engine, control: state, fallback: { model, provider: opts.provider }, logLevel: probeLogLevel })

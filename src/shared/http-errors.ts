@@ -2,59 +2,47 @@
 // fastify's own client errors (body parsing, limits, validation) in the spec's words. Imports: shared errors.
 import type { FastifyError } from 'fastify'
 import { Type } from '@sinclair/typebox'
-import { OnnxdError, type ErrorCode } from './errors.js'
+import { clip, codeForStatus, OnnxdError } from './errors.js'
+
+export { codeForStatus }
 
 /** The spec's error object as a response schema. */
 export const ErrorBodySchema = Type.Object({
   error: Type.Object({ message: Type.String(), type: Type.String(), code: Type.Integer() }),
 })
 
-/** The error code for an HTTP status that came from elsewhere (a node, fastify itself). */
-export function codeForStatus(status: number): ErrorCode {
-  switch (status) {
-    case 400:
-      return 'invalid_request'
-    case 401:
-      return 'unauthorized'
-    case 402:
-      return 'payment_required'
-    case 404:
-      return 'not_found'
-    case 413:
-      return 'payload_too_large'
-    case 422:
-      return 'invalid_value'
-    case 429:
-      return 'rate_limited'
-    case 503:
-      return 'no_healthy_node'
-    default:
-      return status >= 500 ? 'internal' : 'invalid_request'
-  }
-}
+/** Fastify's router refuses path parameters longer than this (414); key and model ids are far shorter. */
+export const MAX_PARAM_LENGTH = 256
 
 /** One sentence naming the field: "Missing required field 'model'", "Unknown field 'foo'", "'max_tokens' must be integer". */
 function validationMessage(e: FastifyError): string {
   const v = e.validation?.[0]
   if (!v) return e.message
-  const path = v.instancePath ? v.instancePath.slice(1).replace(/\//g, '.') : ''
+  // Paths and property names can be the client's own keys: quoted cut short, like any value of theirs.
+  const path = v.instancePath ? clip(v.instancePath.slice(1).replace(/\//g, '.')) : ''
   const params = v.params as { missingProperty?: string; additionalProperty?: string }
+  const message = clip(v.message ?? 'is invalid', 200)
   switch (v.keyword) {
     case 'required':
-      return `Missing required field '${path ? `${path}.` : ''}${String(params.missingProperty)}'`
+      return `Missing required field '${path ? `${path}.` : ''}${clip(String(params.missingProperty))}'`
     case 'additionalProperties':
-      return `Unknown field '${path ? `${path}.` : ''}${String(params.additionalProperty)}'`
+      return `Unknown field '${path ? `${path}.` : ''}${clip(String(params.additionalProperty))}'`
   }
-  if (!path) return `The request body ${v.message ?? 'is invalid'}`
-  return `'${path}' ${v.message ?? 'is invalid'}`
+  if (!path) return `The request body ${message}`
+  return `'${path}' ${message}`
 }
 
 /**
  * Fastify's own client errors in the spec's words; null for anything else. A body's shape (required fields, their
  * basic types, unknown fields) is a 400; query and path values are 422. `bodyLimit` names the limit in 413s.
+ * Messages never carry the client's value: fastify's own messages for these quote the whole URL or content type.
  */
 export function fromFastifyError(e: FastifyError, bodyLimit?: number): OnnxdError | null {
   switch (e.code) {
+    case 'FST_ERR_BAD_URL':
+      return new OnnxdError('invalid_request', 'The request path is not valid percent-encoded UTF-8')
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return new OnnxdError('uri_too_long', `A path parameter is longer than ${MAX_PARAM_LENGTH} characters`)
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return new OnnxdError('invalid_request', 'The request body is not valid JSON')
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
@@ -71,6 +59,6 @@ export function fromFastifyError(e: FastifyError, bodyLimit?: number): OnnxdErro
     }
   }
   if (e instanceof SyntaxError) return new OnnxdError('invalid_request', 'The request body is not valid JSON')
-  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) return new OnnxdError(codeForStatus(e.statusCode), e.message)
+  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) return new OnnxdError(codeForStatus(e.statusCode), clip(e.message, 200))
   return null
 }

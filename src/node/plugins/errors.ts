@@ -2,7 +2,8 @@
 // leaves as the spec's error object with the status and type of src/shared/errors.ts. Imports: shared errors.
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { fromFastifyError } from '../../shared/http-errors.js'
-import { errorBody, errorStatus, isOnnxdError, OnnxdError, type ErrorBody, type ErrorCode } from '../../shared/errors.js'
+import { clip, errorBody, errorStatus, isOnnxdError, OnnxdError, type ErrorBody, type ErrorCode } from '../../shared/errors.js'
+import type { AppErrorHandler } from '../../shared/http-server.js'
 
 export { ErrorBodySchema } from '../../shared/http-errors.js'
 
@@ -52,18 +53,26 @@ export function logFailure(request: FastifyRequest, err: unknown, status: number
   else request.log.info({ code: isOnnxdError(err) ? err.code : undefined, status }, isOnnxdError(err) ? err.message : 'request rejected')
 }
 
-/** Installs the error and not-found handlers on `app`; `onFailure` hears each error code answered (for metrics). */
-export function registerErrorHandlers(app: FastifyInstance, onFailure: (code: ErrorCode, request: FastifyRequest) => void = () => {}): void {
-  app.setErrorHandler((error: FastifyError, request, reply) => {
+/**
+ * The node's error handler: every failure (a route's, the engine's, fastify's own) as the error object; `onFailure`
+ * hears each error code answered (for metrics).
+ */
+export function nodeErrorHandler(onFailure: (code: ErrorCode, request: FastifyRequest) => void = () => {}): AppErrorHandler {
+  return (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const known = isOnnxdError(error) ? error : fromFastifyError(error, request.routeOptions.bodyLimit)
     const err = known ?? new OnnxdError('internal', 'unhandled error')
     const http = toHttpError(err)
     logFailure(request, known ?? error, http.status)
     onFailure(err.code, request)
     return sendError(reply, http)
-  })
+  }
+}
+
+/** Installs `onError` (see nodeErrorHandler) and the not-found handler on `app`. */
+export function registerErrorHandlers(app: FastifyInstance, onError: AppErrorHandler = nodeErrorHandler()): void {
+  app.setErrorHandler(onError)
   app.setNotFoundHandler((request, reply) => {
-    const err = new OnnxdError('not_found', `Unknown route: ${request.method} ${request.url.split('?')[0]}`)
+    const err = new OnnxdError('not_found', `Unknown route: ${request.method} ${clip(request.url.split('?')[0]!)}`)
     return sendError(reply, toHttpError(err))
   })
 }
