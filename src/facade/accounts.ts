@@ -2,7 +2,7 @@
 // Imports: store, auth, billing, shared errors.
 import { Type, type Static } from '@sinclair/typebox'
 import type { Account, ApiKey, Store } from '../store/interfaces.js'
-import { OnnxdError } from '../shared/errors.js'
+import { clip, OnnxdError } from '../shared/errors.js'
 import { generateApiKey } from './auth/api-keys.js'
 import { formatMoney } from './billing/money.js'
 
@@ -73,7 +73,7 @@ export async function createApiKey(store: Store, accountId: string, input: NewKe
   if (input.rpmLimit != null && (!Number.isSafeInteger(input.rpmLimit) || input.rpmLimit < 0)) {
     throw new OnnxdError('invalid_value', `rpm_limit must be an integer >= 0 (0 = unlimited). Given: ${input.rpmLimit}`)
   }
-  if (!(await store.getAccount(accountId))) throw new OnnxdError('not_found', `No account '${accountId}'`)
+  if (!(await store.getAccount(accountId))) throw new OnnxdError('not_found', `No account '${clip(accountId)}'`)
   const s = generateApiKey()
   const key = await store.createKey({ accountId, name: input.name ?? null, rpmLimit: input.rpmLimit ?? null, hash: s.hash, redacted: s.redacted })
   return apiKeyJson(key, s.secret)

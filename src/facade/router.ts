@@ -4,7 +4,7 @@
 // 4xx → passed through. Imports: contract, shared errors, node client.
 import type { FastifyBaseLogger } from 'fastify'
 import type { CompletionRequest, HealthBody } from '../contract/completions.js'
-import { OnnxdError } from '../shared/errors.js'
+import { clip, OnnxdError } from '../shared/errors.js'
 import { codeForStatus } from './errors.js'
 import type { NodeClient, NodeHealth, NodeReply } from './node-client.js'
 
@@ -215,7 +215,7 @@ export class NodeRouter {
       // A client error the node found (e.g. context length): the node's message, in the spec's error object.
       throw new OnnxdError(codeForStatus(reply.status), reply.message, reply.retryAfterS ? { retryAfterS: reply.retryAfterS } : {})
     }
-    throw new OnnxdError('no_healthy_node', `No healthy inference node is available for model '${model}'; retry with backoff`, {
+    throw new OnnxdError('no_healthy_node', `No healthy inference node is available for model '${clip(model)}'; retry with backoff`, {
       retryAfterS,
     })
   }

@@ -14,7 +14,7 @@ import {
   type JWTVerifyGetKey,
   type JWTVerifyOptions,
 } from 'jose'
-import { OnnxdError } from '../../shared/errors.js'
+import { clip, OnnxdError } from '../../shared/errors.js'
 
 export const HMAC_ALGORITHMS = ['HS256'] as const
 export const ASYMMETRIC_ALGORITHMS = ['RS256', 'ES256'] as const
@@ -73,7 +73,7 @@ export class SessionVerifier {
       } else if ((ASYMMETRIC_ALGORITHMS as readonly string[]).includes(alg ?? '') && this.jwks) {
         payload = (await jwtVerify(token, this.jwks, { ...options, algorithms: [...ASYMMETRIC_ALGORITHMS] })).payload
       } else {
-        throw unauthorized(`Session token algorithm '${alg ?? 'none'}' is not accepted`)
+        throw unauthorized(`Session token algorithm '${clip(alg ?? 'none')}' is not accepted`)
       }
       const problem = lifetimeProblem(payload, this.now() / 1000, this.maxTtlS)
       if (problem) throw unauthorized(problem)

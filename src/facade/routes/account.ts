@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { OnnxdError } from '../../shared/errors.js'
+import { clip, OnnxdError, quote } from '../../shared/errors.js'
 import { AccountJson, accountJson, ApiKeyJson, apiKeyJson, createApiKey } from '../accounts.js'
 import { formatMoney } from '../billing/money.js'
 import type { FacadeContext } from '../context.js'
@@ -29,14 +29,14 @@ const NewKey = Type.Object(
   { additionalProperties: false },
 )
 
-/** Checks values against a schema; 422 naming the first bad field. */
+/** Checks values against a schema; 422 naming the first bad field, its bound and a short prefix of the value. */
 function values<T extends typeof ProfilePatch | typeof NewKey>(schema: T) {
   const c = TypeCompiler.Compile(schema)
   return (v: unknown) => {
     if (c.Check(v)) return v
     const e = c.Errors(v).First()!
-    const field = e.path.slice(1) || '(body)'
-    throw new OnnxdError('invalid_value', `Invalid value for '${field}': ${e.message}. Given: ${JSON.stringify(e.value) ?? 'nothing'}`)
+    const field = clip(e.path.slice(1)) || '(body)'
+    throw new OnnxdError('invalid_value', `Invalid value for '${field}': ${e.message}. Given: ${quote(e.value)}`)
   }
 }
 const checkProfile = values(ProfilePatch)
@@ -106,7 +106,7 @@ export function accountRoutes(app: FastifyInstance, ctx: FacadeContext): void {
     async (request) => {
       const { account } = sessionPrincipal(request)
       const revoked = await ctx.store.revokeKey(account.id, request.params.id)
-      if (!revoked) throw new OnnxdError('not_found', `No API key '${request.params.id}' in this account`)
+      if (!revoked) throw new OnnxdError('not_found', `No API key '${clip(request.params.id)}' in this account`)
       request.log.info({ account: account.id, key: revoked.id }, 'api key revoked')
       return apiKeyJson(revoked)
     },

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
-import { OnnxdError } from '../../shared/errors.js'
+import { clip, OnnxdError } from '../../shared/errors.js'
 import type { FacadeContext } from '../context.js'
 import { ErrorBodySchema } from '../errors.js'
 
@@ -28,7 +28,7 @@ export function modelsRoutes(app: FastifyInstance, ctx: FacadeContext): void {
     },
     async (request) => {
       const m = list().find((x) => x.id === request.params.id)
-      if (!m) throw new OnnxdError('not_found', `The model '${request.params.id}' does not exist`)
+      if (!m) throw new OnnxdError('not_found', `The model '${clip(request.params.id)}' does not exist`)
       return m
     },
   )

@@ -6,7 +6,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { CompletionRequest, CompletionResponse, type StreamEvent, type Usage } from '../../contract/completions.js'
 import type { EngineClient, EngineRequest } from '../../engine/index.js'
-import { fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
+import { clip, fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { NodeState } from '../drain.js'
 import type { NodeMetrics } from '../plugins/metrics.js'
 import { ErrorBodySchema, logFailure, toHttpError } from '../plugins/errors.js'
@@ -42,7 +42,7 @@ function checkModel(engine: EngineClient, model: string): void {
     return // the engine will answer for itself
   }
   if (served && model !== served) {
-    throw new OnnxdError('invalid_value', `The model '${model}' does not exist on this node. Available: ${served}`)
+    throw new OnnxdError('invalid_value', `The model '${clip(model)}' does not exist on this node. Available: ${served}`)
   }
 }
 

@@ -6,7 +6,7 @@ import type { OutgoingHttpHeaders } from 'node:http'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { StreamEvent, Usage } from '../../../contract/completions.js'
-import { errorBody, errorStatus, OnnxdError } from '../../../shared/errors.js'
+import { clip, errorBody, errorStatus, OnnxdError } from '../../../shared/errors.js'
 import { randomBase62 } from '../../../store/ids.js'
 import type { FacadeContext } from '../../context.js'
 import { codeForStatus, ErrorBodySchema } from '../../errors.js'
@@ -31,7 +31,7 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: FacadeContext): 
         if (ignored.length > 0) request.log.debug({ ignored }, 'ignoring unknown request fields')
       }
       if (ctx.router.knowsModel(params.model) === false) {
-        throw new OnnxdError('invalid_value', `The model '${params.model}' does not exist`)
+        throw new OnnxdError('invalid_value', `The model '${clip(params.model)}' does not exist`)
       }
       ctx.meter.checkCanSpend(principal.account)
 

@@ -1,9 +1,9 @@
 // Schemas of POST /v1/chat/completions. The route schema checks only the shape (400: unparseable, missing
-// `model`/`messages`); `ChatParams` checks values (422) and names the field, bound and value given. Unknown
+// `model`/`messages`); `ChatParams` checks values (422) and names the field, the bound and (a short prefix of) the value given. Unknown
 // OpenAI fields are tolerated. Imports: typebox, shared errors.
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { OnnxdError } from '../../../shared/errors.js'
+import { clip, OnnxdError, quote } from '../../../shared/errors.js'
 
 /** 400-level: what a body must have to be a chat request at all. */
 export const ChatCompletionBody = Type.Object(
@@ -64,7 +64,7 @@ export const KNOWN_FIELDS: ReadonlySet<string> = new Set(Object.keys(ChatParams.
 
 const checker = TypeCompiler.Compile(ChatParams)
 
-const fieldName = (path: string): string => path.slice(1).replace(/\//g, '.')
+const fieldName = (path: string): string => clip(path.slice(1).replace(/\//g, '.'))
 
 /** Checks values; throws 422 naming the first bad field. Null optional values count as absent, as with OpenAI. */
 export function parseChatParams(body: Record<string, unknown>): ChatParams {
@@ -72,7 +72,7 @@ export function parseChatParams(body: Record<string, unknown>): ChatParams {
   for (const [k, v] of Object.entries(body)) if (v !== null) value[k] = v
   if (!checker.Check(value)) {
     const e = checker.Errors(value).First()!
-    throw new OnnxdError('invalid_value', `Invalid value for '${fieldName(e.path)}': ${e.message}. Given: ${JSON.stringify(e.value) ?? 'nothing'}`)
+    throw new OnnxdError('invalid_value', `Invalid value for '${fieldName(e.path)}': ${e.message}. Given: ${quote(e.value)}`)
   }
   const p = value as ChatParams
   if (p.n !== undefined && p.n > 1) {
