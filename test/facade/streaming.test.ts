@@ -1,3 +1,5 @@
+import { once } from 'node:events'
+import { connect } from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { CompletionUsage, Store } from '../../src/store/interfaces.js'
 import type { SqliteStore } from '../../src/store/sqlite.js'
@@ -105,5 +107,25 @@ describe('streams that end early', () => {
     const res = await f.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: bearer(f.key), payload: chatBody({ stream: true, max_tokens: 5 }) })
     expect(sseEvents(res.body).at(-1)).toBe('[DONE]')
     expect(records).toEqual([expect.objectContaining({ promptTokens: 4, completionTokens: 5, costMicros: 4 * 1000 + 5 * 2000 })])
+  })
+})
+
+describe('connection handling', () => {
+  it("honours a client's Connection: close: the facade closes the socket after the stream", async () => {
+    f = await facadeFixture()
+    const base = new URL(await f.app.listen({ port: 0, host: '127.0.0.1' }))
+    const body = JSON.stringify(chatBody({ stream: true }))
+    const sock = connect(Number(base.port), base.hostname)
+    sock.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${f.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    )
+    let raw = ''
+    sock.on('data', (d: Buffer) => (raw += d.toString()))
+    await once(sock, 'end') // a keep-alive answer would leave the socket open
+    const head = raw.slice(0, raw.indexOf('\r\n\r\n')).toLowerCase()
+    expect(head).toMatch(/^http\/1\.1 200/)
+    expect(head).toContain('connection: close')
+    expect(raw).toContain('data: [DONE]')
+    sock.destroy()
   })
 })

@@ -95,7 +95,7 @@ async function streamChat(request: FastifyRequest, reply: FastifyReply, ctx: Fac
     ...(reply.getHeaders() as OutgoingHttpHeaders),
     'content-type': 'text/event-stream; charset=utf-8',
     'cache-control': 'no-cache',
-    connection: 'keep-alive',
+    // No Connection header of our own: a client's `Connection: close` closes the socket after the stream.
     'x-accel-buffering': 'no',
   })
   const out = new ChunkWriter(s.id, s.created, s.params.model, s.params.stream_options?.include_usage === true)
