@@ -152,15 +152,19 @@ export function hardenHttp(app: FastifyInstance, opts: HardenOptions): void {
     app.server.emit('request', req, res)
   })
 
-  // An answer that goes out before its request's body was read (401 from a hook, 413, …). fastify closes the
-  // connection after a body parser fails: after a 413 whose body is still on its way, that resets the connection
-  // under the client's upload and it never reads the answer. So keep the connection (not when the client was told
-  // not to send the body), and read and drop the rest of the body here, up to DISCARD_LIMIT_BYTES; Node would
-  // otherwise drop it unbounded, out of sight.
+  // An answer that goes out before its request's body was read (401 from a hook, 413, …). A client refused its
+  // `100 Continue` sends no body: close the connection, as RFC 9110 asks of a server that will not read it.
+  // Otherwise the body is on its way. fastify closes the connection after a body parser fails, and after a 413
+  // that resets the connection under the client's upload, which then never reads the answer: keep the connection,
+  // and read and drop the rest of the body here, up to DISCARD_LIMIT_BYTES (Node would drop it unbounded).
   app.addHook('onSend', async (request, reply) => {
     const raw = request.raw
     if (raw.complete || raw.destroyed) return
-    if (reply.statusCode === 413 && !refusedContinue(raw)) reply.removeHeader('connection')
+    if (refusedContinue(raw)) {
+      reply.header('connection', 'close')
+      return
+    }
+    if (reply.statusCode === 413) reply.removeHeader('connection')
     discardBody(raw)
   })
 

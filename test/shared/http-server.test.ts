@@ -201,6 +201,20 @@ describe('node', () => {
 })
 
 describe('facade', () => {
+  it('answers Expect: 100-continue without a credential with 401 and closes, without asking for the body', async () => {
+    const c = new RawConnection(facadeBase)
+    try {
+      await c.write(head(['POST /v1/chat/completions HTTP/1.1', 'Host: x', 'Content-Type: application/json', `Content-Length: ${LIMIT * 100}`, 'Expect: 100-continue']))
+      const r = await c.next()
+      expect(r.status).toBe(401)
+      expect(r.headers.connection).toBe('close')
+      expect(errorOf(r).type).toBe('authentication_error')
+      expect(await c.closed).toBeNull()
+    } finally {
+      c.close()
+    }
+  })
+
   it('answers an over-long key id in DELETE /v1/account/keys/{id} with 414', async () => {
     const r = await rawRequest(facadeBase, head([`DELETE /v1/account/keys/${'k'.repeat(500)} HTTP/1.1`, 'Host: x', `Authorization: Bearer ${await f.token()}`]))
     expect(r.status).toBe(414)
