@@ -36,7 +36,25 @@ export async function main(argv: string[]): Promise<void> {
     const code = await (await cmd.load()).run(rest)
     if (typeof code === 'number') process.exitCode = code
   } catch (e) {
-    process.stderr.write(`onnxd ${name}: ${isOnnxdError(e) || !(e instanceof Error) ? String((e as Error).message ?? e) : (e.stack ?? e.message)}\n`)
+    const listen = listenProblem(e)
+    process.stderr.write(`onnxd ${name}: ${listen ?? (isOnnxdError(e) || !(e instanceof Error) ? String((e as Error).message ?? e) : (e.stack ?? e.message))}\n`)
     process.exitCode = 1
+  }
+}
+
+/** One line for a server socket that cannot be bound (busy port, privileged port, foreign address); else null. */
+export function listenProblem(e: unknown): string | null {
+  const err = e as NodeJS.ErrnoException & { address?: unknown; port?: unknown }
+  if (!(e instanceof Error) || err.syscall !== 'listen' || typeof err.port !== 'number') return null
+  const where = `port ${err.port} on ${String(err.address)}`
+  switch (err.code) {
+    case 'EADDRINUSE':
+      return `${where} is already in use: stop what holds it or choose another port (see --help)`
+    case 'EACCES':
+      return `no permission to listen on ${where} (ports below 1024 need privileges; choose another port)`
+    case 'EADDRNOTAVAIL':
+      return `cannot listen on ${where}: ${String(err.address)} is not an address of this machine`
+    default:
+      return null
   }
 }
