@@ -1,4 +1,4 @@
-// Every row of the spec's error table (plus 404 and 413), in one place: status, error.type, error.code equal to
+// Every row of the spec's error table (plus 404, 413 and 414), in one place: status, error.type, error.code equal to
 // the status, a useful message; and the README section documents each row and every option's variable.
 import { readFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -15,6 +15,13 @@ const SPEC_ROWS: [number, string][] = [
   [503, 'service_unavailable'],
   [404, 'invalid_request_error'],
   [413, 'invalid_request_error'],
+  [414, 'invalid_request_error'],
+]
+
+/** Statuses only the HTTP parser produces (inject cannot reach them; test/shared/http-server.test.ts sends them over sockets). */
+const PARSER_ROWS: [number, string][] = [
+  [408, 'invalid_request_error'],
+  [431, 'invalid_request_error'],
 ]
 
 let f: FacadeFixture
@@ -46,6 +53,7 @@ const produce: Record<number, () => Promise<{ statusCode: number; headers: Recor
   },
   404: () => f.app.inject({ method: 'GET', url: '/v1/completions/legacy' }),
   413: () => chat(f.key, chatBody({ messages: [{ role: 'user', content: 'x'.repeat(4096) }] })),
+  414: async () => f.app.inject({ method: 'DELETE', url: `/v1/account/keys/${'k'.repeat(300)}`, headers: bearer(await f.token()) }),
 }
 
 describe('the spec error table', () => {
@@ -62,7 +70,7 @@ describe('the spec error table', () => {
 describe('README section', () => {
   const md = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
   it('documents every error status with its type', () => {
-    for (const [status, type] of SPEC_ROWS) expect(md).toContain(`| ${status} | \`${type}\` |`)
+    for (const [status, type] of [...SPEC_ROWS, ...PARSER_ROWS]) expect(md).toContain(`| ${status} | \`${type}\` |`)
   })
   it('documents every option with its environment variable', () => {
     for (const [field, env] of Object.entries(FACADE_ENV)) expect(md).toMatch(new RegExp(`\\| ${field} \\| \`${env}\``))
