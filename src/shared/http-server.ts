@@ -168,6 +168,19 @@ export function hardenHttp(app: FastifyInstance, opts: HardenOptions): void {
     discardBody(raw)
   })
 
+  // Once the app closes, a keep-alive connection is closed as soon as its last answer is sent: Node's server.close()
+  // closes only the connections idle at that moment, and one that a client keeps open (a stream that ends during
+  // the close) would hold the process until the keep-alive timeout, past any supervisor's stop timeout.
+  let closed = false
+  app.addHook('preClose', async () => {
+    closed = true
+  })
+  app.server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+    res.once('finish', () => {
+      if (closed) setImmediate(() => app.server.closeIdleConnections())
+    })
+  })
+
   if (opts.refuseWhileClosing) {
     let closing = false
     app.addHook('preClose', async () => {
