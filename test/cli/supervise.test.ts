@@ -1,7 +1,8 @@
-// The Dockerfile against the code (Docker itself is not needed): its ports, health check, listening hosts and volumes
-// are the ones the code serves, and the process its CMD starts drains a stream in flight on its STOPSIGNAL and exits 0.
-// The image's /app is assembled from the final stage's COPY lines (dist/ from `npm run build`, the rest from the
-// repository), and the CMD runs there with the image's ENV plus what an operator passes with `docker run -e`.
+// Processes an operator can supervise (issue #10). The Dockerfile against the code (Docker itself is not needed):
+// its ports, health check, listening hosts and volumes are the ones the code serves, and the process its CMD starts
+// drains a stream in flight on its STOPSIGNAL and exits 0. `npm start`: the signal npm gets reaches the server, which
+// drains and exits 0, and so does npm. The image's /app is assembled from the final stage's COPY lines (dist/ from
+// `npm run build`, the rest from the repository); commands run there as they would in the image.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
@@ -181,7 +182,21 @@ function logsOf(child: ChildProcess): { waitFor(msg: string, fields?: Log): Prom
   }
 }
 
-describe('Dockerfile: the process its CMD starts', () => {
+/** This process's environment without onnxd's variables, npm's and tsx's loader: what a shell would pass on. */
+const inherited = (): NodeJS.ProcessEnv =>
+  Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ONNXD_') && !k.startsWith('npm_') && k !== 'NODE_OPTIONS'))
+
+/** True while a process with this pid exists. */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+describe('the built server: the Dockerfile CMD and npm start', () => {
   let root: string
   let app: string
   beforeAll(async () => {
@@ -205,13 +220,12 @@ describe('Dockerfile: the process its CMD starts', () => {
   }, 120_000)
   afterAll(() => rmSync(root, { recursive: true, force: true }))
 
-  it('serves, passes its HEALTHCHECK, and on SIGTERM finishes the stream in flight and exits 0', async () => {
+  it('Dockerfile CMD: serves, passes its HEALTHCHECK, and on SIGTERM finishes the stream in flight and exits 0', async () => {
     const facadePort = await freePort()
     const nodePort = await freePort()
-    const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ONNXD_') && k !== 'NODE_OPTIONS'))
     // `docker run -e ...`: ports, the model (a mounted bundle) and the session-token secret production requires.
     const env: NodeJS.ProcessEnv = {
-      ...inherited,
+      ...inherited(),
       ...image.env,
       [FACADE_ENV.port]: String(facadePort),
       [NODE_ENV.port]: String(nodePort),
@@ -286,6 +300,51 @@ describe('Dockerfile: the process its CMD starts', () => {
       expect((await run(image.healthcheck!, { cwd: app, env })).code).toBe(1)
     } finally {
       server.kill('SIGKILL')
+    }
+  }, 60_000)
+  /** Runs `npm start` in the image's /app in a process group of its own; resolves once the server is ready. */
+  async function npmStart(): Promise<{ npm: ChildProcess; logs: ReturnType<typeof logsOf>; stderr: () => string; serverPid: number }> {
+    const env = {
+      ...inherited(),
+      [FACADE_ENV.port]: String(await freePort()),
+      [NODE_ENV.port]: String(await freePort()),
+      [NODE_ENV.model]: defaultModelDir(),
+      ONNXD_LOG_LEVEL: 'info',
+    }
+    const npm = spawn('npm', ['start', '--silent'], { cwd: app, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
+    let stderr = ''
+    npm.stderr!.on('data', (b: Buffer) => (stderr += b.toString()))
+    const logs = logsOf(npm)
+    const ready = await logs.waitFor('node ready')
+    return { npm, logs, stderr: () => stderr, serverPid: ready.pid as number }
+  }
+
+  it('npm start: SIGTERM to npm reaches the server itself, which drains and exits 0; then npm exits 0', async () => {
+    const { npm, logs, stderr, serverPid } = await npmStart()
+    try {
+      expect(serverPid).not.toBe(npm.pid) // the server is npm's child, with no shell between (exec)
+      const exited = once(npm, 'exit') as Promise<[number | null, NodeJS.Signals | null]>
+      npm.kill('SIGTERM')
+      expect(await logs.waitFor('draining')).toMatchObject({ signal: 'SIGTERM', pid: serverPid })
+      await logs.waitFor('drained')
+      expect(await exited, stderr()).toEqual([0, null])
+      expect(alive(serverPid)).toBe(false)
+    } finally {
+      if (alive(serverPid)) process.kill(serverPid, 'SIGKILL')
+    }
+  }, 60_000)
+
+  it('npm start: Ctrl-C (SIGINT to the whole group, forwarded once more by npm) is one request to drain, exit 0', async () => {
+    const { npm, logs, stderr, serverPid } = await npmStart()
+    try {
+      const exited = once(npm, 'exit') as Promise<[number | null, NodeJS.Signals | null]>
+      process.kill(-npm.pid!, 'SIGINT')
+      expect(await logs.waitFor('draining')).toMatchObject({ signal: 'SIGINT', pid: serverPid })
+      await logs.waitFor('drained')
+      expect(await exited, stderr()).toEqual([0, null])
+      expect(stderr()).not.toContain('again')
+    } finally {
+      if (alive(serverPid)) process.kill(serverPid, 'SIGKILL')
     }
   }, 60_000)
 })
