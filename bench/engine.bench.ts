@@ -5,7 +5,7 @@
 import { parseArgs } from 'node:util'
 import { join, resolve } from 'node:path'
 import * as ort from 'onnxruntime-node'
-import { buildModel } from '../src/engine/model/builder/index.js'
+import { buildModel } from '../src/builder/index.js'
 import { Engine } from '../src/engine/engine.js'
 import type { EngineRequest, SeqEvent } from '../src/engine/types.js'
 import { existsSync } from 'node:fs'

@@ -1,6 +1,6 @@
 // Summary statistics of the benchmark (numpy-compatible percentiles, mean, std) and seeded Poisson arrivals.
 // Pure functions over arrays; no I/O. Imports: the builder's seeded PRNG.
-import { Rng } from '../engine/model/builder/prng.js'
+import { Rng } from '../builder/prng.js'
 
 export const mean = (xs: readonly number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN)
 

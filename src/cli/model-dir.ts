@@ -6,6 +6,6 @@ export const DEFAULT_MODEL_DIR = 'models/onnxd-tiny'
 export async function resolveModelDir(given: string | undefined): Promise<string> {
   const dir = given ?? process.env.ONNXD_MODEL
   if (dir) return resolve(dir)
-  const { ensureDefaultModel } = await import('../engine/model/builder/index.js')
+  const { ensureDefaultModel } = await import('../builder/index.js')
   return ensureDefaultModel(resolve(DEFAULT_MODEL_DIR), 'tiny')
 }

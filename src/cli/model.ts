@@ -2,7 +2,7 @@
 // one-line JSON summary (preset, dir, parameters, bytes, seconds).
 import { parseArgs } from 'node:util'
 import { join } from 'node:path'
-import { PRESETS, buildModel } from '../engine/model/builder/index.js'
+import { PRESETS, buildModel } from '../builder/index.js'
 
 const USAGE = `usage: onnxd model build <preset> [--out DIR] [--seed N]
 

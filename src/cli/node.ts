@@ -104,7 +104,7 @@ export interface ServeHooks {
 export async function serveNode(opts: NodeOptions, shutdown: Promise<NodeJS.Signals>, hooks: ServeHooks = {}): Promise<number> {
   let modelDir = opts.model
   if (opts.model === DEFAULT_MODEL_DIR) {
-    const { ensureDefaultModel } = await import('../engine/model/builder/index.js')
+    const { ensureDefaultModel } = await import('../builder/index.js')
     modelDir = await ensureDefaultModel(opts.model)
   }
   const model = servedModelId(opts)

@@ -4,7 +4,7 @@ import { open, rm, writeFile } from 'node:fs/promises'
 import { endianness } from 'node:os'
 import { basename } from 'node:path'
 import type { DecoderGraph, WeightSpec } from './graph.js'
-import { DataLocation, DataType, encodeModel, type Tensor } from '../onnx-proto.js'
+import { DataLocation, DataType, encodeModel, type Tensor } from '../engine/model/onnx-proto.js'
 import { Rng } from './prng.js'
 
 /** ONNX IR version 8 is the one that goes with opset 17. */

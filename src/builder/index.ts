@@ -1,10 +1,12 @@
 // Builds the embedded default model bundle (Llama architecture, seeded random weights, real BPE tokenizer) in
 // the Hugging Face ONNX export layout, and makes sure one exists before the engine loads it.
+// The builder is not part of the runtime engine (which imports nothing from here). Imports: shared, and the
+// engine's ONNX protobuf codec (src/engine/model/onnx-proto.ts: the one definition of the file format it writes).
 import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
 import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { basename, dirname, join, resolve } from 'node:path'
-import { OnnxdError } from '../../../shared/errors.js'
+import { OnnxdError } from '../shared/errors.js'
 import { llamaGraph } from './graph.js'
 import { PRESETS, isPresetName, parameterCount, type Preset, type PresetName } from './presets.js'
 import { BOS_ID, EOS_ID, PAD_ID, specialTokensMap, tokenizerConfig, tokenizerJsonText, trainByteLevelBpe } from './tokenizer.js'
