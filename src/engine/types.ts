@@ -1,12 +1,33 @@
 // Engine-level request and event types, shared by the scheduler, the worker and the pool. Plain data only:
-// these cross worker threads by structured clone.
+// these cross worker threads by structured clone. The engine's own: the node maps its HTTP contract onto them.
+// Imports: shared, and the engine's prompt and sampling input types.
 import type { ErrorData } from '../shared/errors.js'
-import type { CompletionRequest, FinishReason, Timings, Usage } from '../contract/completions.js'
+import type { SamplingInput } from './generation/params.js'
+import type { PromptInput } from './tokenizer/prompt.js'
 
-export type { FinishReason, Timings, Usage }
+/**
+ * What a caller submits: the model it asks for, exactly one of `messages`, `prompt` or `input_ids`, and the raw
+ * sampling fields (validated and defaulted into a sequence inside the worker).
+ */
+export interface EngineRequest extends PromptInput, SamplingInput {
+  model: string
+  request_id: string
+}
 
-/** What a caller submits: the internal contract's request body (validated into a sequence inside the worker). */
-export type EngineRequest = CompletionRequest & { request_id: string }
+/** `stop`: an EOS token or a stop string; `length`: max_tokens or the context filled. */
+export type FinishReason = 'stop' | 'length'
+
+export interface Usage {
+  prompt_tokens: number
+  completion_tokens: number
+}
+
+/** Milliseconds: time waiting for admission, to the first token, and end to end. */
+export interface Timings {
+  queue_ms: number
+  ttft_ms: number
+  total_ms: number
+}
 
 /**
  * Events of one sequence, in order: accepted, then token deltas, then exactly one of done or error. Every event

@@ -69,7 +69,9 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
 
       const requestId = body.request_id ?? request.id
       const log = request.log.child({ request_id: requestId })
-      const req: EngineRequest = { ...body, request_id: requestId }
+      // The contract body onto the engine's own request: everything but how the answer is sent.
+      const { stream: _stream, request_id: _given, ...fields } = body
+      const req: EngineRequest = { ...fields, request_id: requestId }
       // Never the prompt text (STYLE 13): sizes only.
       log.info(
         { stream: body.stream === true, max_tokens: body.max_tokens, messages: body.messages?.length, prompt_chars: body.prompt?.length, input_ids: body.input_ids?.length },
