@@ -1,10 +1,13 @@
 // `onnxd serve` (what `npm start` runs): one node and a facade in front of it, in one process. The facade still
 // reaches the node over its HTTP contract, exactly as it would a remote one.
+// The command's flags and signals; the node is src/node/server.ts, the facade src/facade/server.ts.
 import { parseArgs } from 'node:util'
-import { loadNodeOptions, NODE_FLAGS, NodeOptions, nodeFlags, readNodeConfig } from '../node/options.js'
+import { nodeArgOptions, type ArgOption } from '../node/flags.js'
+import { loadNodeOptions, NODE_FLAGS, nodeFlags, readNodeConfig } from '../node/options.js'
+import { serveNode } from '../node/server.js'
 import { operatorOptions } from '../facade/operator.js'
 import { startFacade, type RunningFacade } from '../facade/server.js'
-import { serveNode, withShutdownSignals } from './node.js'
+import { withShutdownSignals } from '../shared/signals.js'
 
 const USAGE = `usage: onnxd serve [--model DIR] [--port N] [--host H] [--node-port N] [--node-host H] [node options]
 
@@ -17,17 +20,14 @@ const FACADE_ONLY = ['data-dir', 'key-rpm', 'fleet-rpm', 'prices', 'default-pric
 
 export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const str = { type: 'string' } as const
-  const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = {
+  const options: Record<string, ArgOption> = {
     config: str,
     help: { type: 'boolean', short: 'h' },
     port: str,
     host: str,
     'node-port': str,
     'node-host': str,
-  }
-  for (const [field, flag] of Object.entries(NODE_FLAGS)) {
-    if (field === 'port' || field === 'host') continue
-    options[flag] = { type: NodeOptions.properties[field as keyof NodeOptions].type === 'boolean' ? 'boolean' : 'string' }
+    ...nodeArgOptions([NODE_FLAGS.port, NODE_FLAGS.host]),
   }
   for (const flag of FACADE_ONLY) options[flag] = str
   const { values } = parseArgs({ args: argv, options, strict: true, allowPositionals: false })

@@ -1,7 +1,10 @@
 // The engine's public face for other layers (node HTTP, CLI, benchmarks): the EngineClient interface that the
-// piscina pool implements, and the option and event types it speaks. Other layers import engine code from here.
+// piscina pool implements, the pool's factory, and the option and event types it speaks. The node imports engine
+// code only from here (test/architecture.test.ts holds it). Imports: engine.
 import type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation } from './types.js'
 import type { BatcherObserver, BatcherOptions } from './scheduler/batcher.js'
+
+export { createEnginePool } from './pool/pool.js'
 
 export type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation }
 export type { FinishReason, Timings, Usage } from './types.js'

@@ -1,4 +1,4 @@
-// Child processes the benchmark starts and stops: an onnxd node (the real `onnxd node` command) or the
+// Child processes the benchmark starts and stops: an onnxd node (src/node/server.ts, as `onnxd node` runs it) or the
 // transformers.js peer, each on a free loopback port, ready once GET /health answers 200 "ready".
 // Imports: node only, client (health polling).
 import { spawn, type ChildProcess } from 'node:child_process'
