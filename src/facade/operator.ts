@@ -1,22 +1,7 @@
 // What the operator commands (`onnxd account|key|token|facade`) share: reading the facade's options from
 // onnxd.config.json, the environment and flags, opening the store, printing JSON. Imports: facade options, store.
-import { readConfigSection } from '../shared/config-file.js'
 import { SqliteStore } from '../store/sqlite.js'
-import { FACADE_FLAGS, loadFacadeOptions, type Env, type FacadeOptions } from './options.js'
-
-export { CONFIG_FILE } from '../shared/config-file.js'
-
-/** The `facade` section of the config file: `path` if given (must exist), else ./onnxd.config.json if present. */
-export const readFacadeConfig = (path?: string): Record<string, unknown> => readConfigSection('facade', path)
-
-/** Flags named like the options (`--data-dir`, `--key-rpm`) as loader input; others are ignored. */
-export function facadeFlags(values: Record<string, unknown>): Partial<Record<keyof FacadeOptions, unknown>> {
-  const out: Partial<Record<keyof FacadeOptions, unknown>> = {}
-  for (const [field, flag] of Object.entries(FACADE_FLAGS) as [keyof FacadeOptions, string][]) {
-    if (values[flag] !== undefined) out[field] = values[flag]
-  }
-  return out
-}
+import { facadeFlags, loadFacadeOptions, readFacadeConfig, type Env, type FacadeOptions } from './options.js'
 
 export function operatorOptions(values: Record<string, unknown>, env: Env): FacadeOptions {
   const config = typeof values.config === 'string' ? values.config : undefined

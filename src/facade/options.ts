@@ -1,11 +1,11 @@
 // The facade's options: one TypeBox schema, read once at start-up from a config-file section, the environment
-// (ONNXD_*) and command-line flags, in that order of precedence (flags win). Imports: shared errors, typebox.
+// (ONNXD_*) and command-line flags, in that order of precedence (flags win), by the shared loader.
+// Imports: shared options and config file, typebox.
 import { Type, type Static } from '@sinclair/typebox'
-import { Value } from '@sinclair/typebox/value'
-import { OnnxdError } from '../shared/errors.js'
-import { LOG_LEVELS } from '../shared/config-file.js'
+import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
+import { flagInput, loadOptions, optionFlags, type Env, type OptionsSpec } from '../shared/options.js'
 
-const Url = Type.String({ pattern: '^https?://[^\\s/]+', description: 'http(s) URL' })
+const Url = Type.String({ pattern: '^https?://[^\\s/]+', description: 'an http(s) URL' })
 
 export const ModelPrice = Type.Object(
   {
@@ -93,89 +93,63 @@ export const FACADE_ENV: Record<Field, string> = {
 }
 
 /** The command-line flag of each option (`--data-dir` for dataDir). */
-export const FACADE_FLAGS: Record<Field, string> = Object.fromEntries(
-  Object.keys(FACADE_ENV).map((k) => [k, k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)]),
-) as Record<Field, string>
+export const FACADE_FLAGS: Record<Field, string> = optionFlags(FACADE_ENV)
 
-export type Env = Record<string, string | undefined>
+export type { Env }
 
-/** Turns the list forms that strings can take (`a,b`, JSON) into values; everything else is left to Value.Convert. */
-function fromString(field: Field, raw: string, problems: string[], source: string): unknown {
-  if (field === 'nodes') {
-    return raw
-      .split(',')
-      .map((s) => s.trim().replace(/\/+$/, ''))
-      .filter(Boolean)
-  }
-  if (field === 'prices' || field === 'defaultPrice') {
+/** A JSON string, or an error showing the form expected. */
+const json =
+  (example: string) =>
+  (raw: string): unknown => {
     try {
       return JSON.parse(raw) as unknown
     } catch {
-      const example = field === 'prices' ? '{"my-model":{"prompt":0.5,"completion":1.5}}' : '{"prompt":0.5,"completion":1.5}'
-      problems.push(`${field} (${source}): must be JSON such as ${example}. Given: ${raw.length > 80 ? `${raw.slice(0, 80)}…` : raw}`)
-      return undefined
+      throw new Error(`must be JSON such as ${example}`)
     }
   }
-  return raw
-}
 
-function describe(field: string): string {
-  const env = FACADE_ENV[field as Field]
-  return env ? `${field} (${env}, --${FACADE_FLAGS[field as Field]})` : field
+/** Base URLs compare as given without their trailing slashes. */
+const withoutTrailingSlashes = (v: unknown): unknown => (Array.isArray(v) ? v.map((n) => (typeof n === 'string' ? n.replace(/\/+$/, '') : n)) : v)
+
+const SPEC: OptionsSpec<typeof FacadeOptions> = {
+  name: 'facade',
+  schema: FacadeOptions,
+  env: FACADE_ENV,
+  parse: {
+    nodes: (raw) =>
+      raw
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean),
+    prices: json('{"my-model":{"prompt":0.5,"completion":1.5}}'),
+    defaultPrice: json('{"prompt":0.5,"completion":1.5}'),
+  },
+  normalize: { nodes: withoutTrailingSlashes },
+  check: (v, env) => {
+    const problems: string[] = []
+    if (v.jwksUrl !== undefined && v.jwksFile !== undefined) {
+      problems.push(`jwksUrl (ONNXD_JWKS_URL) and jwksFile (ONNXD_JWKS_FILE) are exclusive: set one`)
+    }
+    if (env.NODE_ENV === 'production' && v.jwtSecret === undefined && v.jwksUrl === undefined && v.jwksFile === undefined) {
+      problems.push('jwtSecret (ONNXD_JWT_SECRET) is required when NODE_ENV=production (or configure ONNXD_JWKS_URL / ONNXD_JWKS_FILE)')
+    }
+    return problems
+  },
 }
 
 /**
  * Reads the facade's options: `file` (the `facade` section of onnxd.config.json) under the environment under
- * `flags`. Lists every problem in one `OnnxdError('config')`, naming each field and its variable. The result
- * is frozen.
+ * `flags` (see loadOptions). Lists every problem in one `OnnxdError('config')`, naming each field and its
+ * variable. The result is frozen.
  */
-export function loadFacadeOptions(
-  env: Env,
-  flags: Partial<Record<Field, unknown>> = {},
-  file: Record<string, unknown> = {},
-): FacadeOptions {
-  const problems: string[] = []
-  const raw: Record<string, unknown> = { ...file }
-  for (const [field, name] of Object.entries(FACADE_ENV) as [Field, string][]) {
-    const v = env[name]
-    if (v !== undefined && v !== '') raw[field] = fromString(field, v, problems, name)
-  }
-  for (const [field, v] of Object.entries(flags) as [Field, unknown][]) {
-    if (v === undefined) continue
-    raw[field] = typeof v === 'string' ? fromString(field, v, problems, `--${FACADE_FLAGS[field] ?? field}`) : v
-  }
-  if (Array.isArray(raw.nodes)) raw.nodes = raw.nodes.map((n) => (typeof n === 'string' ? n.replace(/\/+$/, '') : n))
-
-  // Value.Convert and Value.Default write into their input: work on a copy, never on the caller's objects.
-  const value = Value.Default(FacadeOptions, Value.Convert(FacadeOptions, structuredClone(raw))) as Record<string, unknown>
-  const seen = new Set<string>()
-  for (const e of Value.Errors(FacadeOptions, value)) {
-    if (seen.has(e.path)) continue // one problem per path: "required" already says it all
-    seen.add(e.path)
-    const [, field = '', ...rest] = e.path.split('/')
-    if (!(field in FACADE_ENV)) {
-      problems.push(`${field || '(root)'}: unknown option`)
-      continue
-    }
-    const what = field === 'logLevel' ? `must be one of ${LOG_LEVELS.join(', ')}` : e.message
-    problems.push(`${describe(field)}${rest.length ? ` at ${e.path}` : ''}: ${what}. Given: ${JSON.stringify(e.value)}`)
-  }
-  if (value.jwksUrl !== undefined && value.jwksFile !== undefined) {
-    problems.push(`jwksUrl (ONNXD_JWKS_URL) and jwksFile (ONNXD_JWKS_FILE) are exclusive: set one`)
-  }
-  if (env.NODE_ENV === 'production' && value.jwtSecret === undefined && value.jwksUrl === undefined && value.jwksFile === undefined) {
-    problems.push('jwtSecret (ONNXD_JWT_SECRET) is required when NODE_ENV=production (or configure ONNXD_JWKS_URL / ONNXD_JWKS_FILE)')
-  }
-  if (problems.length > 0) {
-    throw new OnnxdError('config', `invalid facade configuration:\n  - ${[...new Set(problems)].join('\n  - ')}`, { problems })
-  }
-  return deepFreeze(value as FacadeOptions)
+export function loadFacadeOptions(env: Env, flags: Partial<Record<Field, unknown>> = {}, file: Record<string, unknown> = {}): FacadeOptions {
+  return loadOptions(SPEC, env, flags, file)
 }
 
-function deepFreeze<T>(v: T): T {
-  if (v && typeof v === 'object') {
-    for (const x of Object.values(v)) deepFreeze(x)
-    Object.freeze(v)
-  }
-  return v
+/** The `facade` section of the config file: `path` if given (must exist), else ./onnxd.config.json if present. */
+export const readFacadeConfig = (path?: string): Record<string, unknown> => readConfigSection('facade', path)
+
+/** Flags named like the options (`--data-dir`, `--key-rpm`) as loader input; others are ignored. */
+export function facadeFlags(values: Record<string, unknown>): Partial<Record<Field, unknown>> {
+  return flagInput(FACADE_FLAGS, values)
 }

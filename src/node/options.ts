@@ -1,12 +1,11 @@
 // The worker node's options: one TypeBox schema, read once at start-up from a config-file section, the environment
-// (ONNXD_*) and command-line flags (flags win); plus their mapping onto the engine's PoolOptions.
-// Imports: shared errors, engine types, typebox.
+// (ONNXD_*) and command-line flags (flags win) by the shared loader; plus their mapping onto the engine's PoolOptions.
+// Imports: shared options and config file, engine types, typebox.
 import { totalmem } from 'node:os'
 import { basename, resolve } from 'node:path'
-import { Type, type Static, type TSchema } from '@sinclair/typebox'
-import { Value } from '@sinclair/typebox/value'
-import { OnnxdError } from '../shared/errors.js'
+import { Type, type Static } from '@sinclair/typebox'
 import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
+import { flagInput, loadOptions, optionFlags, optionName, type Env, type OptionsSpec } from '../shared/options.js'
 import type { PoolOptions } from '../engine/index.js'
 
 /** The embedded default model; the CLI builds it on first use when no other model is configured. */
@@ -84,11 +83,9 @@ export const NODE_ENV: Record<Field, string> = {
 }
 
 /** The command-line flag of each option, without dashes (`device-id` for deviceId). */
-export const NODE_FLAGS: Record<Field, string> = Object.fromEntries(
-  Object.keys(NODE_ENV).map((k) => [k, k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)]),
-) as Record<Field, string>
+export const NODE_FLAGS: Record<Field, string> = optionFlags(NODE_ENV)
 
-export type Env = Record<string, string | undefined>
+export type { Env }
 
 /** Machine facts that defaults depend on; tests pass their own. */
 export interface SystemInfo {
@@ -100,59 +97,21 @@ export function defaultKvBudgetMb(sys: SystemInfo): number {
   return Math.max(1, Math.min(Math.floor((sys.totalMemBytes * 0.25) / MiB), 4096))
 }
 
-/** The JSON type each field takes, for converting strings strictly (TypeBox's Value.Convert turns "1.5" into 1). */
-function kindOf(schema: TSchema): string {
-  if (typeof schema.type === 'string') return schema.type
-  return 'string' // literal unions of strings
-}
-
-const INTEGER = /^[+-]?\d+$/
-const BOOLEAN: Record<string, boolean> = { true: true, false: false, '1': true, '0': false, yes: true, no: false, on: true, off: false }
-
-function fromString(field: Field, raw: string): unknown {
-  const s = raw.trim()
-  switch (kindOf(NodeOptions.properties[field])) {
-    case 'integer':
-      return INTEGER.test(s) ? Number(s) : raw
-    case 'number':
-      return s !== '' && Number.isFinite(Number(s)) ? Number(s) : raw
-    case 'boolean':
-      return BOOLEAN[s.toLowerCase()] ?? raw
-    default:
-      return s
-  }
-}
-
-/** What a field's schema asks for, in words ("must be an integer >= 1", "must be one of cpu, cuda, tensorrt"). */
-function requirement(schema: TSchema, value: unknown): string | null {
-  if (Array.isArray(schema.anyOf)) return `must be one of ${(schema.anyOf as TSchema[]).map((s) => String(s.const)).join(', ')}`
-  switch (schema.type) {
-    case 'integer':
-    case 'number': {
-      const kind = schema.type === 'integer' ? 'an integer' : 'a number'
-      if (typeof value !== 'number' || (schema.type === 'integer' && !Number.isInteger(value))) return `must be ${kind}`
-      if (typeof schema.minimum === 'number' && value < schema.minimum) return `must be >= ${schema.minimum}`
-      if (typeof schema.maximum === 'number' && value > schema.maximum) return `must be <= ${schema.maximum}`
-      return null
-    }
-    case 'boolean':
-      return 'must be true or false (also 1/0, yes/no, on/off)'
-    case 'string':
-      if (typeof value !== 'string') return 'must be a string'
-      if (typeof schema.minLength === 'number' && value.length < schema.minLength) return 'must not be empty'
-      if (typeof schema.maxLength === 'number' && value.length > schema.maxLength) return `must be at most ${schema.maxLength} characters`
-      return null
-  }
-  return null
-}
-
-function describe(field: Field): string {
-  return `${field} (${NODE_ENV[field]}, --${NODE_FLAGS[field]})`
+const SPEC: OptionsSpec<typeof NodeOptions> = {
+  name: 'node',
+  schema: NodeOptions,
+  env: NODE_ENV,
+  check: (v) =>
+    // Every running sequence decodes one token per step, so a step must fit one token per running sequence.
+    typeof v.maxBatchedTokens === 'number' && typeof v.maxRunning === 'number' && v.maxBatchedTokens < v.maxRunning
+      ? [`${optionName(NODE_ENV, 'maxBatchedTokens')} must be >= maxRunning (${NODE_ENV.maxRunning}). Given: ${v.maxBatchedTokens} and ${v.maxRunning}`]
+      : [],
 }
 
 /**
- * Reads the node's options: `file` (the `node` section of onnxd.config.json) under the environment under `flags`.
- * Lists every problem in one `OnnxdError('config')`, naming each field with its variable and flag. Frozen.
+ * Reads the node's options: `file` (the `node` section of onnxd.config.json) under the environment under `flags`
+ * (see loadOptions). Lists every problem in one `OnnxdError('config')`, naming each field with its variable and
+ * flag. Frozen.
  */
 export function loadNodeOptions(
   env: Env,
@@ -160,45 +119,7 @@ export function loadNodeOptions(
   file: Record<string, unknown> = {},
   sys: SystemInfo = { totalMemBytes: totalmem() },
 ): NodeOptions {
-  const problems: string[] = []
-  const raw: Record<string, unknown> = { ...file }
-  for (const [field, name] of Object.entries(NODE_ENV) as [Field, string][]) {
-    const v = env[name]
-    if (v !== undefined && v !== '') raw[field] = fromString(field, v)
-  }
-  for (const [field, v] of Object.entries(flags) as [Field, unknown][]) {
-    if (v === undefined) continue
-    raw[field] = typeof v === 'string' && field in NODE_ENV ? fromString(field, v) : v
-  }
-  raw.kvBudgetMb ??= defaultKvBudgetMb(sys)
-
-  const value = Value.Default(NodeOptions, raw) as Record<string, unknown>
-  const seen = new Set<string>()
-  for (const e of Value.Errors(NodeOptions, value)) {
-    const field = e.path.split('/')[1] ?? ''
-    if (seen.has(field)) continue // one problem per field: a union reports each branch
-    seen.add(field)
-    if (!(field in NODE_ENV)) {
-      problems.push(`${field || '(root)'}: unknown option`)
-      continue
-    }
-    const f = field as Field
-    const what = requirement(NodeOptions.properties[f], e.value) ?? e.message
-    problems.push(`${describe(f)}: ${what}. Given: ${JSON.stringify(e.value)}`)
-  }
-  if (problems.length === 0) {
-    const v = value as NodeOptions
-    if (v.maxBatchedTokens < v.maxRunning) {
-      // Every running sequence decodes one token per step, so a step must fit one token per running sequence.
-      problems.push(
-        `${describe('maxBatchedTokens')} must be >= maxRunning (${NODE_ENV.maxRunning}). Given: ${v.maxBatchedTokens} and ${v.maxRunning}`,
-      )
-    }
-  }
-  if (problems.length > 0) {
-    throw new OnnxdError('config', `invalid node configuration:\n  - ${problems.join('\n  - ')}`, { problems })
-  }
-  return deepFreeze(value as NodeOptions)
+  return loadOptions(SPEC, env, flags, file, { kvBudgetMb: defaultKvBudgetMb(sys) })
 }
 
 export { CONFIG_FILE } from '../shared/config-file.js'
@@ -208,11 +129,7 @@ export const readNodeConfig = (path?: string): Record<string, unknown> => readCo
 
 /** Flags named like the options (`--device-id`, `--max-running`) as loader input; others are ignored. */
 export function nodeFlags(values: Record<string, unknown>): Partial<Record<Field, unknown>> {
-  const out: Partial<Record<Field, unknown>> = {}
-  for (const [field, flag] of Object.entries(NODE_FLAGS) as [Field, string][]) {
-    if (values[flag] !== undefined) out[field] = values[flag]
-  }
-  return out
+  return flagInput(NODE_FLAGS, values)
 }
 
 /** The id the model is served under: `modelId`, else the bundle's folder name (as the pool does). */
@@ -241,12 +158,4 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
   }
   if (opts.dtype !== undefined) pool.dtype = opts.dtype
   return pool
-}
-
-function deepFreeze<T>(v: T): T {
-  if (v && typeof v === 'object') {
-    for (const x of Object.values(v)) deepFreeze(x)
-    Object.freeze(v)
-  }
-  return v
 }

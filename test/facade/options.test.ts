@@ -43,9 +43,9 @@ describe('loadFacadeOptions', () => {
     }
     expect(err).toMatchObject({ name: 'OnnxdError', code: 'config' })
     const msg = (err as Error).message
-    expect(msg).toMatch(/port \(ONNXD_PORT, --port\): Expected integer. Given: "eighty"/)
-    expect(msg).toMatch(/fleetRpm \(ONNXD_FLEET_RPM, --fleet-rpm\): .*greater or equal to 0/)
-    expect(msg).toMatch(/nodes \(ONNXD_NODES, --nodes\) at \/nodes\/0/)
+    expect(msg).toContain('port (ONNXD_PORT, --port): must be an integer. Given: "eighty"')
+    expect(msg).toContain('fleetRpm (ONNXD_FLEET_RPM, --fleet-rpm): must be >= 0. Given: -1')
+    expect(msg).toContain('nodes (ONNXD_NODES, --nodes) at /nodes/0: must be an http(s) URL. Given: "ftp://x"')
     expect(msg).toMatch(/prices \(ONNXD_PRICES\): must be JSON/)
     expect(msg).toMatch(/logLevel .* must be one of fatal, error, warn, info, debug, trace, silent/)
     expect(msg).toMatch(/colour: unknown option/)
@@ -59,11 +59,18 @@ describe('loadFacadeOptions', () => {
     expect(() => loadFacadeOptions({ ONNXD_JWT_SECRET: 'short' })).toThrow(/jwtSecret/)
   })
 
+  it('converts strings strictly, as the node does: "1.5" is not an integer, a file\'s "1" is not a number', () => {
+    expect(() => loadFacadeOptions({ ONNXD_KEY_RPM: '1.5' })).toThrow('keyRpm (ONNXD_KEY_RPM, --key-rpm): must be an integer. Given: "1.5"')
+    expect(() => loadFacadeOptions({}, {}, { prices: { m: { prompt: '1', completion: 2 } } })).toThrow(
+      'prices (ONNXD_PRICES, --prices) at /prices/m/prompt: must be a number. Given: "1"',
+    )
+  })
+
   it('never changes the objects it is given', () => {
-    const file = { prices: { m: { prompt: '1', completion: 2 } } }
-    loadFacadeOptions({}, {}, file)
-    expect(file.prices.m.prompt).toBe('1')
-    expect(Object.isFrozen(file)).toBe(false)
+    const file = { prices: { m: { prompt: 1, completion: 2 } }, nodes: ['http://a:1/'] }
+    expect(loadFacadeOptions({}, {}, file).nodes).toEqual(['http://a:1'])
+    expect(file).toEqual({ prices: { m: { prompt: 1, completion: 2 } }, nodes: ['http://a:1/'] })
+    expect(Object.isFrozen(file) || Object.isFrozen(file.prices) || Object.isFrozen(file.nodes)).toBe(false)
   })
 
   it('has an ONNXD_* variable and a flag for every option', () => {
