@@ -1,6 +1,6 @@
 // Summary statistics of the benchmark (numpy-compatible percentiles, mean, std) and seeded Poisson arrivals.
 // Pure functions over arrays; no I/O. Imports: the builder's seeded PRNG.
-import { Rng } from '../builder/prng.js'
+import { Rng } from '../shared/prng.js'
 
 export const mean = (xs: readonly number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN)
 
@@ -54,7 +54,7 @@ export class SeededRandom {
 
   /** Uniform in [0, 1). */
   next(): number {
-    return this.rng.nextU32() / 4294967296
+    return this.rng.nextUint32() / 4294967296
   }
 
   /** Uniform integer in [lo, hi] (both inclusive). */

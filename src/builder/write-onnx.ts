@@ -5,7 +5,7 @@ import { endianness } from 'node:os'
 import { basename } from 'node:path'
 import type { DecoderGraph, WeightSpec } from './graph.js'
 import { DataLocation, DataType, encodeModel, type Tensor } from '../engine/model/onnx-proto.js'
-import { Rng } from './prng.js'
+import { Rng } from '../shared/prng.js'
 
 /** ONNX IR version 8 is the one that goes with opset 17. */
 const IR_VERSION = 8

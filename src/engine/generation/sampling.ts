@@ -1,7 +1,7 @@
 // Picks a sequence's next token from one row of logits: penalties, masks, greedy or seeded draw. Imports: shared.
 import { OnnxdError } from '../../shared/errors.js'
 import type { SamplingParams } from './params.js'
-import { Rng, randomSeed } from './rng.js'
+import { Rng, randomSeed } from '../../shared/prng.js'
 
 /** Temperatures below this are greedy, as in vLLM: dividing by them would overflow to Infinity/NaN. */
 export const SAMPLING_EPS = 1e-5

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url'
 import { Tokenizer } from '@huggingface/tokenizers'
 import { describe, expect, it } from 'vitest'
 import { IncrementalDecoder, type DecodeFn } from '../../../src/engine/generation/detokenize.js'
-import { Rng } from '../../../src/engine/generation/rng.js'
+import { Rng } from '../../../src/shared/prng.js'
 
 const repoRoot = fileURLToPath(new URL('../../../', import.meta.url))
 const fixtures = resolve(repoRoot, process.env.ONNXD_FIXTURES ?? '../shared/fixtures')

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { isOnnxdError } from '../../../src/shared/errors.js'
 import { samplingParams, type SamplingParams } from '../../../src/engine/generation/params.js'
-import { Rng } from '../../../src/engine/generation/rng.js'
+import { Rng } from '../../../src/shared/prng.js'
 import { Sampler, SamplerScratch, TokenHistory, applyPenalties, argmax } from '../../../src/engine/generation/sampling.js'
 
 /** Logits whose softmax is exactly `probs` (up to f32 rounding). */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { StopMatcher } from '../../../src/engine/generation/stopping.js'
-import { Rng } from '../../../src/engine/generation/rng.js'
+import { Rng } from '../../../src/shared/prng.js'
 
 /** Feeds deltas; returns what was emitted per push, whether it stopped, and the flush. */
 function run(stops: string[], deltas: string[]): { emits: string[]; text: string; stopped: boolean; stop?: string } {

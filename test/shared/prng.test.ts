@@ -1,5 +1,7 @@
+// The one PRNG (src/shared/prng.ts): both seedings repeat, differ by seed and key, and stay bit for bit what
+// they were (the sampler's seeded draws and the builder's weights are compared across runs).
 import { describe, expect, it } from 'vitest'
-import { Rng, randomSeed } from '../../../src/engine/generation/rng.js'
+import { Rng, randomSeed } from '../../src/shared/prng.js'
 
 const draws = (rng: Rng, n: number): number[] => Array.from({ length: n }, () => rng.next())
 
@@ -42,6 +44,25 @@ describe('Rng', () => {
       or |= u
     }
     expect(or >>> 0).toBe(0xffffffff) // every bit gets set at some point
+  })
+
+  it('keeps both seedings bit for bit: a seeded request and a built model give what they gave before', () => {
+    const first3 = (r: Rng): number[] => [r.nextUint32(), r.nextUint32(), r.nextUint32()]
+    expect(first3(new Rng(42))).toEqual([3703172728, 122334830, 998575122])
+    expect(first3(new Rng(42, 'model.embed_tokens.weight'))).toEqual([1314469980, 2443537148, 3989608078])
+  })
+
+  it('gives one independent stream per key, and normal samples for the builder', () => {
+    const u = (r: Rng): number[] => Array.from({ length: 8 }, () => r.nextUint32())
+    expect(u(new Rng(7, 'a'))).toEqual(u(new Rng(7, 'a')))
+    expect(u(new Rng(7, 'a'))).not.toEqual(u(new Rng(7, 'b')))
+    expect(u(new Rng(7, ''))).not.toEqual(u(new Rng(7)))
+    const x = new Float32Array(20_001)
+    new Rng(3, 'w').fillNormal(x, 2)
+    const mean = x.reduce((a, b) => a + b, 0) / x.length
+    const sd = Math.sqrt(x.reduce((a, b) => a + (b - mean) ** 2, 0) / x.length)
+    expect(Math.abs(mean)).toBeLessThan(0.05)
+    expect(Math.abs(sd - 2)).toBeLessThan(0.05)
   })
 
   it('draws random seeds that are safe integers and differ', () => {
