@@ -1,6 +1,8 @@
 // The worker node's internal HTTP contract (DESIGN "Node internal contract"): request, response and stream
 // event shapes of POST /internal/v1/completions. Shared by the node (server side) and the facade (client side).
+// Imports: typebox, shared (the sampling field definitions).
 import { Type, type Static } from '@sinclair/typebox'
+import { samplingContractProperties } from '../shared/sampling.js'
 
 export const ChatMessage = Type.Object(
   { role: Type.String({ minLength: 1 }), content: Type.String() },
@@ -8,29 +10,14 @@ export const ChatMessage = Type.Object(
 )
 export type ChatMessage = Static<typeof ChatMessage>
 
-/** Sampling parameters; ranges mirror OpenAI's and vLLM's. Bounds are checked as 422 by the engine's validation. */
-export const SamplingFields = {
-  max_tokens: Type.Optional(Type.Integer()),
-  temperature: Type.Optional(Type.Number()),
-  top_p: Type.Optional(Type.Number()),
-  top_k: Type.Optional(Type.Integer()),
-  min_p: Type.Optional(Type.Number()),
-  seed: Type.Optional(Type.Integer()),
-  stop: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())])),
-  presence_penalty: Type.Optional(Type.Number()),
-  frequency_penalty: Type.Optional(Type.Number()),
-  repetition_penalty: Type.Optional(Type.Number()),
-  ignore_eos: Type.Optional(Type.Boolean()),
-  min_tokens: Type.Optional(Type.Integer()),
-}
-
 export const CompletionRequest = Type.Object(
   {
     model: Type.String({ minLength: 1 }),
     messages: Type.Optional(Type.Array(ChatMessage, { minItems: 1 })),
     prompt: Type.Optional(Type.String()),
     input_ids: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }), { minItems: 1 })),
-    ...SamplingFields,
+    // Sampling: types only. Their bounds are the engine's 422s, checked against the same definition.
+    ...samplingContractProperties(),
     stream: Type.Optional(Type.Boolean()),
     request_id: Type.Optional(Type.String({ maxLength: 128 })),
   },

@@ -8,7 +8,8 @@ import { Batcher, type BatcherObserver, type BatcherOptions } from './scheduler/
 import { Sequence, type SeqSink } from './scheduler/sequence.js'
 import { validateSampling } from './generation/params.js'
 import { SamplerScratch } from './generation/sampling.js'
-import { checkOnePrompt, encodeTextPrompt } from './tokenizer/prompt.js'
+import { checkOnePrompt } from '../shared/prompt-input.js'
+import { encodeTextPrompt } from './tokenizer/prompt.js'
 import type { EngineRequest, EngineStats } from './types.js'
 
 export interface EngineOptions extends LoadOptions, Partial<BatcherOptions> {

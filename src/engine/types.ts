@@ -2,7 +2,7 @@
 // these cross worker threads by structured clone. The engine's own: the node maps its HTTP contract onto them.
 // Imports: shared, and the engine's prompt and sampling input types.
 import type { ErrorData } from '../shared/errors.js'
-import type { SamplingInput } from './generation/params.js'
+import type { SamplingInput } from '../shared/sampling.js'
 import type { PromptInput } from './tokenizer/prompt.js'
 
 /**

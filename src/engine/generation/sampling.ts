@@ -1,6 +1,6 @@
 // Picks a sequence's next token from one row of logits: penalties, masks, greedy or seeded draw. Imports: shared.
 import { OnnxdError } from '../../shared/errors.js'
-import type { SamplingParams } from './params.js'
+import type { SamplingParams } from '../../shared/sampling.js'
 import { Rng, randomSeed } from '../../shared/prng.js'
 
 /** Temperatures below this are greedy, as in vLLM: dividing by them would overflow to Infinity/NaN. */

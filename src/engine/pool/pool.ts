@@ -9,7 +9,8 @@ import type { EngineClient, EngineObserver, PoolHealth, PoolOptions, Provider, W
 import type { EngineOptions } from '../engine.js'
 import { batcherOptions } from '../engine.js'
 import type { EngineRequest, EngineStats, SeqEvent } from '../types.js'
-import { checkOnePrompt, promptTextBytes } from '../tokenizer/prompt.js'
+import { checkOnePrompt } from '../../shared/prompt-input.js'
+import { promptTextBytes } from '../tokenizer/prompt.js'
 import { GateTable, gateBuffer } from './gate.js'
 import type { Broadcast, PortCommand, Task, TokenizeReply, TokenizeTask, TokenizerWorkerData, WorkerData } from './protocol.js'
 

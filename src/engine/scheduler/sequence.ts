@@ -3,7 +3,7 @@
 import type { ErrorData } from '../../shared/errors.js'
 import type { LoadedModel } from '../model/load.js'
 import type { FinishObservation, FinishReason, SeqEvent } from '../types.js'
-import type { SamplingParams } from '../generation/params.js'
+import type { SamplingParams } from '../../shared/sampling.js'
 import { Sampler, SamplerScratch, TokenHistory } from '../generation/sampling.js'
 import { StopMatcher } from '../generation/stopping.js'
 import { IncrementalDecoder } from '../generation/detokenize.js'

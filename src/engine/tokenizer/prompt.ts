@@ -1,5 +1,6 @@
-// A request's prompt: which of messages, prompt or input_ids it brings, how many bytes of text, and its token ids.
-// Used where prompts are tokenized: the pool's tokenizer threads, and an engine run in-process.
+// A request's prompt: its fields, how many bytes of text it brings, and its token ids (the rule that exactly one
+// field is given is shared/prompt-input.ts). Used where prompts are tokenized: the pool's tokenizer threads, and an
+// engine run in-process.
 import { OnnxdError } from '../../shared/errors.js'
 import type { Message, TextTokenizer } from './tokenizer.js'
 
@@ -7,12 +8,6 @@ export interface PromptInput {
   messages?: Message[]
   prompt?: string
   input_ids?: number[]
-}
-
-/** Exactly one of messages, prompt or input_ids (a malformed request otherwise). */
-export function checkOnePrompt(req: PromptInput): void {
-  const given = [req.messages, req.prompt, req.input_ids].filter((v) => v !== undefined).length
-  if (given !== 1) throw new OnnxdError('invalid_request', 'exactly one of `messages`, `prompt` or `input_ids` is required')
 }
 
 /** UTF-8 bytes of a text prompt: the prompt, or every message's content (the chat template only adds to them). */

@@ -7,6 +7,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { CompletionRequest, CompletionResponse, type StreamEvent, type Usage } from '../../contract/completions.js'
 import type { EngineClient, EngineRequest } from '../../engine/index.js'
 import { clip, fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
+import { checkOnePrompt } from '../../shared/prompt-input.js'
 import type { NodeState } from '../drain.js'
 import type { NodeMetrics } from '../plugins/metrics.js'
 import { ErrorBodySchema, logFailure, toHttpError } from '../plugins/errors.js'
@@ -18,19 +19,6 @@ export interface CompletionRouteDeps {
   engine: EngineClient
   state: NodeState
   metrics: NodeMetrics
-}
-
-/** Shape rules the schema cannot say cheaply; a body that breaks them is malformed (400), like a missing field. */
-function checkInput(body: CompletionRequest): void {
-  const given = (['messages', 'prompt', 'input_ids'] as const).filter((k) => body[k] !== undefined)
-  if (given.length !== 1) {
-    throw new OnnxdError(
-      'invalid_request',
-      given.length === 0
-        ? "Missing required field: one of 'messages', 'prompt' or 'input_ids'"
-        : `Exactly one of 'messages', 'prompt' or 'input_ids' is allowed. Given: ${given.join(', ')}`,
-    )
-  }
 }
 
 /** An unknown model is a value error (422), answered here so the request never reaches a worker. */
@@ -64,7 +52,7 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
       const body = request.body
       // Draining may have begun while the body was being read.
       if (state.draining) throw new OnnxdError('not_ready', 'The node is draining', { retryAfterS: 1 })
-      checkInput(body)
+      checkOnePrompt(body) // a shape rule the schema cannot say cheaply: 400, like a missing field
       checkModel(engine, body.model)
 
       const requestId = body.request_id ?? request.id

@@ -1,10 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { isOnnxdError, type ErrorCode } from '../../../src/shared/errors.js'
-import {
-  DEFAULT_MAX_TOKENS,
-  validateSampling,
-  type SamplingInput,
-} from '../../../src/engine/generation/params.js'
+import { validateSampling } from '../../../src/engine/generation/params.js'
+import { DEFAULT_MAX_TOKENS, type SamplingInput } from '../../../src/shared/sampling.js'
 
 const limits = { maxContext: 1024, promptTokens: 10 }
 

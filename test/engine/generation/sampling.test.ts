@@ -1,8 +1,11 @@
 import { describe, expect, it } from 'vitest'
 import { isOnnxdError } from '../../../src/shared/errors.js'
-import { samplingParams, type SamplingParams } from '../../../src/engine/generation/params.js'
+import { DEFAULT_SAMPLING, type SamplingParams } from '../../../src/shared/sampling.js'
 import { Rng } from '../../../src/shared/prng.js'
 import { Sampler, SamplerScratch, TokenHistory, applyPenalties, argmax } from '../../../src/engine/generation/sampling.js'
+
+/** Defaults overridden by `p`, unvalidated. */
+const samplingParams = (p: Partial<SamplingParams> = {}): SamplingParams => ({ ...DEFAULT_SAMPLING, ...p })
 
 /** Logits whose softmax is exactly `probs` (up to f32 rounding). */
 function logitsOf(probs: number[]): Float32Array {

@@ -1,9 +1,10 @@
 // Schemas of POST /v1/chat/completions. The route schema checks only the shape (400: unparseable, missing
 // `model`/`messages`); `ChatParams` checks values (422) and names the field, the bound and (a short prefix of) the value given. Unknown
-// OpenAI fields are tolerated. Imports: typebox, shared errors.
+// OpenAI fields are tolerated. Imports: typebox, shared (errors, sampling field definitions).
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { clip, OnnxdError, quote } from '../../../shared/errors.js'
+import { samplingOpenAiProperties } from '../../../shared/sampling.js'
 
 /** 400-level: what a body must have to be a chat request at all. */
 export const ChatCompletionBody = Type.Object(
@@ -27,26 +28,13 @@ export const ChatMessageParam = Type.Object(
   { additionalProperties: true },
 )
 
-const Penalty = Type.Number({ minimum: -2, maximum: 2 })
-
 /** 422-level: values. Bounds the facade can check; the node checks the rest (e.g. context length). */
 export const ChatParams = Type.Object(
   {
     model: Type.String({ minLength: 1 }),
     messages: Type.Array(ChatMessageParam, { minItems: 1 }),
-    max_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
-    max_completion_tokens: Type.Optional(Type.Integer({ minimum: 1 })),
-    temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
-    top_p: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
-    top_k: Type.Optional(Type.Integer({ minimum: -1 })),
-    min_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
-    seed: Type.Optional(Type.Integer()),
-    stop: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String(), { maxItems: 16 })])),
-    presence_penalty: Type.Optional(Penalty),
-    frequency_penalty: Type.Optional(Penalty),
-    repetition_penalty: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 2 })),
-    ignore_eos: Type.Optional(Type.Boolean()),
-    min_tokens: Type.Optional(Type.Integer({ minimum: 0 })),
+    // Sampling, under every OpenAI name (e.g. max_completion_tokens): types and bounds from their one definition.
+    ...samplingOpenAiProperties(),
     n: Type.Optional(Type.Integer({ minimum: 1 })),
     logprobs: Type.Optional(Type.Boolean()),
     stream: Type.Optional(Type.Boolean()),

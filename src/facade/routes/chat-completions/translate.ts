@@ -1,21 +1,8 @@
 // OpenAI chat shapes ⇄ the node's internal contract: the node request (only the fields it knows), the
-// `chat.completion` answer and `chat.completion.chunk` stream events. Imports: contract.
+// `chat.completion` answer and `chat.completion.chunk` stream events. Imports: contract, shared (sampling fields).
 import type { ChatMessage, CompletionRequest, CompletionResponse, FinishReason, Usage } from '../../../contract/completions.js'
+import { openAiNames, SAMPLING_FIELD_NAMES } from '../../../shared/sampling.js'
 import type { ChatCompletion, ChatParams } from './schema.js'
-
-const SAMPLING = [
-  'temperature',
-  'top_p',
-  'top_k',
-  'min_p',
-  'seed',
-  'stop',
-  'presence_penalty',
-  'frequency_penalty',
-  'repetition_penalty',
-  'ignore_eos',
-  'min_tokens',
-] as const
 
 function contentText(content: ChatParams['messages'][number]['content']): string {
   return typeof content === 'string' ? content : content.map((p) => p.text).join('')
@@ -28,10 +15,11 @@ export function toNodeRequest(p: ChatParams, requestId: string): CompletionReque
     content: contentText(m.content),
   }))
   const req: CompletionRequest = { model: p.model, messages, request_id: requestId }
-  const maxTokens = p.max_tokens ?? p.max_completion_tokens
-  if (maxTokens !== undefined) req.max_tokens = maxTokens
-  for (const k of SAMPLING) {
-    if (p[k] !== undefined) (req as Record<string, unknown>)[k] = p[k]
+  // Each sampling field under its node name, from the first of its OpenAI names given (max_tokens, then max_completion_tokens).
+  const given = p as Record<string, unknown>
+  for (const k of SAMPLING_FIELD_NAMES) {
+    const v = openAiNames(k).map((name) => given[name]).find((x) => x !== undefined)
+    if (v !== undefined) (req as Record<string, unknown>)[k] = v
   }
   if (p.stream === true) req.stream = true
   return req
