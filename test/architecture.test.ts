@@ -1,0 +1,377 @@
+// The layer rules of DESIGN.md ("Shape") and STYLE.md, held over every import in src/: static `import` and
+// `import type`, `export ... from`, dynamic `import('...')` with a literal, and `import('...')` types. Sources are
+// read with the TypeScript parser, so imports in comments and strings do not count. The rules are data (LAYERS,
+// EXCEPTIONS, PACKAGE_OWNERS below); the last cases plant violations to show that each rule can fail.
+import { readdirSync, readFileSync } from 'node:fs'
+import { builtinModules } from 'node:module'
+import { join, posix, relative } from 'node:path'
+import ts from 'typescript'
+import { describe, expect, it } from 'vitest'
+
+const REPO = join(import.meta.dirname, '..')
+
+type Layer = 'entry' | 'cli' | 'bench' | 'node' | 'facade' | 'engine' | 'builder' | 'store' | 'contract' | 'shared'
+
+/** Which other layers each layer may import, and why. A layer always imports itself. */
+const LAYERS: Record<Layer, { may: Layer[]; why: string }> = {
+  shared: { may: [], why: 'the base every layer stands on: errors, config file, HTTP server helpers, signals' },
+  contract: { may: ['shared'], why: "the node's HTTP contract: plain schemas, neither the engine's types nor the facade's" },
+  engine: { may: ['shared'], why: 'no HTTP and no contract: its request and event types are its own plain data, cloned into worker threads' },
+  store: { may: ['shared'], why: 'accounts, keys, usage behind one interface that a PostgreSQL or Redis backend can replace' },
+  builder: { may: ['shared'], why: "the embedded model's builder writes bundles; it is a tool, not part of the runtime" },
+  node: { may: ['shared', 'contract', 'engine', 'builder'], why: 'serves the contract over the engine pool; builds the embedded default model on first start' },
+  facade: { may: ['shared', 'contract', 'store'], why: 'reaches nodes only through the HTTP contract, even when co-located, so it can front one node or many' },
+  bench: { may: ['shared', 'contract', 'engine', 'builder', 'node', 'facade', 'store'], why: 'measures every layer, but starts nodes as the product does, never through the CLI' },
+  cli: { may: ['shared', 'contract', 'engine', 'builder', 'node', 'facade', 'store', 'bench'], why: 'the commands compose the layers' },
+  entry: { may: ['cli', 'shared'], why: 'src/cli.ts, the `onnxd` command: the table of subcommands; nothing else imports src/cli/' },
+}
+
+/** The only module of the engine other layers reach (besides the exceptions below). */
+const ENGINE_ENTRY = 'src/engine/index.ts'
+/** Layers that reach the engine only through its entry. */
+const THROUGH_ENGINE_ENTRY: Layer[] = ['node']
+
+/** Imports the layer table forbids, allowed one by one, each with its reason. `from` ending in '/' is a folder. */
+const EXCEPTIONS: { from: string; to: string; why: string }[] = [
+  {
+    from: 'src/builder/',
+    to: 'src/engine/model/onnx-proto.ts',
+    why: "the ONNX protobuf codec (pure data, no ORT) is the one definition of the file format the engine's loader reads and the builder writes",
+  },
+]
+
+/** Packages that one named module (or folder, ending in '/') owns, with any exception and its reason. */
+const PACKAGE_OWNERS: { pkg: string; owners: string[]; exceptions?: { file: string; why: string }[] }[] = [
+  {
+    pkg: 'onnxruntime-node',
+    owners: ['src/engine/model/session.ts'],
+    exceptions: [
+      {
+        file: 'src/bench/refs/ort.ts',
+        why: "the benchmark's decode ceiling must be ORT without onnxd's wrapper, or it would measure onnxd against itself",
+      },
+    ],
+  },
+  { pkg: 'better-sqlite3', owners: ['src/store/sqlite.ts'] },
+  { pkg: 'piscina', owners: ['src/engine/pool/pool.ts'] },
+  { pkg: 'prom-client', owners: ['src/node/'] },
+]
+
+/** The engine has no HTTP (DESIGN "Shape"). */
+const ENGINE_FORBIDDEN = ['fastify', 'undici', 'node:http', 'node:https', 'node:net', 'node:http2']
+
+/** The rules the checker holds, by id: what `architecture(...)` reports and the cases below list. */
+const RULES = {
+  layers: 'each layer imports only the layers DESIGN allows it (LAYERS), bar the listed EXCEPTIONS',
+  'no-cli': 'nothing imports src/cli/ except the entry src/cli.ts',
+  'engine-entry': `the node reaches the engine only through ${ENGINE_ENTRY}`,
+  owners: 'one named module per native or runtime-owning package (PACKAGE_OWNERS), with any exception listed',
+  'engine-no-http': `the engine imports no HTTP package (${ENGINE_FORBIDDEN.join(', ')})`,
+  declared: "every package imported is a Node built-in or in package.json's dependencies; devDependencies only from src/bench/",
+  cycles: 'no import cycle between layers',
+  resolved: 'every relative import resolves to a module in src/ (so none reaches test code)',
+  'dynamic-literal': 'every dynamic import() names its module with a string literal (so this test can see it)',
+  'known-layer': 'every file in src/ belongs to a known layer',
+} as const
+type Rule = keyof typeof RULES
+
+export interface Violation {
+  rule: Rule
+  file: string
+  line: number
+  /** The import's specifier as written. */
+  import: string
+  message: string
+}
+
+interface Import {
+  spec: string | null
+  line: number
+}
+
+/** Every import of a TypeScript source; `spec` is null for a dynamic import whose module is not a literal. */
+export function importsOf(file: string, text: string): Import[] {
+  const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS)
+  const out: Import[] = []
+  const add = (spec: string | null, node: ts.Node): void => {
+    out.push({ spec, line: sf.getLineAndCharacterOfPosition(node.getStart(sf)).line + 1 })
+  }
+  const literal = (e: ts.Expression | undefined): string | null => {
+    while (e && (ts.isAsExpression(e) || ts.isParenthesizedExpression(e) || ts.isSatisfiesExpression(e))) e = e.expression
+    return e && (ts.isStringLiteral(e) || ts.isNoSubstitutionTemplateLiteral(e)) ? e.text : null
+  }
+  const visit = (node: ts.Node): void => {
+    if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier) {
+      add(literal(node.moduleSpecifier), node)
+    } else if (ts.isImportEqualsDeclaration(node) && ts.isExternalModuleReference(node.moduleReference)) {
+      add(literal(node.moduleReference.expression), node)
+    } else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) {
+      add(literal(node.arguments[0]), node)
+    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument)) {
+      add(literal(node.argument.literal as ts.Expression), node)
+    }
+    ts.forEachChild(node, visit)
+  }
+  visit(sf)
+  return out
+}
+
+function layerOf(file: string): Layer | null {
+  if (file === 'src/cli.ts') return 'entry'
+  const m = /^src\/([^/]+)\//.exec(file)
+  return m && m[1] in LAYERS && m[1] !== 'entry' ? (m[1] as Layer) : null
+}
+
+const under = (file: string, where: string): boolean => (where.endsWith('/') ? file.startsWith(where) : file === where)
+
+/** The package a bare specifier names: `@scope/name` or `name`; Node built-ins as `node:name`. */
+function packageOf(spec: string): string {
+  if (spec.startsWith('node:')) return spec
+  const parts = spec.split('/')
+  const name = spec.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0]!
+  return builtinModules.includes(name) ? `node:${name}` : name
+}
+
+/** The module a relative specifier names (`./x.js` is `x.ts`), or null if it is none of `files`. */
+function resolveRelative(from: string, spec: string, files: ReadonlySet<string>): string | null {
+  const target = posix.normalize(posix.join(posix.dirname(from), spec))
+  for (const cand of [target.replace(/\.js$/, '.ts'), target, `${target}.ts`, `${target}/index.ts`]) if (files.has(cand)) return cand
+  return null
+}
+
+export interface Packages {
+  dependencies: string[]
+  devDependencies: string[]
+}
+
+/** Every rule broken by `files` (repo-relative path → source text). */
+export function architecture(files: Record<string, string>, packages: Packages): Violation[] {
+  const names = new Set(Object.keys(files))
+  const out: Violation[] = []
+  /** Layer → layer it imports → the first import seen, for the cycle report. */
+  const edges = new Map<Layer, Map<Layer, string>>()
+  for (const [file, text] of Object.entries(files).sort(([a], [b]) => a.localeCompare(b))) {
+    const from = layerOf(file)
+    if (from === null) {
+      out.push({ rule: 'known-layer', file, line: 1, import: '', message: `${file} is in no layer of LAYERS` })
+      continue
+    }
+    for (const { spec, line } of importsOf(file, text)) {
+      const v = (rule: Rule, message: string): void => void out.push({ rule, file, line, import: spec ?? '(expression)', message })
+      if (spec === null) {
+        v('dynamic-literal', `${file}:${line}: import() of an expression; name the module with a string literal`)
+        continue
+      }
+      if (spec.startsWith('.')) {
+        const target = resolveRelative(file, spec, names)
+        if (target === null) {
+          v('resolved', `${file}:${line}: '${spec}' is no module in src/`)
+          continue
+        }
+        const to = layerOf(target)
+        if (to === null || to === from) continue
+        if (!edges.has(from)) edges.set(from, new Map())
+        if (!edges.get(from)!.has(to)) edges.get(from)!.set(to, `${file}:${line} imports '${spec}'`)
+        const excepted = EXCEPTIONS.some((x) => under(file, x.from) && target === x.to)
+        if (to === 'cli' && from !== 'entry') v('no-cli', `${file}:${line}: imports '${spec}'; only src/cli.ts imports src/cli/`)
+        else if (!LAYERS[from].may.includes(to) && !excepted) {
+          v('layers', `${file}:${line}: ${from} may not import ${to} ('${spec}'); ${from} may import ${[from, ...LAYERS[from].may].join(', ')}`)
+        } else if (to === 'engine' && THROUGH_ENGINE_ENTRY.includes(from) && target !== ENGINE_ENTRY) {
+          v('engine-entry', `${file}:${line}: imports '${spec}'; ${from} reaches the engine only through ${ENGINE_ENTRY}`)
+        }
+        continue
+      }
+      const pkg = packageOf(spec)
+      const owner = PACKAGE_OWNERS.find((o) => o.pkg === pkg)
+      if (owner && !owner.owners.some((w) => under(file, w)) && !owner.exceptions?.some((x) => x.file === file)) {
+        v('owners', `${file}:${line}: imports ${pkg}, which only ${owner.owners.join(', ')} may import`)
+      }
+      if (from === 'engine' && ENGINE_FORBIDDEN.includes(pkg)) v('engine-no-http', `${file}:${line}: the engine imports ${pkg}`)
+      if (!pkg.startsWith('node:') && !packages.dependencies.includes(pkg)) {
+        if (!packages.devDependencies.includes(pkg)) v('declared', `${file}:${line}: ${pkg} is not in package.json`)
+        else if (from !== 'bench') v('declared', `${file}:${line}: ${pkg} is a devDependency, which only src/bench/ may import`)
+      }
+    }
+  }
+  for (const cycle of layerCycles(edges)) {
+    const [file = '', line = '1'] = cycle.examples[0]!.split(' ')[0]!.split(':')
+    out.push({ rule: 'cycles', file, line: Number(line), import: '', message: `layer cycle ${cycle.path.join(' -> ')}: ${cycle.examples.join('; ')}` })
+  }
+  return out
+}
+
+/** Strongly connected groups of two or more layers (Tarjan), each with one import per edge inside it. */
+function layerCycles(edges: Map<Layer, Map<Layer, string>>): { path: Layer[]; examples: string[] }[] {
+  const index = new Map<Layer, number>()
+  const low = new Map<Layer, number>()
+  const stack: Layer[] = []
+  const groups: Layer[][] = []
+  const strong = (v: Layer): void => {
+    index.set(v, index.size)
+    low.set(v, index.get(v)!)
+    stack.push(v)
+    for (const w of edges.get(v)?.keys() ?? []) {
+      if (!index.has(w)) {
+        strong(w)
+        low.set(v, Math.min(low.get(v)!, low.get(w)!))
+      } else if (stack.includes(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!))
+    }
+    if (low.get(v) === index.get(v)) {
+      const group: Layer[] = []
+      let w: Layer
+      do {
+        w = stack.pop()!
+        group.push(w)
+      } while (w !== v)
+      if (group.length > 1) groups.push(group.reverse())
+    }
+  }
+  for (const v of edges.keys()) if (!index.has(v)) strong(v)
+  return groups.map((g) => ({
+    path: [...g, g[0]!],
+    examples: g.flatMap((a) => g.filter((b) => edges.get(a)?.has(b)).map((b) => edges.get(a)!.get(b)!)),
+  }))
+}
+
+function sources(dir: string): Record<string, string> {
+  const out: Record<string, string> = {}
+  for (const e of readdirSync(join(REPO, dir), { withFileTypes: true, recursive: true })) {
+    if (!e.isFile() || !e.name.endsWith('.ts')) continue
+    const file = relative(REPO, join(e.parentPath, e.name)).split('\\').join('/')
+    out[file] = readFileSync(join(REPO, file), 'utf8')
+  }
+  return out
+}
+
+function packageJson(): Packages {
+  const p = JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')) as Record<string, Record<string, string> | undefined>
+  return { dependencies: Object.keys(p.dependencies ?? {}), devDependencies: Object.keys(p.devDependencies ?? {}) }
+}
+
+describe('architecture: the imports of src/ keep the layer rules', () => {
+  const files = sources('src')
+  const found = architecture(files, packageJson())
+
+  it('reads the whole tree', () => {
+    expect(Object.keys(files).length).toBeGreaterThan(50)
+    expect(Object.values(files).reduce((n, t) => n + importsOf('x.ts', t).length, 0)).toBeGreaterThan(200)
+  })
+
+  it.each(Object.entries(RULES))('%s: %s', (rule) => {
+    expect(found.filter((v) => v.rule === rule).map((v) => v.message)).toEqual([])
+  })
+
+  it('lists no exception that nothing uses any more', () => {
+    const stale: string[] = []
+    for (const x of EXCEPTIONS) {
+      const used = Object.entries(files).some(
+        ([f, t]) => under(f, x.from) && importsOf(f, t).some((i) => i.spec?.startsWith('.') && resolveRelative(f, i.spec, new Set(Object.keys(files))) === x.to),
+      )
+      if (!used) stale.push(`${x.from} -> ${x.to}`)
+    }
+    for (const o of PACKAGE_OWNERS) {
+      for (const x of o.exceptions ?? []) {
+        if (!importsOf(x.file, files[x.file] ?? '').some((i) => i.spec !== null && packageOf(i.spec) === o.pkg)) stale.push(`${x.file} -> ${o.pkg}`)
+      }
+      if (!o.owners.some((w) => Object.entries(files).some(([f, t]) => under(f, w) && importsOf(f, t).some((i) => i.spec !== null && packageOf(i.spec) === o.pkg)))) {
+        stale.push(`owner of ${o.pkg}: ${o.owners.join(', ')}`)
+      }
+    }
+    expect(stale).toEqual([])
+  })
+})
+
+describe('architecture checker: a planted violation is reported with its file and import', () => {
+  const pkgs: Packages = { dependencies: ['fastify', 'onnxruntime-node', 'better-sqlite3'], devDependencies: ['openai'] }
+  const base: Record<string, string> = {
+    'src/cli.ts': "const load = () => import('./cli/node.js')\n",
+    'src/cli/node.ts': "import { serveNode } from '../node/server.js'\n",
+    'src/shared/errors.ts': 'export class OnnxdError extends Error {}\n',
+    'src/contract/completions.ts': "import type { OnnxdError } from '../shared/errors.js'\n",
+    'src/engine/index.ts': "export { createEnginePool } from './pool/pool.js'\n",
+    'src/engine/pool/pool.ts': "import type { X } from '../index.js'\nexport const createEnginePool = 1\n",
+    'src/engine/model/session.ts': "import * as ort from 'onnxruntime-node'\n",
+    'src/engine/model/onnx-proto.ts': 'export const DataType = {}\n',
+    'src/builder/graph.ts': "import { DataType } from '../engine/model/onnx-proto.js'\n",
+    'src/node/server.ts': "import { createEnginePool } from '../engine/index.js'\nconst b = await import('../builder/graph.js')\n",
+    'src/facade/app.ts': "import Fastify from 'fastify'\nimport type { CompletionRequest } from '../contract/completions.js'\n",
+    'src/store/sqlite.ts': "import Database from 'better-sqlite3'\n",
+    'src/bench/run.ts': "import { Engine } from '../engine/engine.js'\n",
+    'src/engine/engine.ts': "export class Engine {}\n",
+  }
+  const check = (extra: Record<string, string>): Violation[] => architecture({ ...base, ...extra }, pkgs)
+
+  it('passes the clean tree it is planted into (the exception and the cycle inside a layer are allowed)', () => {
+    expect(check({})).toEqual([])
+  })
+
+  it('the engine importing the HTTP contract (type-only import, as engine/types.ts once did)', () => {
+    const v = check({ 'src/engine/types.ts': "import type { CompletionRequest } from '../contract/completions.js'\n" })
+    expect(v).toEqual([
+      expect.objectContaining({ rule: 'layers', file: 'src/engine/types.ts', line: 1, import: '../contract/completions.js' }),
+    ])
+    expect(v[0]!.message).toContain('engine may not import contract')
+  })
+
+  it('the bench reaching into the CLI (as node-main.ts once did), and a dynamic import of the CLI from the node', () => {
+    const v = check({
+      'src/bench/targets/node-main.ts': "// import { run } from '../../cli/facade.js' in a comment does not count\nimport { run } from '../../cli/node.js'\n",
+      'src/node/app.ts': "export const x = 1\nconst m = await import('../cli/node.js')\n",
+    })
+    expect(v.map((x) => [x.rule, x.file, x.line, x.import])).toEqual([
+      ['no-cli', 'src/bench/targets/node-main.ts', 2, '../../cli/node.js'],
+      ['no-cli', 'src/node/app.ts', 2, '../cli/node.js'],
+      ['cycles', 'src/cli/node.ts', 1, ''],
+    ])
+    expect(v[2]!.message).toContain('layer cycle cli -> node -> cli')
+  })
+
+  it('the node importing an engine module other than its entry; the facade importing the engine or the node', () => {
+    const v = check({
+      'src/node/routes/x.ts': "export { createEnginePool } from '../../engine/pool/pool.js'\n",
+      'src/facade/y.ts': "import type { Engine } from '../engine/engine.js'\ntype N = import('../node/server.js').X\n",
+    })
+    expect(v.map((x) => [x.rule, x.file, x.line, x.import])).toEqual([
+      ['layers', 'src/facade/y.ts', 1, '../engine/engine.js'],
+      ['layers', 'src/facade/y.ts', 2, '../node/server.js'],
+      ['engine-entry', 'src/node/routes/x.ts', 1, '../../engine/pool/pool.js'],
+    ])
+  })
+
+  it('a native package outside its module, the engine speaking HTTP, undeclared and dev-only packages', () => {
+    const v = check({
+      'src/engine/worker/w.ts': "import * as ort from 'onnxruntime-node'\nimport { request } from 'node:http'\n",
+      'src/facade/db.ts': "import Database from 'better-sqlite3'\nimport OpenAI from 'openai'\nimport x from 'left-pad/sub'\n",
+    })
+    expect(v.map((x) => [x.rule, x.file, x.line, x.import])).toEqual([
+      ['owners', 'src/engine/worker/w.ts', 1, 'onnxruntime-node'],
+      ['engine-no-http', 'src/engine/worker/w.ts', 2, 'node:http'],
+      ['owners', 'src/facade/db.ts', 1, 'better-sqlite3'],
+      ['declared', 'src/facade/db.ts', 2, 'openai'],
+      ['declared', 'src/facade/db.ts', 3, 'left-pad/sub'],
+    ])
+  })
+
+  it('store or builder importing a layer above them, an import into test/, an import() of an expression, a file in no layer', () => {
+    const v = check({
+      'src/store/s.ts': "import { x } from '../facade/app.js'\n",
+      'src/builder/b.ts': "import { y } from '../engine/engine.js'\nimport { f } from '../../test/helpers/fake-node.js'\nconst m = await import(name)\n",
+      'src/misc/z.ts': 'export {}\n',
+    })
+    expect(v.map((x) => [x.rule, x.file, x.line, x.import])).toEqual([
+      ['layers', 'src/builder/b.ts', 1, '../engine/engine.js'],
+      ['resolved', 'src/builder/b.ts', 2, '../../test/helpers/fake-node.js'],
+      ['dynamic-literal', 'src/builder/b.ts', 3, '(expression)'],
+      ['known-layer', 'src/misc/z.ts', 1, ''],
+      ['layers', 'src/store/s.ts', 1, '../facade/app.js'],
+    ])
+  })
+
+  it('an import cycle between layers, named with the imports that close it', () => {
+    const v = check({ 'src/shared/cfg.ts': "import type { S } from '../contract/completions.js'\n" })
+    expect(v.map((x) => x.rule)).toEqual(['layers', 'cycles'])
+    expect(v[1]!.message).toBe(
+      "layer cycle contract -> shared -> contract: src/contract/completions.ts:1 imports '../shared/errors.js'; src/shared/cfg.ts:1 imports '../contract/completions.js'",
+    )
+  })
+})
