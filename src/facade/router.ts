@@ -5,8 +5,11 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { CompletionRequest, HealthBody } from '../contract/completions.js'
 import { clip, OnnxdError } from '../shared/errors.js'
-import { codeForStatus } from './errors.js'
+import { codeForStatus } from '../shared/http-errors.js'
 import type { NodeClient, NodeHealth, NodeReply } from './node-client.js'
+
+/** The router's 5xx messages are written for clients: they are shown, not replaced by a fixed sentence. */
+const EXPOSE = { expose: true } as const
 
 export type NodeStatus = HealthBody['status'] | 'unreachable' | 'unknown'
 
@@ -204,12 +207,12 @@ export class NodeRouter {
       if (reply.status >= 500) {
         this.opts.log?.warn({ node: current.url, status: reply.status, message: reply.message }, 'node failed a completion')
         if (retried500) {
-          throw new OnnxdError('internal', 'The inference backend failed to complete the request; it is safe to retry')
+          throw new OnnxdError('internal', 'The inference backend failed to complete the request; it is safe to retry', EXPOSE)
         }
         retried500 = true
         // Once, at once: another ready node if there is one, else the same node again.
         node = this.pick(model, tried) ?? (current.status === 'ready' ? current : null)
-        if (!node) throw new OnnxdError('internal', 'The inference backend failed to complete the request; it is safe to retry')
+        if (!node) throw new OnnxdError('internal', 'The inference backend failed to complete the request; it is safe to retry', EXPOSE)
         continue
       }
       // A client error the node found (e.g. context length): the node's message, in the spec's error object.
@@ -217,6 +220,7 @@ export class NodeRouter {
     }
     throw new OnnxdError('no_healthy_node', `No healthy inference node is available for model '${clip(model)}'; retry with backoff`, {
       retryAfterS,
+      expose: true,
     })
   }
 

@@ -1,6 +1,9 @@
 // The one error type of onnxd, its stable codes, and the spec's error object. Imports: nothing internal.
 
-/** Stable error codes. Every HTTP surface maps them through `errorStatus` / `errorType` below, and nowhere else. */
+/**
+ * Stable error codes. Their statuses and types are this table's (errorStatus, errorType, codeForStatus); how an
+ * error is answered over HTTP (which message a 5xx shows, Retry-After) is the one policy of ./http-errors.ts.
+ */
 export type ErrorCode =
   | 'invalid_request' // 400: unparseable JSON, missing required fields
   | 'invalid_value' // 422: well-formed but invalid values (unknown model, out-of-range sampling values)
@@ -60,6 +63,8 @@ export const ERROR_CODES = Object.keys(TABLE) as ErrorCode[]
 export interface ErrorDetails {
   /** Seconds a client should wait before retrying (429, 503). */
   retryAfterS?: number
+  /** The message was written for clients: a 5xx shows it rather than its code's fixed sentence (see http-errors.ts). */
+  expose?: boolean
   [k: string]: unknown
 }
 

@@ -1,10 +1,73 @@
-// The HTTP side of the error table shared by the node and the facade: the error object as a response schema, and
-// fastify's own client errors (body parsing, limits, validation) in the spec's words. Imports: shared errors.
-import type { FastifyError } from 'fastify'
+// The one error-to-HTTP policy of the node and the facade: an OnnxdError as status, the spec's error object and
+// Retry-After (toHttpError, sendError), with statuses and types from the table in ./errors.ts; the error object
+// as a response schema; fastify's own client errors in the spec's words. Imports: shared errors, fastify types.
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { Type } from '@sinclair/typebox'
-import { clip, codeForStatus, OnnxdError } from './errors.js'
+import { clip, codeForStatus, errorBody, errorStatus, isOnnxdError, OnnxdError, type ErrorBody, type ErrorCode } from './errors.js'
 
 export { codeForStatus }
+
+/**
+ * What clients see of a 5xx whose message was not written for them (see ErrorDetails.expose): a fixed sentence
+ * per code. Engine messages can carry paths, stack fragments or worker details, so they go to the log only.
+ */
+const SERVER_SENTENCE: Partial<Record<ErrorCode, string>> = {
+  internal: 'Internal server error',
+  worker_crashed: 'The inference worker failed while running the request; retry it',
+  bad_bundle: 'Internal server error',
+  config: 'Internal server error',
+  queue_full: 'The node is at capacity; retry later',
+  not_ready: 'The node is not ready to serve requests (loading, draining or unhealthy); retry later',
+  no_healthy_node: 'No healthy inference workers available',
+}
+
+/** Codes whose answers tell clients when to come back (DESIGN: a full queue answers 503 with Retry-After). */
+const RETRY_AFTER: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['queue_full', 'not_ready', 'no_healthy_node', 'rate_limited'])
+
+/** An error as both HTTP surfaces answer it: status, body and the Retry-After header value (seconds) when any. */
+export interface HttpError {
+  status: number
+  body: ErrorBody
+  retryAfterS?: number
+}
+
+/**
+ * The policy: status and type from the table; a 4xx shows its message, a 5xx its code's fixed sentence unless
+ * `details.expose` says the message was written for clients; the codes of RETRY_AFTER carry Retry-After in whole
+ * seconds, at least 1 (`details.retryAfterS`, else 1).
+ */
+export function toHttpError(err: OnnxdError): HttpError {
+  const status = errorStatus(err.code)
+  const message = status < 500 || err.details.expose === true ? err.message : (SERVER_SENTENCE[err.code] ?? 'Internal server error')
+  const out: HttpError = { status, body: errorBody(err.code, message) }
+  if (RETRY_AFTER.has(err.code)) {
+    const s = err.details.retryAfterS
+    out.retryAfterS = Math.max(1, Math.ceil(typeof s === 'number' && Number.isFinite(s) ? s : 1))
+  }
+  return out
+}
+
+/** Answers `err` by the policy (toHttpError). */
+export function sendError(reply: FastifyReply, err: OnnxdError): FastifyReply {
+  const http = toHttpError(err)
+  if (http.retryAfterS !== undefined) reply.header('retry-after', String(http.retryAfterS))
+  return reply.code(http.status).type('application/json; charset=utf-8').send(http.body)
+}
+
+/**
+ * What an error handler was handed, as an OnnxdError: ours as they are, fastify's own client errors in the spec's
+ * words, anything else a generic internal error with `known: false` (a failure nobody described: log it whole).
+ */
+export function asOnnxdError(error: FastifyError, request: FastifyRequest): { err: OnnxdError; known: boolean } {
+  if (isOnnxdError(error)) return { err: error, known: true }
+  const described = fromFastifyError(error, request.routeOptions.bodyLimit)
+  return described ? { err: described, known: true } : { err: new OnnxdError('internal', 'unhandled error'), known: false }
+}
+
+/** The 404 of a route neither server has; the path is quoted cut short and without its query. */
+export function notFoundError(request: FastifyRequest): OnnxdError {
+  return new OnnxdError('not_found', `Unknown route: ${request.method} ${clip(request.url.split('?')[0]!)}`)
+}
 
 /** The spec's error object as a response schema. */
 export const ErrorBodySchema = Type.Object({

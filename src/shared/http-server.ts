@@ -188,7 +188,7 @@ export function hardenHttp(app: FastifyInstance, opts: HardenOptions): void {
       app.log.info('closing: new requests are answered 503 with Retry-After')
     })
     app.addHook('onRequest', async () => {
-      if (closing) throw new OnnxdError('not_ready', 'The server is shutting down; retry with backoff', { retryAfterS: 1 })
+      if (closing) throw new OnnxdError('not_ready', 'The server is shutting down; retry with backoff', { retryAfterS: 1, expose: true })
     })
   }
 }

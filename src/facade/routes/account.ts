@@ -7,7 +7,7 @@ import { clip, OnnxdError, quote } from '../../shared/errors.js'
 import { AccountJson, accountJson, ApiKeyJson, apiKeyJson, createApiKey } from '../accounts.js'
 import { formatMoney } from '../billing/money.js'
 import type { FacadeContext } from '../context.js'
-import { ErrorBodySchema } from '../errors.js'
+import { ErrorBodySchema } from '../../shared/http-errors.js'
 import { sessionPrincipal } from '../request.js'
 import { UsageQuerystring, UsageReport, usageReport } from './usage-shape.js'
 

@@ -4,7 +4,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { clip, OnnxdError } from '../../shared/errors.js'
 import type { FacadeContext } from '../context.js'
-import { ErrorBodySchema } from '../errors.js'
+import { ErrorBodySchema } from '../../shared/http-errors.js'
 
 const Model = Type.Object({ id: Type.String(), object: Type.Literal('model'), created: Type.Integer(), owned_by: Type.String() })
 const ModelList = Type.Object({ object: Type.Literal('list'), data: Type.Array(Model) })

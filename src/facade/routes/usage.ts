@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { FacadeContext } from '../context.js'
-import { ErrorBodySchema } from '../errors.js'
+import { ErrorBodySchema } from '../../shared/http-errors.js'
 import { keyPrincipal } from '../request.js'
 import { UsageQuerystring, UsageReport, usageReport } from './usage-shape.js'
 

@@ -10,7 +10,8 @@ import { clip, fromErrorData, OnnxdError, toErrorData } from '../../shared/error
 import { checkOnePrompt } from '../../shared/prompt-input.js'
 import type { NodeState } from '../drain.js'
 import type { NodeMetrics } from '../plugins/metrics.js'
-import { ErrorBodySchema, logFailure, toHttpError } from '../plugins/errors.js'
+import { ErrorBodySchema, toHttpError } from '../../shared/http-errors.js'
+import { logFailure } from '../plugins/errors.js'
 import { SeqChannel, type ChannelEvent } from '../sequence.js'
 
 export const COMPLETIONS_PATH = '/internal/v1/completions'

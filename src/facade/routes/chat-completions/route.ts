@@ -9,7 +9,7 @@ import type { StreamEvent, Usage } from '../../../contract/completions.js'
 import { clip, errorBody, errorStatus, OnnxdError } from '../../../shared/errors.js'
 import { randomBase62 } from '../../../store/ids.js'
 import type { FacadeContext } from '../../context.js'
-import { codeForStatus, ErrorBodySchema } from '../../errors.js'
+import { codeForStatus, ErrorBodySchema } from '../../../shared/http-errors.js'
 import { keyPrincipal, type KeyPrincipal } from '../../request.js'
 import type { Dispatched } from '../../router.js'
 import { ChatCompletionBody, ChatCompletionSchema, KNOWN_FIELDS, parseChatParams, type ChatParams } from './schema.js'
@@ -142,7 +142,7 @@ async function streamChat(request: FastifyRequest, reply: FastifyReply, ctx: Fac
   } catch (e) {
     if (!s.gone.signal.aborted) {
       request.log.warn({ id: s.id, node: s.d.node.url, err: e }, 'node stream broke')
-      failure = { message: 'The inference backend stream was interrupted; it is safe to retry', type: 'server_error', code: 500 }
+      failure = errorBody('internal', 'The inference backend stream was interrupted; it is safe to retry').error
     }
   } finally {
     s.d.release()
@@ -165,7 +165,7 @@ async function streamChat(request: FastifyRequest, reply: FastifyReply, ctx: Fac
     await write(out.finish(final.finish_reason))
     if (s.params.stream_options?.include_usage === true) await write(out.usage(final.usage))
   } else {
-    const f = failure ?? { message: 'The inference backend ended the stream early', type: 'server_error', code: 500 }
+    const f = failure ?? errorBody('internal', 'The inference backend ended the stream early').error
     const code = codeForStatus(typeof f.code === 'number' ? f.code : 500)
     const message = errorStatus(code) >= 500 ? 'The inference backend failed during the stream; it is safe to retry' : f.message
     await write(`data: ${JSON.stringify(errorBody(code, message))}\n\n`)
