@@ -300,6 +300,8 @@ describe('architecture checker: a planted violation is reported with its file an
     'src/engine/engine.ts': "export class Engine {}\n",
   }
   const check = (extra: Record<string, string>): Violation[] => architecture({ ...base, ...extra }, pkgs)
+  /** Each violation as [rule, file, line, import]. */
+  const where = (v: Violation[]): [Rule, string, number, string][] => v.map((x) => [x.rule, x.file, x.line, x.import])
 
   it('passes the clean tree it is planted into (the exception and the cycle inside a layer are allowed)', () => {
     expect(check({})).toEqual([])
@@ -318,7 +320,7 @@ describe('architecture checker: a planted violation is reported with its file an
       'src/bench/targets/node-main.ts': "// import { run } from '../../cli/facade.js' in a comment does not count\nimport { run } from '../../cli/node.js'\n",
       'src/node/app.ts': "export const x = 1\nconst m = await import('../cli/node.js')\n",
     })
-    expect(v.map((x) => [x.rule, x.file, x.line, x.import])).toEqual([
+    expect(where(v)).toEqual([
       ['no-cli', 'src/bench/targets/node-main.ts', 2, '../../cli/node.js'],
       ['no-cli', 'src/node/app.ts', 2, '../cli/node.js'],
       ['cycles', 'src/cli/node.ts', 1, ''],
@@ -331,7 +333,7 @@ describe('architecture checker: a planted violation is reported with its file an
       'src/node/routes/x.ts': "export { createEnginePool } from '../../engine/pool/pool.js'\n",
       'src/facade/y.ts': "import type { Engine } from '../engine/engine.js'\ntype N = import('../node/server.js').X\n",
     })
-    expect(v.map((x) => [x.rule, x.file, x.line, x.import])).toEqual([
+    expect(where(v)).toEqual([
       ['layers', 'src/facade/y.ts', 1, '../engine/engine.js'],
       ['layers', 'src/facade/y.ts', 2, '../node/server.js'],
       ['engine-entry', 'src/node/routes/x.ts', 1, '../../engine/pool/pool.js'],
@@ -343,7 +345,7 @@ describe('architecture checker: a planted violation is reported with its file an
       'src/engine/worker/w.ts': "import * as ort from 'onnxruntime-node'\nimport { request } from 'node:http'\n",
       'src/facade/db.ts': "import Database from 'better-sqlite3'\nimport OpenAI from 'openai'\nimport x from 'left-pad/sub'\n",
     })
-    expect(v.map((x) => [x.rule, x.file, x.line, x.import])).toEqual([
+    expect(where(v)).toEqual([
       ['owners', 'src/engine/worker/w.ts', 1, 'onnxruntime-node'],
       ['engine-no-http', 'src/engine/worker/w.ts', 2, 'node:http'],
       ['owners', 'src/facade/db.ts', 1, 'better-sqlite3'],
@@ -358,7 +360,7 @@ describe('architecture checker: a planted violation is reported with its file an
       'src/builder/b.ts': "import { y } from '../engine/engine.js'\nimport { f } from '../../test/helpers/fake-node.js'\nconst m = await import(name)\n",
       'src/misc/z.ts': 'export {}\n',
     })
-    expect(v.map((x) => [x.rule, x.file, x.line, x.import])).toEqual([
+    expect(where(v)).toEqual([
       ['layers', 'src/builder/b.ts', 1, '../engine/engine.js'],
       ['resolved', 'src/builder/b.ts', 2, '../../test/helpers/fake-node.js'],
       ['dynamic-literal', 'src/builder/b.ts', 3, '(expression)'],
