@@ -67,7 +67,7 @@ export class Engine {
     try {
       if (req.model !== this.model.id) throw new OnnxdError('invalid_value', `model \`${clip(req.model)}\` is not served here. Available: ${this.model.id}`)
       const ids = this.promptIds(req)
-      const params = validateSampling(req, { maxContext: this.model.contextLength, promptTokens: ids.length })
+      const params = validateSampling(req, { maxContext: this.model.contextLength, promptTokens: ids.length, vocab: this.model.vocab })
       seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink, this.scratch)
       this.batcher.submit(seq)
       sink({ type: 'accepted', promptTokens: ids.length })

@@ -14,7 +14,7 @@ export interface EngineRequest extends PromptInput, SamplingInput {
   request_id: string
 }
 
-/** `stop`: an EOS token or a stop string; `length`: max_tokens or the context filled. */
+/** `stop`: an EOS token, a token of `stop_token_ids` or a stop string; `length`: max_tokens or the context filled. */
 export type FinishReason = 'stop' | 'length'
 
 export interface Usage {

@@ -14,6 +14,8 @@ export interface SamplingField<S extends TSchema = TSchema, V = unknown, A exten
   readonly aliases: A
   /** How the engine's 422 words the bound, when it is not a plain range (e.g. top_k's -1). */
   readonly rule?: string
+  /** Token ids: each must also be below the model's vocabulary size (422 otherwise). */
+  readonly tokenIds?: true
   /** From the request's value to the sequence's (e.g. one stop string to a list). Default: the value itself. */
   normalise?(v: Static<S>): V
   /** What the field does, for readers of this table (the README documents the same). */
@@ -26,6 +28,7 @@ function field<S extends TSchema, V = Static<S>, const A extends readonly string
   default: V
   aliases?: A
   rule?: string
+  tokenIds?: true
   normalise?: (v: Static<S>) => V
   doc: string
 }): SamplingField<S, V, A> {
@@ -39,6 +42,7 @@ export const MAX_STOP_STRINGS = 4
 
 const Penalty = Type.Number({ minimum: -2, maximum: 2 })
 const NO_STRINGS: readonly string[] = Object.freeze([])
+const NO_IDS: readonly number[] = Object.freeze([])
 
 /** The sampling fields, in the order they are checked (the first bad one is reported). Ranges follow OpenAI and vLLM. */
 export const SAMPLING_FIELDS = {
@@ -108,7 +112,14 @@ export const SAMPLING_FIELDS = {
   min_tokens: field({
     schema: Type.Integer({ minimum: 0 }),
     default: 0,
-    doc: 'End-of-sequence tokens cannot be drawn before this many tokens (vLLM).',
+    doc: 'End-of-sequence and stop_token_ids tokens cannot be drawn before this many tokens (vLLM).',
+  }),
+  stop_token_ids: field({
+    schema: Type.Array(Type.Integer({ minimum: 0 })),
+    default: NO_IDS,
+    tokenIds: true,
+    normalise: (ids: number[]): readonly number[] => [...ids],
+    doc: 'Token ids that end generation as end-of-sequence does (finish_reason "stop"), ignore_eos or not (vLLM).',
   }),
 }
 

@@ -41,6 +41,14 @@ describe('POST /v1/chat/completions', () => {
     ])
   })
 
+  it('accepts stop_token_ids and forwards them to the node (which checks them against the vocabulary)', async () => {
+    const fx = await setup()
+    expect((await post(fx, chatBody({ stop_token_ids: [2, 7] }))).statusCode).toBe(200)
+    expect(fx.nodes[0]!.requests[0]).toMatchObject({ stop_token_ids: [2, 7] })
+    expectError(await post(fx, chatBody({ stop_token_ids: [-1] })), 422, 'invalid_request_error', /'stop_token_ids.0'/)
+    expectError(await post(fx, chatBody({ stop_token_ids: 2 })), 422, 'invalid_request_error', /'stop_token_ids'.*array/)
+  })
+
   it('flattens text content parts, maps developer to system, and accepts max_completion_tokens', async () => {
     const fx = await setup()
     const res = await post(fx, {

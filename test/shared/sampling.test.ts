@@ -13,7 +13,7 @@ import { DEFAULT_SAMPLING, SAMPLING_FIELD_NAMES, SAMPLING_FIELDS, openAiNames, t
 const chat = { model: 'm', messages: [{ role: 'user', content: 'hi' }] }
 const contract = TypeCompiler.Compile(CompletionRequest)
 /** Room for any max_tokens probed below, so only value errors remain. */
-const limits = { maxContext: 2 ** 60, promptTokens: 1 }
+const limits = { maxContext: 2 ** 60, promptTokens: 1, vocab: 2 ** 40 }
 
 function facadeAccepts(k: string, v: unknown): boolean {
   try {
@@ -41,11 +41,14 @@ const PROBES: Record<string, unknown[]> = {
   number: NUMBERS,
   integer: NUMBERS,
   boolean: [true, false],
+  // Token ids: the vocabulary bound is the engine's alone (the facade does not know the model); below it they agree.
+  ids: [[], [0], [5, 7], [-1], [1.5], [2 ** 30], 'x'],
   strings: ['', 'a', [], ['a'], ['a', ''], ['a', 'b', 'c', 'd'], ['a', 'b', 'c', 'd', 'e'], Array(20).fill('x')],
 }
 
 function probesOf(k: SamplingFieldName): unknown[] {
-  const s = SAMPLING_FIELDS[k].schema as { type?: string; anyOf?: unknown[] }
+  const s = SAMPLING_FIELDS[k].schema as { type?: string; anyOf?: unknown[]; items?: { type?: string } }
+  if (s.items?.type === 'integer') return PROBES.ids!
   if (s.anyOf || s.type === 'array') return PROBES.strings!
   return PROBES[s.type!]!
 }
@@ -72,7 +75,7 @@ describe('one definition per sampling field', () => {
   })
 
   it('the engine defaults each field to its definition (max_tokens: capped by the context)', () => {
-    const p = validateSampling({}, { maxContext: 10_000, promptTokens: 10 })
+    const p = validateSampling({}, { maxContext: 10_000, promptTokens: 10, vocab: 100 })
     for (const k of SAMPLING_FIELD_NAMES) if (k !== 'max_tokens') expect(p[k], k).toEqual(SAMPLING_FIELDS[k].default)
     expect(p.max_tokens).toBe(DEFAULT_SAMPLING.max_tokens)
   })
@@ -92,6 +95,7 @@ describe('one definition per sampling field', () => {
       repetition_penalty: 1.1,
       ignore_eos: true,
       min_tokens: 2,
+      stop_token_ids: [3],
       user: 'u',
     }
     const req = toNodeRequest(parseChatParams(openAi), 'r1')

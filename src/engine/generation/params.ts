@@ -1,5 +1,5 @@
 // The engine's 422 validation of a request's sampling fields, derived from their one definition
-// (shared/sampling.ts), plus what only the engine knows: the context length. Imports: shared.
+// (shared/sampling.ts), plus what only the engine knows: the context length and the vocabulary. Imports: shared.
 import { OnnxdError } from '../../shared/errors.js'
 import {
   DEFAULT_MAX_TOKENS,
@@ -18,6 +18,8 @@ export interface SamplingLimits {
   /** The model's context length in tokens (prompt plus generated). */
   maxContext: number
   promptTokens: number
+  /** The model's vocabulary size: token ids (e.g. stop_token_ids) must be below it. */
+  vocab: number
   /** max_tokens when the request gives none (capped by the room left in the context). Default 256. */
   defaultMaxTokens?: number
 }
@@ -66,12 +68,26 @@ function checkStrings(field: string, v: unknown, list: Bounds): void {
   })
 }
 
+/** A list of token ids (or of other integers): each an integer within its bounds, ids below the vocabulary size. */
+function checkIntegers(field: string, v: unknown, list: Bounds, tokenIds: boolean, vocab: number): void {
+  const items = Array.isArray(v) ? (v as unknown[]) : [v]
+  if (list.maxItems !== undefined && items.length > list.maxItems) throw invalid(field, `at most ${list.maxItems} items`, items.length)
+  const lo = list.items?.minimum ?? -Infinity
+  const hi = tokenIds ? vocab : Infinity
+  items.forEach((x, i) => {
+    if (typeof x !== 'number' || !Number.isInteger(x) || x < lo || x >= hi) {
+      throw invalid(field, tokenIds ? `integers in [${lo}, ${hi})` : `integers >= ${lo}`, `${String(x)} at index ${i}`)
+    }
+  })
+}
+
 /** Checks one field's bounds as its definition states them; throws `invalid_value` (422) naming it. */
-function checkField(field: string, def: SamplingField, v: unknown): void {
+function checkField(field: string, def: SamplingField, v: unknown, vocab: number): void {
   const b = def.schema as Bounds
   if (b.type === 'number' || b.type === 'integer') return checkNumber(field, v, b, def.rule)
   const list = b.type === 'array' ? b : b.anyOf?.find((s) => s.type === 'array')
   if (list?.items?.type === 'string') return checkStrings(field, v, list)
+  if (list?.items?.type === 'integer') return checkIntegers(field, v, list, def.tokenIds === true, vocab)
   // Booleans: the schema's type check is all there is.
 }
 
@@ -81,7 +97,7 @@ function checkField(field: string, def: SamplingField, v: unknown): void {
  */
 export function validateSampling(input: SamplingInput, limits: SamplingLimits): SamplingParams {
   for (const k of SAMPLING_FIELD_NAMES) {
-    if (input[k] !== undefined) checkField(k, FIELDS[k], input[k])
+    if (input[k] !== undefined) checkField(k, FIELDS[k], input[k], limits.vocab)
   }
   if (input.max_tokens !== undefined && input.min_tokens !== undefined && input.min_tokens > input.max_tokens) {
     throw invalid('min_tokens', `>= 0 and <= max_tokens (${input.max_tokens})`, input.min_tokens)

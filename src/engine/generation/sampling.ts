@@ -149,7 +149,10 @@ export class SamplerScratch {
 }
 
 export interface SamplerOptions {
-  /** EOS ids, masked while fewer than `min_tokens` tokens have been generated (vLLM's MinTokensLogitsProcessor). */
+  /**
+   * Ids that end the sequence (EOS, stop_token_ids), masked while fewer than `min_tokens` tokens have been generated
+   * (vLLM's MinTokensLogitsProcessor).
+   */
   eosIds?: readonly number[]
   /** Working memory shared with other samplers of the same thread (same or larger vocabulary). */
   scratch?: SamplerScratch

@@ -19,6 +19,8 @@ export class Sequence {
   private finishReason: FinishReason | null = null
   private readonly sampler: Sampler
   private readonly stop: StopMatcher | null
+  /** Ids that end the sequence as EOS does: the model's EOS (unless ignore_eos) and the request's stop_token_ids. */
+  private readonly stopIds: ReadonlySet<number>
   private readonly detok: IncrementalDecoder | null
   private readonly history: TokenHistory
   private readonly arrival = performance.now()
@@ -33,8 +35,9 @@ export class Sequence {
     private readonly sink: SeqSink,
     scratch?: SamplerScratch,
   ) {
-    // The sampler masks EOS itself until min_tokens (unless ignore_eos). Samplers of one thread share scratch space.
-    this.sampler = new Sampler(params, model.vocab, { eosIds: params.ignore_eos ? [] : [...model.eos], scratch })
+    this.stopIds = new Set([...(params.ignore_eos ? [] : model.eos), ...params.stop_token_ids])
+    // The sampler masks them itself until min_tokens. Samplers of one thread share scratch space.
+    this.sampler = new Sampler(params, model.vocab, { eosIds: [...this.stopIds], scratch })
     this.history = new TokenHistory(promptIds)
     this.stop = params.stop.length ? new StopMatcher(params.stop) : null
     const tok = model.tokenizer
@@ -71,7 +74,7 @@ export class Sequence {
     this.tokenTimes.push(performance.now())
     this.generated.push(token)
     let text = ''
-    if (!p.ignore_eos && this.model.eos.has(token)) {
+    if (this.stopIds.has(token)) {
       this.finish('stop')
       return true
     }

@@ -3,7 +3,7 @@ import { isOnnxdError, type ErrorCode } from '../../../src/shared/errors.js'
 import { validateSampling } from '../../../src/engine/generation/params.js'
 import { DEFAULT_MAX_TOKENS, type SamplingInput } from '../../../src/shared/sampling.js'
 
-const limits = { maxContext: 1024, promptTokens: 10 }
+const limits = { maxContext: 1024, promptTokens: 10, vocab: 512 }
 
 function errorOf(input: SamplingInput, lim = limits): { code: ErrorCode; message: string } {
   try {
@@ -31,6 +31,7 @@ describe('validateSampling', () => {
       min_tokens: 0,
       ignore_eos: false,
       stop: [],
+      stop_token_ids: [],
     })
   })
 
@@ -49,6 +50,7 @@ describe('validateSampling', () => {
         min_tokens: 100,
         ignore_eos: true,
         stop: '\n',
+        stop_token_ids: [0, 511],
       },
       limits,
     )
@@ -56,6 +58,7 @@ describe('validateSampling', () => {
     expect(p).toMatchObject({ presence_penalty: -2, frequency_penalty: 2, repetition_penalty: 1.3, min_tokens: 100 })
     expect(p.ignore_eos).toBe(true)
     expect(p.stop).toEqual(['\n'])
+    expect(p.stop_token_ids).toEqual([0, 511])
     expect(validateSampling({ top_k: 40 }, limits).top_k).toBe(40)
   })
 
@@ -100,6 +103,9 @@ describe('validateSampling', () => {
     [{ stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop', '`stop` must be at most 4 strings. Given: 5'],
     [{ stop: ['a', ''] }, 'stop', '`stop` must be non-empty strings. Given: "" at index 1'],
     [{ stop: '' }, 'stop', 'Given: "" at index 0'],
+    [{ stop_token_ids: [3, 512] }, 'stop_token_ids', '`stop_token_ids` must be integers in [0, 512). Given: 512 at index 1'],
+    [{ stop_token_ids: [-1] }, 'stop_token_ids', '`stop_token_ids` must be integers in [0, 512). Given: -1 at index 0'],
+    [{ stop_token_ids: [1.5] }, 'stop_token_ids', 'Given: 1.5 at index 0'],
   ])('rejects %j as invalid_value naming %s', (input, field, message) => {
     const e = errorOf(input)
     expect(e.code).toBe('invalid_value')
@@ -116,20 +122,20 @@ describe('validateSampling', () => {
   })
 
   it('defaults max_tokens to the room left in the context when that is below the default', () => {
-    expect(validateSampling({}, { maxContext: 100, promptTokens: 90 }).max_tokens).toBe(10)
-    expect(validateSampling({}, { maxContext: 4096, promptTokens: 90 }).max_tokens).toBe(DEFAULT_MAX_TOKENS)
-    expect(validateSampling({}, { maxContext: 4096, promptTokens: 90, defaultMaxTokens: 16 }).max_tokens).toBe(16)
+    expect(validateSampling({}, { maxContext: 100, promptTokens: 90, vocab: 512 }).max_tokens).toBe(10)
+    expect(validateSampling({}, { maxContext: 4096, promptTokens: 90, vocab: 512 }).max_tokens).toBe(DEFAULT_MAX_TOKENS)
+    expect(validateSampling({}, { maxContext: 4096, promptTokens: 90, vocab: 512, defaultMaxTokens: 16 }).max_tokens).toBe(16)
   })
 
   it('rejects a prompt that fills the context when max_tokens is not given', () => {
-    const e = errorOf({}, { maxContext: 100, promptTokens: 100 })
+    const e = errorOf({}, { maxContext: 100, promptTokens: 100, vocab: 512 })
     expect(e.code).toBe('context_length_exceeded')
     expect(e.message).toContain('100')
-    expect(errorOf({}, { maxContext: 100, promptTokens: 130 }).code).toBe('context_length_exceeded')
+    expect(errorOf({}, { maxContext: 100, promptTokens: 130, vocab: 512 }).code).toBe('context_length_exceeded')
   })
 
   it('rejects min_tokens that cannot fit next to the prompt when max_tokens is defaulted', () => {
-    const e = errorOf({ min_tokens: 20 }, { maxContext: 100, promptTokens: 90 })
+    const e = errorOf({ min_tokens: 20 }, { maxContext: 100, promptTokens: 90, vocab: 512 })
     expect(e).toEqual({
       code: 'context_length_exceeded',
       message: 'prompt tokens + min_tokens must be <= 100. Given: 90 + 20',
