@@ -3,7 +3,7 @@
 // first delta that carries a token; ITL is the gap between consecutive such deltas (vLLM's definitions).
 // Imports: undici, contract types, workload types.
 import { Agent, request } from 'undici'
-import type { StreamEvent } from '../contract/completions.js'
+import { COMPLETIONS_PATH, type StreamEvent } from '../contract/completions.js'
 import type { WorkItem } from './workload.js'
 
 export type Protocol = 'node' | 'openai'
@@ -40,7 +40,6 @@ export interface RequestRecord {
   error?: string
 }
 
-export const COMPLETIONS_PATH = '/internal/v1/completions'
 export const CHAT_PATH = '/v1/chat/completions'
 
 /** A connection pool sized for the level's concurrency (plus health checks), one per target. */

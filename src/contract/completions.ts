@@ -4,6 +4,8 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { samplingContractProperties } from '../shared/sampling.js'
 
+export const COMPLETIONS_PATH = '/internal/v1/completions'
+
 export const ChatMessage = Type.Object(
   { role: Type.String({ minLength: 1 }), content: Type.String() },
   { additionalProperties: true },
@@ -57,22 +59,3 @@ export type StreamEvent =
   | { id: string; text: ''; finish_reason: FinishReason; usage: Usage; timings: Timings }
   /** An error after the stream began; `usage` counts what was produced before it (billing a stream that ends early). */
   | { error: { message: string; type: string; code: number }; usage?: Usage }
-
-/** GET /health body. */
-export interface HealthBody {
-  status: 'ready' | 'loading' | 'draining' | 'unhealthy'
-  models: string[]
-  provider: string
-  workers: { total: number; ready: number }
-  running: number
-  waiting: number
-  /** How many more sequences the node can take now (free running slots plus free queue places). */
-  capacity: number
-  /** KV-cache bytes in use and budgeted, over all workers; `usage` is used / budget (0..1). */
-  kv_cache?: { used_bytes: number; budget_bytes: number; usage: number }
-  /** Worker threads restarted since start. */
-  restarts?: number
-  /** The model's context length in tokens (null until a worker has loaded it). */
-  context_length?: number | null
-  [k: string]: unknown
-}

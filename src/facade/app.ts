@@ -9,7 +9,7 @@ import { SessionVerifier } from './auth/jwt.js'
 import { resolveJwtSecret } from './auth/secret.js'
 import { Meter, PriceTable } from './billing/meter.js'
 import type { FacadeContext } from './context.js'
-import { hardenHttp, httpServerOptions } from '../shared/http-server.js'
+import { hardenHttp, httpServerOptions, LOG_REDACT } from '../shared/http-server.js'
 import { facadeErrorHandler, facadeNotFoundHandler } from './errors.js'
 import { rateLimitHeaders, RateLimiter } from './limits/rate-limit.js'
 import { HttpNodeClient, type NodeClient } from './node-client.js'
@@ -40,16 +40,13 @@ export interface FacadeDeps {
 
 export type FacadeApp = FastifyInstance & { facade: FacadeContext }
 
-/** pino paths never written to the log. */
-export const REDACT = ['req.headers.authorization', 'req.headers["x-api-key"]', 'headers.authorization']
-
 export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDeps> = {}): Promise<FacadeApp> {
   const app: FastifyInstance = Fastify({
     // Failures before any route (Node's parser, bad URLs, over-long path parameters) in the error object.
     ...httpServerOptions(facadeErrorHandler),
     ...(deps.logger
       ? { loggerInstance: deps.logger }
-      : { logger: { level: options.logLevel, redact: REDACT, ...(deps.logStream ? { stream: deps.logStream } : {}) } }),
+      : { logger: { level: options.logLevel, redact: LOG_REDACT, ...(deps.logStream ? { stream: deps.logStream } : {}) } }),
     bodyLimit: options.bodyLimit,
     // Bodies are checked as sent: a number is not a string.
     ajv: { customOptions: { coerceTypes: false } },

@@ -2,10 +2,8 @@
 // JSON or SSE), spoken with undici over keep-alive connections. Imports: contract, shared errors.
 import { StringDecoder } from 'node:string_decoder'
 import { Agent, request } from 'undici'
-import type { CompletionRequest, CompletionResponse, HealthBody, StreamEvent } from '../contract/completions.js'
-
-export const COMPLETIONS_PATH = '/internal/v1/completions'
-export const HEALTH_PATH = '/health'
+import { COMPLETIONS_PATH, type CompletionRequest, type CompletionResponse, type StreamEvent } from '../contract/completions.js'
+import { HEALTH_PATH, type HealthBody } from '../contract/health.js'
 
 /** How a node answered a completion request. Transport failures before an answer are `unreachable`. */
 export type NodeReply =

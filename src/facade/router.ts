@@ -3,7 +3,8 @@
 // errors: 503 → another node, else 503; 500 → one immediate retry on another node (or the same), then 500;
 // 4xx → passed through. Imports: contract, shared errors, node client.
 import type { FastifyBaseLogger } from 'fastify'
-import type { CompletionRequest, HealthBody } from '../contract/completions.js'
+import type { CompletionRequest } from '../contract/completions.js'
+import type { HealthStatus } from '../contract/health.js'
 import { clip, OnnxdError } from '../shared/errors.js'
 import { codeForStatus } from '../shared/http-errors.js'
 import type { NodeClient, NodeHealth, NodeReply } from './node-client.js'
@@ -11,7 +12,7 @@ import type { NodeClient, NodeHealth, NodeReply } from './node-client.js'
 /** The router's 5xx messages are written for clients: they are shown, not replaced by a fixed sentence. */
 const EXPOSE = { expose: true } as const
 
-export type NodeStatus = HealthBody['status'] | 'unreachable' | 'unknown'
+export type NodeStatus = HealthStatus | 'unreachable' | 'unknown'
 
 export interface NodeState {
   readonly url: string

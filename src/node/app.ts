@@ -6,10 +6,11 @@ import type { Registry } from 'prom-client'
 import type { EngineClient } from '../engine/index.js'
 import { NodeState, type NodeControl } from './drain.js'
 import { servedModelId, type NodeOptions } from './options.js'
-import { hardenHttp, httpServerOptions } from '../shared/http-server.js'
+import { hardenHttp, httpServerOptions, LOG_REDACT } from '../shared/http-server.js'
 import { nodeErrorHandler, registerErrorHandlers } from './plugins/errors.js'
 import { createMetrics, createRegistry, registerMetricsRoute, type NodeMetrics } from './plugins/metrics.js'
-import { COMPLETIONS_PATH, registerCompletionRoutes, requestIdFor } from './routes/completions.js'
+import { COMPLETIONS_PATH } from '../contract/completions.js'
+import { registerCompletionRoutes, requestIdFor } from './routes/completions.js'
 import { registerHealthRoutes } from './routes/health.js'
 
 export type { DrainResult, NodeControl } from './drain.js'
@@ -31,16 +32,6 @@ export interface NodeDeps {
   logStream?: { write(line: string): void }
 }
 
-/** Header paths never logged, whatever a serializer or a child logger adds. */
-export const REDACT = [
-  'req.headers.authorization',
-  'req.headers["x-api-key"]',
-  'req.headers.cookie',
-  'headers.authorization',
-  'headers["x-api-key"]',
-  'headers.cookie',
-]
-
 export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
   const { engine } = deps
   const model = servedModelId(opts)
@@ -57,7 +48,7 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
     ...httpServerOptions(onError),
     logger: {
       level: opts.logLevel,
-      redact: { paths: REDACT, censor: '[redacted]' },
+      redact: LOG_REDACT,
       ...(deps.logStream ? { stream: deps.logStream } : {}),
     },
     bodyLimit: opts.bodyLimit,

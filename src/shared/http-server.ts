@@ -9,6 +9,15 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, Fasti
 import { clip, errorBody, errorStatus, OnnxdError, type ErrorCode } from './errors.js'
 import { MAX_PARAM_LENGTH } from './http-errors.js'
 
+/**
+ * pino's redaction for both servers: credential and cookie headers are never logged, whatever a serializer or a
+ * careless log call (`log.info({ headers })`) adds.
+ */
+export const LOG_REDACT = {
+  paths: ['req.headers.authorization', 'req.headers["x-api-key"]', 'req.headers.cookie', 'headers.authorization', 'headers["x-api-key"]', 'headers.cookie'],
+  censor: '[redacted]',
+}
+
 /** Arrays and objects nested deeper than this in a request body are refused (400) before any code walks them. */
 export const MAX_JSON_DEPTH = 64
 

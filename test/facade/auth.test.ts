@@ -219,7 +219,7 @@ describe('logging', () => {
       await f.app.inject({ method: 'GET', url: '/v1/account/profile', headers: bearer(token) })
       // Even a careless log call that includes the request headers is redacted.
       f.app.log.info({ headers: { authorization: `Bearer ${f.key}` } }, 'careless')
-      expect(lines.some((l) => l.includes('careless') && l.includes('[Redacted]'))).toBe(true)
+      expect(lines.some((l) => l.includes('careless') && l.includes('[redacted]'))).toBe(true)
       const log = lines.join('')
       expect(log.length).toBeGreaterThan(0)
       expect(log).not.toContain(f.key)

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import type { CompletionRequest, HealthBody } from '../../src/contract/completions.js'
+import type { CompletionRequest } from '../../src/contract/completions.js'
+import type { HealthBody } from '../../src/contract/health.js'
 import type { NodeClient, NodeHealth, NodeReply } from '../../src/facade/node-client.js'
 import { NodeRouter } from '../../src/facade/router.js'
 

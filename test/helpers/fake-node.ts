@@ -3,7 +3,8 @@
 // Tests steer it explicitly (failures, held streams, mid-stream faults) and never wait on timers.
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { CompletionRequest, type HealthBody, type Usage } from '../../src/contract/completions.js'
+import { CompletionRequest, type Usage } from '../../src/contract/completions.js'
+import type { HealthBody } from '../../src/contract/health.js'
 import { errorBody, type ErrorCode } from '../../src/shared/errors.js'
 import { deferred } from './deferred.js'
 

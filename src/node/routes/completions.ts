@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto'
 import type { ServerResponse } from 'node:http'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { CompletionRequest, CompletionResponse, type StreamEvent, type Usage } from '../../contract/completions.js'
+import { COMPLETIONS_PATH, CompletionRequest, CompletionResponse, type StreamEvent, type Usage } from '../../contract/completions.js'
 import type { EngineClient, EngineRequest } from '../../engine/index.js'
 import { clip, fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
 import { checkOnePrompt } from '../../shared/prompt-input.js'
@@ -13,8 +13,6 @@ import type { NodeMetrics } from '../plugins/metrics.js'
 import { ErrorBodySchema, toHttpError } from '../../shared/http-errors.js'
 import { logFailure } from '../plugins/errors.js'
 import { SeqChannel, type ChannelEvent } from '../sequence.js'
-
-export const COMPLETIONS_PATH = '/internal/v1/completions'
 
 export interface CompletionRouteDeps {
   engine: EngineClient

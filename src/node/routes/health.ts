@@ -1,23 +1,10 @@
 // GET /health (readiness, with what a router needs to place requests) and GET /health/live (liveness).
-// Imports: engine types, node state, contract types.
+// Imports: engine types, node state, the contract's health schema.
 import type { FastifyInstance, LogLevel } from 'fastify'
 import { Type } from '@sinclair/typebox'
 import type { EngineClient, PoolHealth } from '../../engine/index.js'
-import type { HealthBody } from '../../contract/completions.js'
+import { HEALTH_PATH, HealthBody } from '../../contract/health.js'
 import type { NodeControl } from '../drain.js'
-
-export const HealthBodySchema = Type.Object({
-  status: Type.Union([Type.Literal('ready'), Type.Literal('loading'), Type.Literal('draining'), Type.Literal('unhealthy')]),
-  models: Type.Array(Type.String()),
-  provider: Type.String(),
-  workers: Type.Object({ total: Type.Integer(), ready: Type.Integer() }),
-  running: Type.Integer(),
-  waiting: Type.Integer(),
-  capacity: Type.Integer(),
-  kv_cache: Type.Object({ used_bytes: Type.Number(), budget_bytes: Type.Number(), usage: Type.Number() }),
-  restarts: Type.Integer(),
-  context_length: Type.Union([Type.Integer(), Type.Null()]),
-})
 
 /** The /health body for a pool health snapshot; the node's own drain state overrides the pool's status. */
 export function healthBody(h: PoolHealth, draining: boolean): HealthBody {
@@ -51,8 +38,8 @@ export interface HealthRouteDeps {
 }
 
 export function registerHealthRoutes(app: FastifyInstance, deps: HealthRouteDeps): void {
-  const schema = { response: { 200: HealthBodySchema, 503: HealthBodySchema } }
-  app.get('/health', { schema, logLevel: deps.logLevel }, async (request, reply) => {
+  const schema = { response: { 200: HealthBody, 503: HealthBody } }
+  app.get(HEALTH_PATH, { schema, logLevel: deps.logLevel }, async (request, reply) => {
     let body: HealthBody
     try {
       body = healthBody(deps.engine.health(), deps.control.draining)
@@ -65,7 +52,7 @@ export function registerHealthRoutes(app: FastifyInstance, deps: HealthRouteDeps
     return reply.code(body.status === 'ready' ? 200 : 503).send(body)
   })
   const live = { response: { 200: Type.Object({ status: Type.Literal('alive') }) } }
-  app.get('/health/live', { schema: live, logLevel: deps.logLevel }, async () => ({ status: 'alive' as const }))
+  app.get(`${HEALTH_PATH}/live`, { schema: live, logLevel: deps.logLevel }, async () => ({ status: 'alive' as const }))
 }
 
 function unknownHealth(f: { model: string; provider: string }): PoolHealth {
