@@ -38,11 +38,11 @@ describe('large prompts against the real facade and node', () => {
   let baseURL: string
   let byteLimit: number
   beforeAll(async () => {
-    engine = createEnginePool({ modelDir: defaultModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1, heartbeatTimeoutMs: 1000 })
+    engine = createEnginePool({ modelDir: defaultModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1 })
     node = buildNode(testOptions(), { engine })
     nodeUrl = await listen(node)
     await engine.ready()
-    f = await facadeFixture({ nodeUrls: [nodeUrl], options: { keyRpm: 0, fleetRpm: 0, healthIntervalMs: 200 }, deps: { pollHealth: true } })
+    f = await facadeFixture({ nodeUrls: [nodeUrl], options: { keyRpm: 0, fleetRpm: 0, healthIntervalMs: 2000 }, deps: { pollHealth: true } })
     baseURL = `${await f.app.listen({ port: 0, host: '127.0.0.1' })}/v1`
     const files = readTokenizerFiles(defaultModelDir())
     byteLimit = new TextTokenizer(files.tokenizer!.json, files.tokenizer!.config, files.chatTemplate).promptByteLimit(engine.health().contextLength!)
