@@ -307,73 +307,85 @@ describe('architecture checker: a planted violation is reported with its file an
     expect(check({})).toEqual([])
   })
 
-  it('the engine importing the HTTP contract (type-only import, as engine/types.ts once did)', () => {
-    const v = check({ 'src/engine/types.ts': "import type { CompletionRequest } from '../contract/completions.js'\n" })
-    expect(v).toEqual([
-      expect.objectContaining({ rule: 'layers', file: 'src/engine/types.ts', line: 1, import: '../contract/completions.js' }),
-    ])
-    expect(v[0]!.message).toContain('engine may not import contract')
-  })
+  /** Planted trees: the files added to `base`, each violation expected as [rule, file, line, import], and words
+   * some violation's message must contain. */
+  const PLANTED: { name: string; files: Record<string, string>; found: [Rule, string, number, string][]; says?: string[] }[] = [
+    {
+      name: 'the engine importing the HTTP contract (a type-only import, as engine/types.ts once did)',
+      files: { 'src/engine/types.ts': "import type { CompletionRequest } from '../contract/completions.js'\n" },
+      found: [['layers', 'src/engine/types.ts', 1, '../contract/completions.js']],
+      says: ['engine may not import contract'],
+    },
+    {
+      name: 'the bench reaching into the CLI (as node-main.ts once did), and the node importing the CLI dynamically',
+      files: {
+        'src/bench/targets/node-main.ts': "// import { run } from '../../cli/facade.js' in a comment does not count\nimport { run } from '../../cli/node.js'\n",
+        'src/node/app.ts': "export const x = 1\nconst m = await import('../cli/node.js')\n",
+      },
+      found: [
+        ['no-cli', 'src/bench/targets/node-main.ts', 2, '../../cli/node.js'],
+        ['no-cli', 'src/node/app.ts', 2, '../cli/node.js'],
+        ['cycles', 'src/cli/node.ts', 1, ''],
+      ],
+      says: ['layer cycle cli -> node -> cli'],
+    },
+    {
+      name: 'the node importing an engine module other than its entry; the facade importing the engine or the node',
+      files: {
+        'src/node/routes/x.ts': "export { createEnginePool } from '../../engine/pool/pool.js'\n",
+        'src/facade/y.ts': "import type { Engine } from '../engine/engine.js'\ntype N = import('../node/server.js').X\n",
+      },
+      found: [
+        ['layers', 'src/facade/y.ts', 1, '../engine/engine.js'],
+        ['layers', 'src/facade/y.ts', 2, '../node/server.js'],
+        ['engine-entry', 'src/node/routes/x.ts', 1, '../../engine/pool/pool.js'],
+      ],
+    },
+    {
+      name: 'a native package outside its module, the engine speaking HTTP, undeclared and dev-only packages',
+      files: {
+        'src/engine/worker/w.ts': "import * as ort from 'onnxruntime-node'\nimport { request } from 'node:http'\n",
+        'src/facade/db.ts': "import Database from 'better-sqlite3'\nimport OpenAI from 'openai'\nimport x from 'left-pad/sub'\n",
+      },
+      found: [
+        ['owners', 'src/engine/worker/w.ts', 1, 'onnxruntime-node'],
+        ['engine-no-http', 'src/engine/worker/w.ts', 2, 'node:http'],
+        ['owners', 'src/facade/db.ts', 1, 'better-sqlite3'],
+        ['declared', 'src/facade/db.ts', 2, 'openai'],
+        ['declared', 'src/facade/db.ts', 3, 'left-pad/sub'],
+      ],
+    },
+    {
+      name: 'store or builder importing a layer above them, an import into test/, an import() of an expression, a file in no layer',
+      files: {
+        'src/store/s.ts': "import { x } from '../facade/app.js'\n",
+        'src/builder/b.ts': "import { y } from '../engine/engine.js'\nimport { f } from '../../test/helpers/fake-node.js'\nconst m = await import(name)\n",
+        'src/misc/z.ts': 'export {}\n',
+      },
+      found: [
+        ['layers', 'src/builder/b.ts', 1, '../engine/engine.js'],
+        ['resolved', 'src/builder/b.ts', 2, '../../test/helpers/fake-node.js'],
+        ['dynamic-literal', 'src/builder/b.ts', 3, '(expression)'],
+        ['known-layer', 'src/misc/z.ts', 1, ''],
+        ['layers', 'src/store/s.ts', 1, '../facade/app.js'],
+      ],
+    },
+    {
+      name: 'an import cycle between layers, named with the imports that close it',
+      files: { 'src/shared/cfg.ts': "import type { S } from '../contract/completions.js'\n" },
+      found: [
+        ['layers', 'src/shared/cfg.ts', 1, '../contract/completions.js'],
+        ['cycles', 'src/contract/completions.ts', 1, ''],
+      ],
+      says: [
+        "layer cycle contract -> shared -> contract: src/contract/completions.ts:1 imports '../shared/errors.js'; src/shared/cfg.ts:1 imports '../contract/completions.js'",
+      ],
+    },
+  ]
 
-  it('the bench reaching into the CLI (as node-main.ts once did), and a dynamic import of the CLI from the node', () => {
-    const v = check({
-      'src/bench/targets/node-main.ts': "// import { run } from '../../cli/facade.js' in a comment does not count\nimport { run } from '../../cli/node.js'\n",
-      'src/node/app.ts': "export const x = 1\nconst m = await import('../cli/node.js')\n",
-    })
-    expect(where(v)).toEqual([
-      ['no-cli', 'src/bench/targets/node-main.ts', 2, '../../cli/node.js'],
-      ['no-cli', 'src/node/app.ts', 2, '../cli/node.js'],
-      ['cycles', 'src/cli/node.ts', 1, ''],
-    ])
-    expect(v[2]!.message).toContain('layer cycle cli -> node -> cli')
-  })
-
-  it('the node importing an engine module other than its entry; the facade importing the engine or the node', () => {
-    const v = check({
-      'src/node/routes/x.ts': "export { createEnginePool } from '../../engine/pool/pool.js'\n",
-      'src/facade/y.ts': "import type { Engine } from '../engine/engine.js'\ntype N = import('../node/server.js').X\n",
-    })
-    expect(where(v)).toEqual([
-      ['layers', 'src/facade/y.ts', 1, '../engine/engine.js'],
-      ['layers', 'src/facade/y.ts', 2, '../node/server.js'],
-      ['engine-entry', 'src/node/routes/x.ts', 1, '../../engine/pool/pool.js'],
-    ])
-  })
-
-  it('a native package outside its module, the engine speaking HTTP, undeclared and dev-only packages', () => {
-    const v = check({
-      'src/engine/worker/w.ts': "import * as ort from 'onnxruntime-node'\nimport { request } from 'node:http'\n",
-      'src/facade/db.ts': "import Database from 'better-sqlite3'\nimport OpenAI from 'openai'\nimport x from 'left-pad/sub'\n",
-    })
-    expect(where(v)).toEqual([
-      ['owners', 'src/engine/worker/w.ts', 1, 'onnxruntime-node'],
-      ['engine-no-http', 'src/engine/worker/w.ts', 2, 'node:http'],
-      ['owners', 'src/facade/db.ts', 1, 'better-sqlite3'],
-      ['declared', 'src/facade/db.ts', 2, 'openai'],
-      ['declared', 'src/facade/db.ts', 3, 'left-pad/sub'],
-    ])
-  })
-
-  it('store or builder importing a layer above them, an import into test/, an import() of an expression, a file in no layer', () => {
-    const v = check({
-      'src/store/s.ts': "import { x } from '../facade/app.js'\n",
-      'src/builder/b.ts': "import { y } from '../engine/engine.js'\nimport { f } from '../../test/helpers/fake-node.js'\nconst m = await import(name)\n",
-      'src/misc/z.ts': 'export {}\n',
-    })
-    expect(where(v)).toEqual([
-      ['layers', 'src/builder/b.ts', 1, '../engine/engine.js'],
-      ['resolved', 'src/builder/b.ts', 2, '../../test/helpers/fake-node.js'],
-      ['dynamic-literal', 'src/builder/b.ts', 3, '(expression)'],
-      ['known-layer', 'src/misc/z.ts', 1, ''],
-      ['layers', 'src/store/s.ts', 1, '../facade/app.js'],
-    ])
-  })
-
-  it('an import cycle between layers, named with the imports that close it', () => {
-    const v = check({ 'src/shared/cfg.ts': "import type { S } from '../contract/completions.js'\n" })
-    expect(v.map((x) => x.rule)).toEqual(['layers', 'cycles'])
-    expect(v[1]!.message).toBe(
-      "layer cycle contract -> shared -> contract: src/contract/completions.ts:1 imports '../shared/errors.js'; src/shared/cfg.ts:1 imports '../contract/completions.js'",
-    )
+  it.each(PLANTED)('$name', ({ files, found, says = [] }) => {
+    const v = check(files)
+    expect(where(v)).toEqual(found)
+    for (const words of says) expect(v.map((x) => x.message).join('\n')).toContain(words)
   })
 })
