@@ -3,8 +3,9 @@ import { parseArgs } from 'node:util'
 import { Engine } from '../engine/engine.js'
 import type { SeqEvent } from '../engine/types.js'
 import { OnnxdError, fromErrorData } from '../shared/errors.js'
-import type { Dtype } from '../engine/model/bundle.js'
-import { DEFAULT_MODEL_DIR, resolveModelDir } from './model-dir.js'
+import type { Dtype } from '../shared/model.js'
+import { DEFAULT_MODEL_DIR } from '../shared/model.js'
+import { resolveModelDir } from './model-dir.js'
 
 const HELP = `usage: onnxd generate [--model DIR] [options] "prompt"
 

@@ -1,7 +1,6 @@
 // Where the CLI finds its model: an explicit bundle directory, ONNXD_MODEL, or the embedded default (built once).
 import { resolve } from 'node:path'
-
-export const DEFAULT_MODEL_DIR = 'models/onnxd-tiny'
+import { DEFAULT_MODEL_DIR } from '../shared/model.js'
 
 export async function resolveModelDir(given: string | undefined): Promise<string> {
   const dir = given ?? process.env.ONNXD_MODEL

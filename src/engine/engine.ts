@@ -2,13 +2,14 @@
 // sequences (tokenize, chat template, sampling validation) and streams their events to a sink. The piscina
 // worker runs one of these; `onnxd generate` and the benchmarks use it directly.
 import { randomUUID } from 'node:crypto'
-import { clip, OnnxdError, toErrorData } from '../shared/errors.js'
+import { OnnxdError, toErrorData } from '../shared/errors.js'
 import { loadModel, type LoadedModel, type LoadOptions } from './model/load.js'
 import { Batcher, type BatcherObserver, type BatcherOptions } from './scheduler/batcher.js'
 import { Sequence, type SeqSink } from './scheduler/sequence.js'
 import { validateSampling } from './generation/params.js'
 import { SamplerScratch } from './generation/sampling.js'
 import { checkOnePrompt } from '../shared/prompt-input.js'
+import { checkModel } from '../shared/model.js'
 import { encodeTextPrompt } from './tokenizer/prompt.js'
 import type { EngineRequest, EngineStats } from './types.js'
 
@@ -65,7 +66,7 @@ export class Engine {
   submit(req: EngineRequest, sink: SeqSink): () => void {
     let seq: Sequence
     try {
-      if (req.model !== this.model.id) throw new OnnxdError('invalid_value', `model \`${clip(req.model)}\` is not served here. Available: ${this.model.id}`)
+      checkModel(req.model, this.model.id)
       const ids = this.promptIds(req)
       const params = validateSampling(req, { maxContext: this.model.contextLength, promptTokens: ids.length, vocab: this.model.vocab })
       seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink, this.scratch)

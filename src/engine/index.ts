@@ -3,20 +3,21 @@
 // code only from here (test/architecture.test.ts holds it). Imports: engine.
 import type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation } from './types.js'
 import type { BatcherObserver, BatcherOptions } from './scheduler/batcher.js'
+import type { Dtype, Provider } from '../shared/model.js'
 
 export { createEnginePool } from './pool/pool.js'
 
 export type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation }
 export type { FinishReason, Timings, Usage } from './types.js'
 
-export type Provider = 'cpu' | 'cuda' | 'tensorrt'
+export type { Dtype, Provider } from '../shared/model.js'
 
 /** Batcher limits apply per worker; `kvBudgetBytes` is each worker's share of the node's budget. */
 export interface PoolOptions extends Partial<BatcherOptions> {
   /** Model bundle directory, and the id it is served under (default: the folder name). */
   modelDir: string
   modelId?: string
-  dtype?: 'fp32' | 'fp16' | 'q4' | 'int8' | 'quantized'
+  dtype?: Dtype
   provider?: Provider
   deviceId?: number
   allowCpuFallback?: boolean

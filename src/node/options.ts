@@ -2,14 +2,13 @@
 // (ONNXD_*) and command-line flags (flags win) by the shared loader; plus their mapping onto the engine's PoolOptions.
 // Imports: shared options and config file, engine types, typebox.
 import { totalmem } from 'node:os'
-import { basename, resolve } from 'node:path'
 import { Type, type Static } from '@sinclair/typebox'
 import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
 import { flagInput, loadOptions, optionFlags, optionName, type Env, type OptionsSpec } from '../shared/options.js'
+import { DEFAULT_MODEL_DIR, DTYPES, modelIdFor, PROVIDERS } from '../shared/model.js'
 import type { PoolOptions } from '../engine/index.js'
 
-/** The embedded default model; the CLI builds it on first use when no other model is configured. */
-export const DEFAULT_MODEL_DIR = 'models/onnxd-tiny'
+export { DEFAULT_MODEL_DIR }
 
 const MiB = 1024 * 1024
 
@@ -22,10 +21,11 @@ export const NodeOptions = Type.Object(
     /** The id the model is served under (default: the bundle's folder name). */
     modelId: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
     /** Which ONNX variant of the bundle to load (`onnx/model_<dtype>.onnx`); absent: the bundle's default. */
-    dtype: Type.Optional(
-      Type.Union([Type.Literal('fp32'), Type.Literal('fp16'), Type.Literal('q4'), Type.Literal('int8'), Type.Literal('quantized')]),
+    dtype: Type.Optional(Type.Union(DTYPES.map((d) => Type.Literal(d)))),
+    provider: Type.Union(
+      PROVIDERS.map((p) => Type.Literal(p)),
+      { default: 'cpu' },
     ),
-    provider: Type.Union([Type.Literal('cpu'), Type.Literal('cuda'), Type.Literal('tensorrt')], { default: 'cpu' }),
     deviceId: Type.Integer({ minimum: 0, default: 0 }),
     /** Run on CPU when the requested GPU provider is missing, instead of failing start-up. */
     allowCpuFallback: Type.Boolean({ default: false }),
@@ -132,9 +132,9 @@ export function nodeFlags(values: Record<string, unknown>): Partial<Record<Field
   return flagInput(NODE_FLAGS, values)
 }
 
-/** The id the model is served under: `modelId`, else the bundle's folder name (as the pool does). */
+/** The id the model is served under: `modelId`, else the bundle's folder name (as the engine does). */
 export function servedModelId(opts: Pick<NodeOptions, 'model' | 'modelId'>): string {
-  return opts.modelId ?? basename(resolve(opts.model))
+  return modelIdFor(opts.model, opts.modelId)
 }
 
 /** The engine pool's options for these node options. */

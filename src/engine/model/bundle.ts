@@ -1,11 +1,11 @@
 // Model bundles on disk: finds the files of a Hugging Face ONNX export or an onnxruntime-genai folder and reads
 // their configs. Pure file I/O: no ONNX Runtime here (session.ts discovers the graph's signature).
 import { existsSync, readFileSync, statSync, openSync, readSync, closeSync } from 'node:fs'
-import { basename, join } from 'node:path'
+import { join } from 'node:path'
 import { OnnxdError } from '../../shared/errors.js'
+import { modelIdFor, type Dtype } from '../../shared/model.js'
 
 export type Layout = 'hf' | 'genai'
-export type Dtype = 'fp32' | 'fp16' | 'q4' | 'int8' | 'quantized'
 
 /** The ONNX file name for each `dtype`, as optimum / transformers.js / onnx-community name their variants. */
 export const VARIANTS: Record<Dtype, string> = {
@@ -132,7 +132,7 @@ export function readBundle(dir: string, opts: BundleOptions = {}): Bundle {
   if (eos.length === 0) fail(`${layout === 'hf' ? hfConfigPath : genaiPath}: no eos_token_id (also looked in generation_config.json)`)
 
   return {
-    id: opts.id ?? basename(dir),
+    id: modelIdFor(dir, opts.id),
     dir,
     layout,
     onnxPath,

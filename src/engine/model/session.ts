@@ -5,11 +5,11 @@ import { dirname, join } from 'node:path'
 import { createRequire } from 'node:module'
 import * as ort from 'onnxruntime-node'
 import { OnnxdError } from '../../shared/errors.js'
+import type { Provider } from '../../shared/model.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
 import { externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
 
-export type Provider = 'cpu' | 'cuda' | 'tensorrt'
 export type IntDtype = 'int64' | 'int32'
 export type KvDtype = 'float32' | 'float16'
 export type KvData = Float32Array | Uint16Array

@@ -6,8 +6,9 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { COMPLETIONS_PATH, CompletionRequest, CompletionResponse, type StreamEvent, type Usage } from '../../contract/completions.js'
 import type { EngineClient, EngineRequest } from '../../engine/index.js'
-import { clip, fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
+import { fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
 import { checkOnePrompt } from '../../shared/prompt-input.js'
+import { checkModel } from '../../shared/model.js'
 import type { NodeState } from '../drain.js'
 import type { NodeMetrics } from '../plugins/metrics.js'
 import { ErrorBodySchema, toHttpError } from '../../shared/http-errors.js'
@@ -20,17 +21,18 @@ export interface CompletionRouteDeps {
   metrics: NodeMetrics
 }
 
-/** An unknown model is a value error (422), answered here so the request never reaches a worker. */
-function checkModel(engine: EngineClient, model: string): void {
+/**
+ * An unknown model is answered here (422), before the request reaches a worker; while the pool cannot yet say which
+ * model it serves, the engine answers with the same check.
+ */
+function checkServedModel(engine: EngineClient, model: string): void {
   let served: string
   try {
     served = engine.health().model
   } catch {
     return // the engine will answer for itself
   }
-  if (served && model !== served) {
-    throw new OnnxdError('invalid_value', `The model '${clip(model)}' does not exist on this node. Available: ${served}`)
-  }
+  if (served) checkModel(model, served)
 }
 
 export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionRouteDeps): void {
@@ -52,7 +54,7 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
       // Draining may have begun while the body was being read.
       if (state.draining) throw new OnnxdError('not_ready', 'The node is draining', { retryAfterS: 1 })
       checkOnePrompt(body) // a shape rule the schema cannot say cheaply: 400, like a missing field
-      checkModel(engine, body.model)
+      checkServedModel(engine, body.model)
 
       const requestId = body.request_id ?? request.id
       const log = request.log.child({ request_id: requestId })

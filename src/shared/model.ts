@@ -1,0 +1,29 @@
+// How a model is named and asked for, by the node's options, the CLI and the engine alike: the embedded default
+// bundle's directory, the id a bundle is served under when none is configured, the check that a request names the
+// served model, and the execution providers and ONNX variants an operator can ask for. Imports: shared errors.
+import { basename, resolve } from 'node:path'
+import { clip, OnnxdError } from './errors.js'
+
+/** The embedded default model's bundle; built on first use when no other model is configured. */
+export const DEFAULT_MODEL_DIR = 'models/onnxd-tiny'
+
+/** ONNX Runtime execution providers onnxd can run on. */
+export const PROVIDERS = ['cpu', 'cuda', 'tensorrt'] as const
+export type Provider = (typeof PROVIDERS)[number]
+
+/** The ONNX variants of a bundle (`onnx/model_<dtype>.onnx`; fp32 is `model.onnx`). */
+export const DTYPES = ['fp32', 'fp16', 'q4', 'int8', 'quantized'] as const
+export type Dtype = (typeof DTYPES)[number]
+
+/** The id a bundle is served under: `id` if configured, else the bundle's folder name. */
+export function modelIdFor(dir: string, id?: string): string {
+  return id ?? basename(resolve(dir))
+}
+
+/**
+ * An unknown model is a value error (422). The node answers it before a request reaches a worker, and the engine
+ * for its in-process callers (`onnxd generate`, the benchmarks); the facade has its own check over all its nodes.
+ */
+export function checkModel(requested: string, served: string): void {
+  if (requested !== served) throw new OnnxdError('invalid_value', `The model '${clip(requested)}' does not exist on this node. Available: ${served}`)
+}
