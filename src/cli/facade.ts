@@ -1,7 +1,8 @@
 // `onnxd facade --nodes URL,...`: runs the public /v1 facade alone, in front of running nodes, until SIGINT/SIGTERM.
 import { parseArgs } from 'node:util'
-import { operatorOptions } from '../facade/operator.js'
+import { operatorOptions } from './operator.js'
 import { startFacade } from '../facade/server.js'
+import { withShutdownSignals } from '../shared/signals.js'
 
 const USAGE = `usage: onnxd facade [--nodes URL,...] [--port N] [--host H] [--data-dir DIR] [--key-rpm N] [--fleet-rpm N]
                     [--health-interval-ms N] [--body-limit BYTES] [--log-level L] [--config FILE]
@@ -43,16 +44,10 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
     return 0
   }
   const facade = await startFacade(operatorOptions(values, env))
-  const signal = await new Promise<NodeJS.Signals>((resolve) => {
-    const stop = (s: NodeJS.Signals): void => {
-      process.off('SIGINT', stop)
-      process.off('SIGTERM', stop)
-      resolve(s)
-    }
-    process.on('SIGINT', stop)
-    process.on('SIGTERM', stop)
+  return withShutdownSignals('onnxd facade', async (shutdown) => {
+    const signal = await shutdown
+    facade.app.log.info({ signal }, 'closing')
+    await facade.close()
+    return 0
   })
-  facade.app.log.info({ signal }, 'closing')
-  await facade.close()
-  return 0
 }

@@ -1,5 +1,6 @@
-// A server process's shutdown signals: the first SIGTERM or SIGINT asks for a drain, another one exits at once.
-// What `onnxd node`, `onnxd serve` and the bench's node target run their servers under. Imports: nothing.
+// A server process's shutdown signals: the first SIGTERM or SIGINT asks for a drain; another one (other than the
+// same one repeated within a second) exits at once. What `onnxd node`, `onnxd serve`, `onnxd facade` and the
+// bench's node target run their servers under. Imports: nothing.
 
 /**
  * The same signal again within this window is one request delivered twice, not a second one: a terminal's Ctrl-C
