@@ -3,7 +3,7 @@ import { parseArgs } from 'node:util'
 import { OnnxdError } from '../shared/errors.js'
 import { accountJson } from '../facade/accounts.js'
 import { parseMoney } from '../facade/billing/money.js'
-import { operatorOptions, printJson, protectNegatives, unprotect, withStore } from '../facade/operator.js'
+import { operatorOptions, printJson, protectNegatives, unprotect, withStore } from './operator.js'
 
 const USAGE = `usage:
   onnxd account create <name> [--credits N] [--email E] [--inactive]

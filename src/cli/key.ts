@@ -2,7 +2,7 @@
 import { parseArgs } from 'node:util'
 import { OnnxdError } from '../shared/errors.js'
 import { apiKeyJson, createApiKey } from '../facade/accounts.js'
-import { operatorOptions, printJson, withStore } from '../facade/operator.js'
+import { operatorOptions, printJson, withStore } from './operator.js'
 
 const USAGE = `usage:
   onnxd key create <account-id> [--name N] [--rpm N]   (--rpm 0 = unlimited; default: ONNXD_KEY_RPM)

@@ -5,7 +5,7 @@ import { parseArgs } from 'node:util'
 import { nodeArgOptions, type ArgOption } from '../node/flags.js'
 import { loadNodeOptions, NODE_FLAGS, nodeFlags, readNodeConfig } from '../node/options.js'
 import { serveNode } from '../node/server.js'
-import { operatorOptions } from '../facade/operator.js'
+import { operatorOptions } from './operator.js'
 import { startFacade, type RunningFacade } from '../facade/server.js'
 import { withShutdownSignals } from '../shared/signals.js'
 

@@ -3,7 +3,7 @@ import { parseArgs } from 'node:util'
 import { OnnxdError } from '../shared/errors.js'
 import { mintSessionToken } from '../facade/auth/jwt.js'
 import { resolveJwtSecret } from '../facade/auth/secret.js'
-import { operatorOptions, withStore } from '../facade/operator.js'
+import { operatorOptions, withStore } from './operator.js'
 
 const USAGE = `usage: onnxd token <account-id> [--ttl SECONDS]   (default 3600; at most ONNXD_JWT_MAX_TTL_S, 86400 by default)
 options: --data-dir DIR (ONNXD_DATA_DIR), --config FILE; the secret is ONNXD_JWT_SECRET or <data-dir>/jwt-secret

@@ -14,7 +14,8 @@ const EXPOSE = { expose: true } as const
 
 export type NodeStatus = HealthStatus | 'unreachable' | 'unknown'
 
-export interface NodeState {
+/** A worker node as this facade sees it: its URL, its last reported health, and the requests sent to it. */
+export interface RemoteNode {
   readonly url: string
   status: NodeStatus
   models: string[]
@@ -29,7 +30,7 @@ export interface NodeState {
 
 export type Dispatched = {
   reply: Extract<NodeReply, { kind: 'json' | 'stream' }>
-  node: NodeState
+  node: RemoteNode
   /** Call once the reply (stream included) is finished with. */
   release(): void
 }
@@ -41,7 +42,7 @@ export interface RouterOptions {
 }
 
 export class NodeRouter {
-  readonly nodes: NodeState[]
+  readonly nodes: RemoteNode[]
   private timer: NodeJS.Timeout | null = null
   private polling: Promise<void> | null = null
   private rr = 0
@@ -91,13 +92,13 @@ export class NodeRouter {
     return this.polling
   }
 
-  private async poll(node: NodeState): Promise<void> {
+  private async poll(node: RemoteNode): Promise<void> {
     const timeout = Math.max(1000, Math.min(this.opts.intervalMs, 5000))
     const h = await this.client.health(node.url, AbortSignal.timeout(timeout))
     this.apply(node, h)
   }
 
-  private apply(node: NodeState, h: NodeHealth): void {
+  private apply(node: RemoteNode, h: NodeHealth): void {
     const before = node.status
     node.checkedAt = this.now()
     node.inflightAtPoll = node.inflight
@@ -119,7 +120,7 @@ export class NodeRouter {
   }
 
   /** Takes a node out of rotation until its next successful health poll. */
-  markDown(node: NodeState, reason: string): void {
+  markDown(node: RemoteNode, reason: string): void {
     if (node.status !== 'unreachable') this.opts.log?.warn({ node: node.url, reason }, 'node taken out of rotation')
     node.status = 'unreachable'
     node.lastError = reason
@@ -147,8 +148,8 @@ export class NodeRouter {
   }
 
   /** The ready node serving `model` with the most free capacity; ties go round-robin. */
-  pick(model: string, exclude: ReadonlySet<NodeState>): NodeState | null {
-    let best: NodeState | null = null
+  pick(model: string, exclude: ReadonlySet<RemoteNode>): RemoteNode | null {
+    let best: RemoteNode | null = null
     let bestFree = -Infinity
     const n = this.nodes.length
     const start = this.rr++ % Math.max(1, n)
@@ -166,12 +167,12 @@ export class NodeRouter {
 
   async dispatch(body: CompletionRequest, signal: AbortSignal): Promise<Dispatched> {
     const model = body.model
-    const tried = new Set<NodeState>()
+    const tried = new Set<RemoteNode>()
     let node = this.pick(model, tried)
     let retried500 = false
     let retryAfterS = 1
     while (node) {
-      const current: NodeState = node
+      const current: RemoteNode = node
       current.inflight++
       let reply: NodeReply
       try {

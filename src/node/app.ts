@@ -4,7 +4,7 @@
 import Fastify, { type FastifyInstance, type LogLevel } from 'fastify'
 import type { Registry } from 'prom-client'
 import type { EngineClient } from '../engine/index.js'
-import { NodeState, type NodeControl } from './drain.js'
+import { AdmissionState, type NodeControl } from './admission.js'
 import { servedModelId, type NodeOptions } from './options.js'
 import { hardenHttp, httpServerOptions, LOG_REDACT } from '../shared/http-server.js'
 import { nodeErrorHandler, registerErrorHandlers } from './plugins/errors.js'
@@ -13,7 +13,7 @@ import { COMPLETIONS_PATH } from '../contract/completions.js'
 import { registerCompletionRoutes, requestIdFor } from './routes/completions.js'
 import { registerHealthRoutes } from './routes/health.js'
 
-export type { DrainResult, NodeControl } from './drain.js'
+export type { DrainResult, NodeControl } from './admission.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -37,7 +37,7 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
   const model = servedModelId(opts)
   const metrics = deps.metrics ?? createMetrics(deps.registry ?? createRegistry(), model, opts.provider)
   metrics.setHealthSource(() => engine.health())
-  const state = new NodeState(engine, opts.drainTimeoutMs)
+  const state = new AdmissionState(engine, opts.drainTimeoutMs)
   const onError = nodeErrorHandler((code, request) => {
     if (request.routeOptions.url === COMPLETIONS_PATH) metrics.requestFailed(code)
   })

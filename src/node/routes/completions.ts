@@ -9,15 +9,15 @@ import type { EngineClient, EngineRequest } from '../../engine/index.js'
 import { fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
 import { checkOnePrompt } from '../../shared/prompt-input.js'
 import { checkModel } from '../../shared/model.js'
-import type { NodeState } from '../drain.js'
+import type { AdmissionState } from '../admission.js'
 import type { NodeMetrics } from '../plugins/metrics.js'
 import { ErrorBodySchema, toHttpError } from '../../shared/http-errors.js'
 import { logFailure } from '../plugins/errors.js'
-import { SeqChannel, type ChannelEvent } from '../sequence.js'
+import { SeqChannel, type ChannelEvent } from '../seq-channel.js'
 
 export interface CompletionRouteDeps {
   engine: EngineClient
-  state: NodeState
+  state: AdmissionState
   metrics: NodeMetrics
 }
 

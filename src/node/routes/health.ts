@@ -4,7 +4,7 @@ import type { FastifyInstance, LogLevel } from 'fastify'
 import { Type } from '@sinclair/typebox'
 import type { EngineClient, PoolHealth } from '../../engine/index.js'
 import { HEALTH_PATH, HealthBody } from '../../contract/health.js'
-import type { NodeControl } from '../drain.js'
+import type { NodeControl } from '../admission.js'
 
 /** The /health body for a pool health snapshot; the node's own drain state overrides the pool's status. */
 export function healthBody(h: PoolHealth, draining: boolean): HealthBody {

@@ -1,5 +1,6 @@
-// The node's admission state and graceful drain: stop admitting (health turns `draining`, new completions 503),
-// let in-flight requests finish within a grace period, then end the rest with an error. Imports: engine types.
+// The node's admission state (AdmissionState: admitting or draining, and the completions in flight) and its
+// graceful drain: stop admitting (health turns `draining`, new completions 503), let in-flight requests finish
+// within a grace period, then end the rest with an error. Imports: engine types, shared errors.
 import type { EngineClient } from '../engine/index.js'
 import { OnnxdError } from '../shared/errors.js'
 
@@ -27,7 +28,7 @@ export interface NodeControl {
 
 type Abort = (err: OnnxdError) => void
 
-export class NodeState implements NodeControl {
+export class AdmissionState implements NodeControl {
   #draining = false
   readonly #inflight = new Set<Abort>()
   #idleWaiters: Array<() => void> = []

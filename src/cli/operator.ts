@@ -1,7 +1,8 @@
-// What the operator commands (`onnxd account|key|token|facade`) share: reading the facade's options from
-// onnxd.config.json, the environment and flags, opening the store, printing JSON. Imports: facade options, store.
+// What the operator commands (`onnxd account|key|token|facade|serve`) share: reading the facade's options from
+// onnxd.config.json, the environment and flags, opening the store, printing JSON, negative numbers as arguments.
+// Imports: facade options, store.
 import { SqliteStore } from '../store/sqlite.js'
-import { facadeFlags, loadFacadeOptions, readFacadeConfig, type Env, type FacadeOptions } from './options.js'
+import { facadeFlags, loadFacadeOptions, readFacadeConfig, type Env, type FacadeOptions } from '../facade/options.js'
 
 export function operatorOptions(values: Record<string, unknown>, env: Env): FacadeOptions {
   const config = typeof values.config === 'string' ? values.config : undefined
