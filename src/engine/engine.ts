@@ -1,6 +1,7 @@
-// One engine replica in the current thread: a loaded model and its batcher. Turns contract requests into
-// sequences (tokenize, chat template, sampling validation) and streams their events to a sink. The piscina
-// worker runs one of these; `onnxd generate` and the benchmarks use it directly.
+// Engine: one engine replica in the current thread, a loaded model and its batcher. Turns engine requests into
+// sequences (tokenize, chat template, model and sampling validation) and streams their events to a sink. Each
+// worker thread of EnginePool (pool/pool.ts) runs one; `onnxd generate` and the benchmarks use it directly. Other
+// layers that serve requests hold EngineClient (index.ts), not this. Imports: engine, shared.
 import { randomUUID } from 'node:crypto'
 import { OnnxdError, toErrorData } from '../shared/errors.js'
 import { loadModel, type LoadedModel, type LoadOptions } from './model/load.js'

@@ -1,6 +1,7 @@
-// The engine's public face for other layers (node HTTP, CLI, benchmarks): the EngineClient interface that the
-// piscina pool implements, the pool's factory, and the option and event types it speaks. The node imports engine
-// code only from here (test/architecture.test.ts holds it). Imports: engine.
+// The engine's public face for other layers (node HTTP, CLI, benchmarks): EngineClient, the interface a server
+// holds, which EnginePool (pool/pool.ts, worker threads each running one Engine of engine.ts) implements; the
+// pool's factory; and the option and event types they speak (the plain data of types.ts). The node imports engine
+// code only from here (test/architecture.test.ts holds it). Imports: engine, shared.
 import type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation } from './types.js'
 import type { BatcherObserver, BatcherOptions } from './scheduler/batcher.js'
 import type { Dtype, Provider } from '../shared/model.js'

@@ -1,5 +1,7 @@
-// Engine-level request and event types, shared by the scheduler, the worker and the pool. Plain data only:
-// these cross worker threads by structured clone. The engine's own: the node maps its HTTP contract onto them.
+// Engine-level request and event types (EngineRequest, SeqEvent, EngineStats), shared by the scheduler, the Engine
+// of each worker (engine.ts) and EnginePool (pool/pool.ts), and re-exported for other layers by index.ts. Plain
+// data only: these cross worker threads by structured clone. The engine's own: the node maps its HTTP contract
+// onto them.
 // Imports: shared, and the engine's prompt and sampling input types.
 import type { ErrorData } from '../shared/errors.js'
 import type { SamplingInput } from '../shared/sampling.js'

@@ -1,5 +1,6 @@
-// The main-thread side of the engine: a piscina pool of engine workers behind the EngineClient interface.
-// Routes requests to workers, relays their events, merges their stats and observations, and tracks health.
+// EnginePool, the main-thread side of the engine: a piscina pool of worker threads, each running one Engine
+// (engine.ts), behind the EngineClient interface (index.ts) that the node holds. Routes requests to workers, relays
+// their events, merges their stats and observations, and tracks health. Imports: engine, shared.
 import { availableParallelism } from 'node:os'
 import { randomUUID } from 'node:crypto'
 import { BroadcastChannel, MessageChannel } from 'node:worker_threads'
@@ -64,6 +65,8 @@ export class EnginePool implements EngineClient {
   private closing = false
   private restarts = 0
   private loadError: Error | null = null
+  /** Every worker has loaded the model once (what ready() waits for): from then on health may say `ready`. */
+  private started = false
   private readonly readyWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = []
   private readonly inflight = new Set<Inflight>()
   /** Replicas being replaced after a stall: no longer counted ready, never replaced twice. */
@@ -166,7 +169,9 @@ export class EnginePool implements EngineClient {
   }
 
   private settleReady(): void {
-    if (this.isReady()) for (const w of this.readyWaiters.splice(0)) w.resolve()
+    if (!this.isReady()) return
+    this.started = true
+    for (const w of this.readyWaiters.splice(0)) w.resolve()
   }
 
   private onBroadcast(m: Broadcast): void {
@@ -339,9 +344,11 @@ export class EnginePool implements EngineClient {
     const sum = (f: (s: EngineStats) => number): number => stats.reduce((a, s) => a + f(s), 0)
     const readyCount = workers.filter((w) => w.ready).length
     const hung = workers.some((w) => w.heartbeatAgeMs > this.heartbeatTimeoutMs)
+    // Ready once every worker has loaded the model, as ready() is; afterwards a replica being replaced leaves the
+    // pool ready on the others (`workers` says how many serve), and unhealthy only when none does or one hangs.
     const status: PoolHealth['status'] = this.draining || this.closing
       ? 'draining'
-      : !this.info
+      : !this.started
         ? this.loadError ? 'unhealthy' : 'loading'
         : hung || readyCount === 0
           ? 'unhealthy'

@@ -1,5 +1,5 @@
 // The piscina engine pool: workers load the model, stream tokens, survive a crashed worker, and report a stalled
-// step loop as unhealthy.
+// step loop as unhealthy; at start-up it is ready only once every worker is.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEnginePool } from '../../../src/engine/pool/pool.js'
 import type { EngineClient, EngineRequest, SeqEvent } from '../../../src/engine/index.js'
@@ -77,5 +77,29 @@ describe.skipIf(!haveFixtures)('engine pool', () => {
     const events = await collect(pool, { max_tokens: 2 })
     const end = events[events.length - 1]
     expect(end.type === 'error' && end.error.code).toBe('not_ready')
+  })
+})
+
+describe.skipIf(!haveFixtures)('engine pool start-up', () => {
+  it('says loading until every worker has loaded the model, as ready() waits, then ready', async () => {
+    const pool = createEnginePool({ modelDir: fixture('stories260K-hf'), workers: 2, intraOpThreads: 1 })
+    const seen: { status: string; ready: number; total: number }[] = []
+    const look = (): void => {
+      const h = pool.health()
+      seen.push({ status: h.status, ready: h.workers.filter((w) => w.ready).length, total: h.workers.length })
+    }
+    const poll = setInterval(look, 2)
+    try {
+      await pool.ready()
+      clearInterval(poll)
+      look()
+      expect(seen.at(-1)).toEqual({ status: 'ready', ready: 2, total: 2 })
+      // Never ready before both workers were: a router would otherwise send work while one still loads.
+      for (const s of seen) if (s.status === 'ready') expect(s.ready).toBe(2)
+      expect(seen[0]!.status).toBe('loading')
+    } finally {
+      clearInterval(poll)
+      await pool.close()
+    }
   })
 })
