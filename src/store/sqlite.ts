@@ -388,7 +388,3 @@ export class SqliteStore implements Store {
     if (this.db.open) this.db.close()
   }
 }
-
-export function openSqliteStore(opts: SqliteStoreOptions = {}): SqliteStore {
-  return new SqliteStore(opts)
-}

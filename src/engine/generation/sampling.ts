@@ -48,11 +48,6 @@ export class TokenHistory implements SamplingHistory {
   }
 }
 
-export interface SampleOptions {
-  /** Token ids masked to -Infinity for this step only. */
-  suppress?: ArrayLike<number>
-}
-
 /**
  * Applies the penalties in place to `logits`, one whole row (its length is the vocabulary), in vLLM's order: the
  * repetition penalty (HF: divide a positive logit by it, multiply a negative one) over prompt and output tokens,
@@ -114,11 +109,10 @@ function keyId(key: number): number {
 const MAX_PROPOSALS = 10_000
 
 /**
- * Vocab-sized working memory of a sampler (~V·6 bytes plus small arrays). One per sampler by default; the samplers
+ * Vocab-sized working memory of a sampler (~V·2 bytes plus small arrays). One per sampler by default; the samplers
  * of one thread may share one, since sampling is synchronous and keeps nothing in it between calls.
  */
 export class SamplerScratch {
-  readonly row: Float32Array
   readonly bucketOf: Uint16Array
   readonly counts = new Int32Array(N_BUCKETS)
   readonly kept = new Int32Array(N_BUCKETS)
@@ -130,7 +124,6 @@ export class SamplerScratch {
 
   constructor(readonly vocabSize: number) {
     if (vocabSize > MAX_VOCAB) throw new RangeError(`vocabSize must be <= ${MAX_VOCAB}. Given: ${vocabSize}`)
-    this.row = new Float32Array(vocabSize)
     this.bucketOf = new Uint16Array(vocabSize)
   }
 
@@ -162,7 +155,7 @@ export interface SamplerOptions {
  * The sampler of one sequence. It owns its RNG, and a step allocates nothing: working memory is a SamplerScratch.
  * Not shareable between sequences: the RNG stream is the sequence's.
  *
- * Pipeline (HF and vLLM v0 order): penalties → masks (suppress, EOS before min_tokens) → greedy argmax when
+ * Pipeline (HF and vLLM v0 order): penalties → mask (EOS before min_tokens) → greedy argmax when
  * temperature < SAMPLING_EPS, else temperature → top_k → top_p → min_p → one seeded draw. top_p is measured on
  * the top_k set renormalised; min_p is relative to the top probability, so its place in the order does not matter
  * to its own cut (vLLM v1 applies it before top_k/top_p, which changes top_p's normaliser only).
@@ -173,7 +166,7 @@ export interface SamplerOptions {
  * ever pay for an exp (top_p still needs one exp per token for its normaliser).
  */
 export class Sampler {
-  /** The seed in use: the request's, or a random one for unseeded requests (report it to replay a run). */
+  /** The seed in use: the request's, or a random one for an unseeded request (not reported: such a run cannot be replayed). */
   readonly seed: number
   private readonly rng: Rng
   private readonly scratch: SamplerScratch
@@ -194,22 +187,13 @@ export class Sampler {
     this.eosIds = opts.eosIds ?? []
   }
 
-  /** Picks the next token. `logits` (length >= vocabSize; a view is fine) is left untouched: the row is copied. */
-  sample(logits: Float32Array, history: SamplingHistory, opts: SampleOptions = {}): number {
-    this.checkRow(logits)
-    const row = this.scratch.row.subarray(0, this.vocabSize)
-    row.set(logits.subarray(0, this.vocabSize))
-    return this.pick(row, history, opts)
-  }
-
   /**
-   * Like `sample`, but applies penalties and masks to `logits[0:vocabSize)` itself: the row is left holding the
-   * penalised, masked logits. Saves a row copy when the caller no longer needs the row, e.g. a view into an ORT
-   * output buffer.
+   * Picks the next token from `logits[0:vocabSize)` (a longer array or a view is fine, e.g. into an ORT output
+   * buffer), applying penalties and masks to the row itself: it is left holding the penalised, masked logits.
    */
-  sampleInPlace(logits: Float32Array, history: SamplingHistory, opts: SampleOptions = {}): number {
+  sampleInPlace(logits: Float32Array, history: SamplingHistory): number {
     this.checkRow(logits)
-    return this.pick(logits.subarray(0, this.vocabSize), history, opts)
+    return this.pick(logits.subarray(0, this.vocabSize), history)
   }
 
   /**
@@ -233,11 +217,10 @@ export class Sampler {
     }
   }
 
-  private pick(row: Float32Array, history: SamplingHistory, opts: SampleOptions): number {
+  private pick(row: Float32Array, history: SamplingHistory): number {
     const p = this.params
     applyPenalties(row, p, history)
     if (history.outputLength < p.min_tokens) mask(row, this.eosIds)
-    if (opts.suppress) mask(row, opts.suppress)
 
     const best = argmax(row)
     if (best < 0) throw new OnnxdError('internal', 'no token can be sampled: every logit is -Infinity or NaN')
