@@ -1,7 +1,8 @@
 // The benchmark's references measured through ONNX Runtime alone: the raw decode ceiling (one batched decode
 // step at batch B over a past of the scenario's length, session.run and nothing else, giving B/step tokens/s;
 // plus one prompt's prefill) and this machine's matrix-multiply peak (a one-node MatMul graph built in memory).
-// This module and the engine's session.ts are the only importers of onnxruntime-node: the ceiling must be ORT
+// In src/, this module and the engine's session.ts are the only importers of onnxruntime-node (the architecture
+// test lists this exception; the script bench/engine.bench.ts is the one outside src/): the ceiling must be ORT
 // without onnxd's wrapper, or it would measure onnxd against itself. It runs the same graph onnxd runs (the
 // exported one with prepareDecoderGraph's rewrites) and fetches what the engine fetches (with greedy decoding,
 // each row's next token rather than the logits), so the ceiling is the best this graph gives in ORT, not the

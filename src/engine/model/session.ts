@@ -1,5 +1,7 @@
-// The only module that imports onnxruntime-node: creates the decoder session on an execution provider, discovers
-// its signature from the session metadata, and runs one forward step over a padded batch.
+// The engine's one module that imports onnxruntime-node: creates the decoder session on an execution provider,
+// discovers its signature from the session metadata, and runs one forward step over a padded batch. Outside the
+// engine only the benchmark's ORT references import it (src/bench/refs/ort.ts, listed as the one exception in
+// test/architecture.test.ts, and the script bench/engine.bench.ts), to time ORT without onnxd.
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { createRequire } from 'node:module'
