@@ -50,14 +50,18 @@ export interface ProfilePatch {
   email?: string | null
 }
 
-/** What one finished (or cut short) completion consumed; written with its debit in one transaction. */
-export interface CompletionUsage {
+/** Who consumed what, and its price: what a completion's usage record and its in-flight row share. */
+interface Consumption {
   accountId: string
   keyId: string
   model: string
   promptTokens: number
   completionTokens: number
   costMicros: number
+}
+
+/** What one finished (or cut short) completion consumed; written with its debit in one transaction. */
+export interface CompletionUsage extends Consumption {
   /** Unix milliseconds; decides the day bucket. */
   at: number
   /** Set the key's `lastUsedAt` to `at` (default true; callers skip it when it was set less than a minute ago). */
@@ -74,15 +78,9 @@ export interface CompletionUsage {
  * tokens or every interval), so that a crash loses at most one interval of usage; settled exactly once, by the
  * completion's own `recordCompletion` or, when its owner stopped renewing it, by `settleStaleInFlight`.
  */
-export interface InFlightCompletion {
+export interface InFlightCompletion extends Consumption {
   /** The completion's request id. */
   id: string
-  accountId: string
-  keyId: string
-  model: string
-  promptTokens: number
-  completionTokens: number
-  costMicros: number
   /** Unix milliseconds of admission. */
   startedAt: number
 }

@@ -348,25 +348,16 @@ export class SqliteStore implements Store {
   }
 
   async usage(query: UsageQuery): Promise<UsageRow[]> {
-    const where: string[] = []
-    const params: string[] = []
-    if (query.keyId !== undefined) {
-      where.push('key_id = ?')
-      params.push(query.keyId)
-    }
-    if (query.accountId !== undefined) {
-      where.push('account_id = ?')
-      params.push(query.accountId)
-    }
-    if (where.length === 0) throw new OnnxdError('internal', 'usage query needs a keyId or an accountId')
-    if (query.from !== undefined) {
-      where.push('day >= ?')
-      params.push(query.from)
-    }
-    if (query.to !== undefined) {
-      where.push('day <= ?')
-      params.push(query.to)
-    }
+    if (query.keyId === undefined && query.accountId === undefined) throw new OnnxdError('internal', 'usage query needs a keyId or an accountId')
+    const all: [string, string | undefined][] = [
+      ['key_id = ?', query.keyId],
+      ['account_id = ?', query.accountId],
+      ['day >= ?', query.from],
+      ['day <= ?', query.to],
+    ]
+    const filters = all.filter((f): f is [string, string] => f[1] !== undefined)
+    const where = filters.map(([condition]) => condition)
+    const params = filters.map(([, value]) => value)
     const rows = this.db
       .prepare<string[], UsageDbRow>(
         `SELECT key_id, model, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens,
