@@ -9,9 +9,6 @@ import { clip, OnnxdError } from '../shared/errors.js'
 import { codeForStatus } from '../shared/http-errors.js'
 import type { NodeClient, NodeHealth, NodeReply } from './node-client.js'
 
-/** The router's 5xx messages are written for clients: they are shown, not replaced by a fixed sentence. */
-const EXPOSE = { expose: true } as const
-
 export type NodeStatus = HealthStatus | 'unreachable' | 'unknown'
 
 /** A worker node as this facade sees it: its URL, its last reported health, and the requests sent to it. */
@@ -209,12 +206,12 @@ export class NodeRouter {
       if (reply.status >= 500) {
         this.opts.log?.warn({ node: current.url, status: reply.status, message: reply.message }, 'node failed a completion')
         if (retried500) {
-          throw new OnnxdError('internal', 'The inference backend failed to complete the request; it is safe to retry', EXPOSE)
+          throw new OnnxdError('internal', 'The inference backend failed to complete the request; it is safe to retry', { expose: true })
         }
         retried500 = true
         // Once, at once: another ready node if there is one, else the same node again.
         node = this.pick(model, tried) ?? (current.status === 'ready' ? current : null)
-        if (!node) throw new OnnxdError('internal', 'The inference backend failed to complete the request; it is safe to retry', EXPOSE)
+        if (!node) throw new OnnxdError('internal', 'The inference backend failed to complete the request; it is safe to retry', { expose: true })
         continue
       }
       // A client error the node found (e.g. context length): the node's message, in the spec's error object.
