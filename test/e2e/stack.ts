@@ -1,0 +1,161 @@
+// The end-to-end stack of test/e2e: a real worker node (the engine pool over the embedded tiny default model, the
+// node's HTTP app) listening on 127.0.0.1, and the real facade in front of it, polling its /health, reached through
+// the official `openai` client. Owns only test wiring; imports the node, the engine pool and the facade fixture.
+import OpenAI, { APIError } from 'openai'
+import type { FastifyInstance } from 'fastify'
+import { Agent, fetch as undiciFetch, type RequestInit as UndiciInit } from 'undici'
+import { createEnginePool } from '../../src/engine/pool/pool.js'
+import type { EngineClient, FinishObservation } from '../../src/engine/index.js'
+import { buildNode } from '../../src/node/app.js'
+import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
+import { facadeFixture, type FacadeFixture } from '../helpers/facade.js'
+import { defaultModelDir } from '../helpers/fixtures.js'
+import { testOptions } from '../node/helpers.js'
+
+export const MODEL = 'onnxd-tiny'
+/** How often the facade polls the node's /health in these suites. */
+export const HEALTH_INTERVAL_MS = 200
+
+export interface RealNode {
+  app: FastifyInstance
+  engine: EngineClient
+  url: string
+  port: number
+  /** Every sequence the engine finished (stop, length, abort, error), as its observer saw them. */
+  finishes: FinishObservation[]
+  /** Closes the app (in-flight requests end with an error) and then the pool. */
+  close(): Promise<void>
+}
+
+/**
+ * Starts a node on `port` (default: any free one). It listens before its model has loaded, as `onnxd node` does;
+ * with `ready: false` the caller calls `engine.ready()` itself, and /health says `loading` until then.
+ */
+export async function startRealNode(o: { port?: number; ready?: boolean } = {}): Promise<RealNode> {
+  const finishes: FinishObservation[] = []
+  const metrics = createMetrics(createRegistry(), MODEL, 'cpu')
+  const engine = createEnginePool(
+    { modelDir: defaultModelDir(), modelId: MODEL, workers: 1, intraOpThreads: 1 },
+    {
+      ...metrics.observer,
+      onFinish: (f) => {
+        metrics.observer.onFinish?.(f)
+        finishes.push(f)
+      },
+    },
+  )
+  const app = buildNode(testOptions(), { engine, metrics })
+  try {
+    await app.listen({ port: o.port ?? 0, host: '127.0.0.1' })
+  } catch (e) {
+    await engine.close()
+    throw e
+  }
+  const addr = app.server.address()
+  if (addr === null || typeof addr === 'string') throw new Error('no TCP address')
+  if (o.ready !== false) await engine.ready()
+  let closed: Promise<void> | null = null
+  return {
+    app,
+    engine,
+    url: `http://127.0.0.1:${addr.port}`,
+    port: addr.port,
+    finishes,
+    close: () =>
+      (closed ??= (async () => {
+        await app.close()
+        await engine.close()
+      })()),
+  }
+}
+
+type Fetch = NonNullable<ConstructorParameters<typeof OpenAI>[0]>['fetch']
+
+export interface Stack {
+  /** The node behind the facade; a test that replaces it (same port) puts the new one here, to be closed. */
+  node: RealNode
+  f: FacadeFixture
+  /** The facade's /v1 base URL. */
+  baseURL: string
+  /** The facade's own origin (for its /health). */
+  facadeUrl: string
+  /** An `openai` client of `apiKey` (default: the fixture's key), with the SDK's retries off. */
+  client(apiKey?: string): OpenAI
+  close(): Promise<void>
+}
+
+/** A ready real node and a listening facade in front of it that polls its health every HEALTH_INTERVAL_MS. */
+export async function startStack(): Promise<Stack> {
+  const node = await startRealNode()
+  const f = await facadeFixture({
+    nodeUrls: [node.url],
+    deps: { pollHealth: true },
+    options: { healthIntervalMs: HEALTH_INTERVAL_MS, keyRpm: 0, fleetRpm: 0 },
+  })
+  const facadeUrl = await f.app.listen({ port: 0, host: '127.0.0.1' })
+  const baseURL = `${facadeUrl}/v1`
+  // The clients' own connections, closed with the stack.
+  const clients = new Agent()
+  const stack: Stack = {
+    node,
+    f,
+    baseURL,
+    facadeUrl,
+    client: (apiKey = f.key) =>
+      new OpenAI({
+        apiKey,
+        baseURL,
+        maxRetries: 0,
+        fetch: ((url: string | URL, init?: RequestInit) => undiciFetch(url, { ...(init as UndiciInit), dispatcher: clients })) as unknown as Fetch,
+      }),
+    async close() {
+      // The clients go first. undici opens a spare connection after an aborted stream, and a connection that has
+      // sent no request is not idle to Node's server.close(): the facade's close would wait a minute or more on it.
+      await clients.destroy()
+      await f.close()
+      await stack.node.close()
+    },
+  }
+  return stack
+}
+
+/** Polls `cond` until it holds (the facade learns of a node's state only at its next health poll). */
+export async function waitFor(cond: () => Promise<boolean> | boolean, what: string, timeoutMs = 20_000): Promise<void> {
+  const t0 = Date.now()
+  while (!(await cond())) {
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 25))
+  }
+}
+
+/** The APIError `p` rejects with (anything else fails the test). */
+export async function apiError(p: Promise<unknown>): Promise<APIError> {
+  try {
+    await p
+  } catch (e) {
+    if (e instanceof APIError) return e
+    throw e
+  }
+  throw new Error('expected an APIError')
+}
+
+/** POSTs a body to the node's internal completion endpoint directly, bypassing the facade. */
+export async function nodeCompletion(node: RealNode, body: Record<string, unknown>): Promise<{ status: number; body: Record<string, unknown> }> {
+  const res = await fetch(`${node.url}/internal/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, ...body }),
+  })
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> }
+}
+
+/** The facade's own /health: its status and what it believes of each node. */
+export async function facadeHealth(s: Stack): Promise<{ status: number; nodes: { url: string; status: string }[] }> {
+  const res = await fetch(`${s.facadeUrl}/health`)
+  return { status: res.status, nodes: ((await res.json()) as { nodes: { url: string; status: string }[] }).nodes }
+}
+
+/** Micro-units a completion costs at the default price (README, Limits: 0.5 and 1.5 units per 1M prompt and
+ * completion tokens, i.e. micro-units per token), rounded up per completion. */
+export const defaultCostMicros = (u: { prompt_tokens: number; completion_tokens: number }): number =>
+  Math.ceil(u.prompt_tokens * 0.5 + u.completion_tokens * 1.5)
