@@ -180,11 +180,20 @@ export function hardenHttp(app: FastifyInstance, opts: HardenOptions): void {
   // Once the app closes, a keep-alive connection is closed as soon as its last answer is sent: Node's server.close()
   // closes only the connections idle at that moment, and one that a client keeps open (a stream that ends during
   // the close) would hold the process until the keep-alive timeout, past any supervisor's stop timeout.
+  // A connection that has not carried a request yet is not "idle" to Node 20's server.close() (nodejs/node#63452),
+  // and one that a client's pool holds open in reserve would hold the close forever: those are destroyed at close.
   let closed = false
+  const fresh = new Set<Socket>()
+  app.server.on('connection', (socket: Socket) => {
+    fresh.add(socket)
+    socket.once('close', () => fresh.delete(socket))
+  })
   app.addHook('preClose', async () => {
     closed = true
+    for (const socket of fresh) socket.destroy()
   })
-  app.server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+  app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    fresh.delete(req.socket)
     res.once('finish', () => {
       if (closed) setImmediate(() => app.server.closeIdleConnections())
     })

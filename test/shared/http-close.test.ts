@@ -1,6 +1,8 @@
 // Closing a server does not wait on a client's keep-alive connection (issue #10: after SIGTERM, `onnxd serve` drained
 // but stayed up until the keep-alive timeout, past docker stop's 10 s): an answer that ends after the server stopped
 // listening releases its connection at once.
+import { once } from 'node:events'
+import { connect } from 'node:net'
 import Fastify from 'fastify'
 import { describe, expect, it } from 'vitest'
 import { hardenHttp } from '../../src/shared/http-server.js'
@@ -35,5 +37,19 @@ describe('closing with a keep-alive client', () => {
     const timeout = new Promise((resolve) => setTimeout(resolve, 3000, 'still open'))
     expect(await Promise.race([closing.then(() => 'closed'), timeout])).toBe('closed')
     expect(closedAt - answeredAt).toBeLessThan(1000)
+  })
+})
+
+describe('closing with a connection that never sent a request', () => {
+  it('does not wait on it (Node 20 counts it neither idle nor busy): close() returns and the socket is closed', async () => {
+    const app = Fastify({ logger: false })
+    hardenHttp(app, { bodyLimit: 1024 })
+    app.get('/', async () => ({ ok: true }))
+    const url = new URL(await app.listen({ port: 0, host: '127.0.0.1' }))
+    const sock = connect(Number(url.port), url.hostname)
+    await once(sock, 'connect')
+    const closedByServer = once(sock, 'close')
+    await app.close() // hung until the client let go, before
+    await closedByServer
   })
 })
