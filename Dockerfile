@@ -2,7 +2,7 @@
 # PID 1, started directly (no npm, no shell), so `docker stop`'s SIGTERM reaches the process that drains.
 #   docker build -t onnxd .
 #   docker run -e ONNXD_JWT_SECRET=... -p 8080:8080 -v onnxd-data:/app/data -v onnxd-models:/app/models onnxd
-# test/cli/supervise.test.ts runs this file's CMD with its ENV and checks its ports and health check against the code.
+# test/cli/supervise.int.test.ts runs this file's CMD with its ENV and checks its ports and health check against the code.
 
 # Build: every dependency (dev ones too), then the TypeScript build; then the dev dependencies go.
 FROM node:20-bookworm-slim AS build

@@ -1,4 +1,4 @@
-// Run by drain-loop.test.ts in a process of its own (node --import tsx): CYCLES times, a real node over a fresh
+// Run by drain-loop.int.test.ts in a process of its own (node --import tsx): CYCLES times, a real node over a fresh
 // engine pool starts STREAMS long streaming completions, drains with a grace far shorter than they need, then
 // closes the app and the pool while the worker is still stepping them. Prints `cycle N` after each; exits 0 when
 // all are done. A shutdown that aborts the process (a native exception while a session is released) never prints
