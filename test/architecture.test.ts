@@ -52,6 +52,7 @@ const PACKAGE_OWNERS: { pkg: string; owners: string[]; exceptions?: { file: stri
       },
     ],
   },
+  { pkg: 'koffi', owners: ['src/engine/model/ort-capi.ts'] },
   { pkg: 'better-sqlite3', owners: ['src/store/sqlite.ts'] },
   { pkg: 'piscina', owners: ['src/engine/pool/pool.ts'] },
   { pkg: 'prom-client', owners: ['src/node/'] },
