@@ -4,8 +4,17 @@
 import { AttrType, DataType, type Attribute, type Dim, type Node, type Tensor, type ValueInfo } from '../engine/model/onnx-proto.js'
 import type { Preset } from './presets.js'
 
-/** How a weight's values are made: seeded normal init, all ones (norms), or a table computed here (RoPE). */
-export type WeightInit = { kind: 'normal'; std: number } | { kind: 'ones' } | { kind: 'values'; make: () => Float32Array }
+/**
+ * How a weight's values are made: seeded normal init, all ones (norms), a table computed here (RoPE), or seeded
+ * normal blocks side by side along the last axis (a packed QKV weight). A normal weight's values come from the
+ * seed and its `stream` (default: the weight's name), so another graph form naming its weights differently, or
+ * packing several into one, still carries the same values.
+ */
+export type WeightInit =
+  | { kind: 'normal'; std: number; stream?: string }
+  | { kind: 'ones' }
+  | { kind: 'values'; make: () => Float32Array }
+  | { kind: 'columns'; std: number; parts: { stream: string; cols: number }[] }
 
 export interface WeightSpec {
   name: string
@@ -23,25 +32,27 @@ export interface DecoderGraph {
   constants: Tensor[]
   /** Float32 weights, in the order they are stored. */
   weights: WeightSpec[]
+  /** Operator sets beyond the default domain's (com.microsoft for the GroupQueryAttention form). */
+  extraOpsets?: { domain: string; version: number }[]
 }
 
 /** Float32 lowest rather than -inf: a fully masked row (a left-pad query) then softmaxes to uniform, not NaN. */
 const FLOAT32_LOWEST = -3.4028234663852886e38
 
-const attrI = (name: string, i: number): Attribute => ({ name, type: AttrType.INT, i })
-const attrInts = (name: string, ints: number[]): Attribute => ({ name, type: AttrType.INTS, ints })
+export const attrI = (name: string, i: number): Attribute => ({ name, type: AttrType.INT, i })
+export const attrInts = (name: string, ints: number[]): Attribute => ({ name, type: AttrType.INTS, ints })
 
-function bytesOf(a: Float32Array | BigInt64Array): Uint8Array {
+export function bytesOf(a: Float32Array | BigInt64Array): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset, a.byteLength)
 }
 
-function valueInfo(name: string, elemType: number, dims: (number | string)[]): ValueInfo {
+export function valueInfo(name: string, elemType: number, dims: (number | string)[]): ValueInfo {
   const dim: Dim[] = dims.map((d) => (typeof d === 'number' ? { dim_value: d } : { dim_param: d }))
   return { name, type: { tensor_type: { elem_type: elemType, shape: { dim } } } }
 }
 
 /** Appends nodes named the way torch.onnx exports name them (`/model/layers.0/self_attn/Softmax_63`). */
-class GraphBuilder {
+export class GraphBuilder {
   readonly nodes: Node[] = []
   readonly constants: Tensor[] = []
   private count = 0

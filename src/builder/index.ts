@@ -7,6 +7,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { basename, dirname, join, resolve } from 'node:path'
 import { OnnxdError } from '../shared/errors.js'
+import { gqaGraph } from './gqa-graph.js'
 import { llamaGraph } from './graph.js'
 import { PRESETS, isPresetName, parameterCount, type Preset, type PresetName } from './presets.js'
 import { BOS_ID, EOS_ID, PAD_ID, specialTokensMap, tokenizerConfig, tokenizerJsonText, trainByteLevelBpe } from './tokenizer.js'
@@ -15,14 +16,23 @@ import { writeOnnx } from './write-onnx.js'
 export { PRESETS, parameterCount, type Preset, type PresetName }
 
 /** Written into model.onnx's producer_version; bump it when the graph or the weights' generation changes. */
-export const BUILDER_VERSION = '3'
+export const BUILDER_VERSION = '4'
 
 export interface BuildOptions {
   preset: string
   outDir: string
   /** Weight seed, a non-negative safe integer. Default 0. */
   seed?: number
+  /**
+   * `plain` (default): the Hugging Face ONNX export layout with plain-op attention (config.json, onnx/model.onnx).
+   * `gqa`: the onnxruntime-genai layout (genai_config.json, model.onnx) with com.microsoft GroupQueryAttention.
+   * Both carry the same weights for the same preset and seed.
+   */
+  attention?: Attention
 }
+
+export const ATTENTION_FORMS = ['plain', 'gqa'] as const
+export type Attention = (typeof ATTENTION_FORMS)[number]
 
 export interface BuildResult {
   dir: string
@@ -65,6 +75,56 @@ export function configJson(p: Preset, origin?: { preset: string; seed: number })
   }
 }
 
+/** genai_config.json as onnxruntime-genai's model builder writes it for a Llama decoder with GroupQueryAttention. */
+export function genaiConfigJson(p: Preset): Record<string, unknown> {
+  return {
+    model: {
+      bos_token_id: BOS_ID,
+      context_length: p.maxPositions,
+      decoder: {
+        session_options: { log_id: 'onnxruntime-genai', provider_options: [] },
+        filename: 'model.onnx',
+        head_size: p.headDim,
+        hidden_size: p.hiddenSize,
+        inputs: {
+          input_ids: 'input_ids',
+          attention_mask: 'attention_mask',
+          past_key_names: 'past_key_values.%d.key',
+          past_value_names: 'past_key_values.%d.value',
+        },
+        outputs: {
+          logits: 'logits',
+          present_key_names: 'present.%d.key',
+          present_value_names: 'present.%d.value',
+        },
+        num_attention_heads: p.heads,
+        num_hidden_layers: p.layers,
+        num_key_value_heads: p.kvHeads,
+      },
+      eos_token_id: EOS_ID,
+      pad_token_id: PAD_ID,
+      type: 'llama',
+      vocab_size: p.vocabSize,
+    },
+    search: {
+      diversity_penalty: 0.0,
+      do_sample: false,
+      early_stopping: true,
+      length_penalty: 1.0,
+      max_length: p.maxPositions,
+      min_length: 0,
+      no_repeat_ngram_size: 0,
+      num_beams: 1,
+      num_return_sequences: 1,
+      past_present_share_buffer: true,
+      repetition_penalty: 1.0,
+      temperature: 1.0,
+      top_k: 1,
+      top_p: 1.0,
+    },
+  }
+}
+
 const json = (v: unknown): string => JSON.stringify(v, null, 2) + '\n'
 
 function checkSeed(seed: number): number {
@@ -81,25 +141,37 @@ export function presetOf(name: string): Preset {
 export async function buildModel(opts: BuildOptions): Promise<BuildResult> {
   const p = presetOf(opts.preset)
   const seed = checkSeed(opts.seed ?? 0)
+  const attention = opts.attention ?? 'plain'
+  if (!ATTENTION_FORMS.includes(attention)) throw new OnnxdError('config', `attention must be one of ${ATTENTION_FORMS.join(', ')}. Given: ${String(attention)}`)
   const dir = resolve(opts.outDir)
-  await mkdir(join(dir, 'onnx'), { recursive: true })
-  // A rebuild that dies half-way must not look finished: config.json marks a complete bundle, so it goes first.
-  await rm(join(dir, 'config.json'), { force: true })
+  const gqa = attention === 'gqa'
+  await mkdir(gqa ? dir : join(dir, 'onnx'), { recursive: true })
+  // A rebuild that dies half-way must not look finished: config.json (genai_config.json for the genai layout)
+  // marks a complete bundle, so both go first; so do the other form's model files, or a bundle rebuilt in the
+  // other form would carry them (and the engine reads genai_config.json before config.json).
+  const stale = gqa ? ['generation_config.json', 'onnx/model.onnx', 'onnx/model.onnx_data'] : ['model.onnx', 'model.onnx.data']
+  for (const f of ['config.json', 'genai_config.json', ...stale]) await rm(join(dir, f), { force: true })
 
   const bpe = trainByteLevelBpe(p.vocabSize)
-  // model.onnx is written first and config.json last, so a directory with config.json in it is a finished bundle.
+  // model.onnx is written first and the config last, so a directory with its config in it is a finished bundle.
   const files: [string, string][] = [
     ['tokenizer.json', tokenizerJsonText(bpe)],
     ['tokenizer_config.json', json(tokenizerConfig(p.vocabSize, p.maxPositions))],
     ['special_tokens_map.json', json(specialTokensMap())],
-    ['generation_config.json', json({ bos_token_id: BOS_ID, eos_token_id: EOS_ID, pad_token_id: PAD_ID })],
-    ['config.json', json(configJson(p, { preset: opts.preset, seed }))],
+    ...(gqa
+      ? ([['genai_config.json', json(genaiConfigJson(p))]] as [string, string][])
+      : ([
+          ['generation_config.json', json({ bos_token_id: BOS_ID, eos_token_id: EOS_ID, pad_token_id: PAD_ID })],
+          ['config.json', json(configJson(p, { preset: opts.preset, seed }))],
+        ] as [string, string][])),
   ]
   let bytes = 0
-  bytes += await writeOnnx(join(dir, 'onnx', 'model.onnx'), llamaGraph(p), {
+  bytes += await writeOnnx(gqa ? join(dir, 'model.onnx') : join(dir, 'onnx', 'model.onnx'), gqa ? gqaGraph(p) : llamaGraph(p), {
     seed,
     externalData: p.externalData,
     producerVersion: BUILDER_VERSION,
+    // onnxruntime-genai's builder names the external data model.onnx.data; optimum, model.onnx_data.
+    ...(gqa ? { dataFile: 'model.onnx.data' } : {}),
   })
   for (const [name, text] of files) {
     await writeFile(join(dir, name), text)

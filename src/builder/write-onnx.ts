@@ -2,7 +2,7 @@
 // external-data layout optimum and onnx-community use), generating each weight just before it is written.
 import { open, rm, writeFile } from 'node:fs/promises'
 import { endianness } from 'node:os'
-import { basename } from 'node:path'
+import { basename, dirname, join } from 'node:path'
 import type { DecoderGraph, WeightSpec } from './graph.js'
 import { DataLocation, DataType, encodeModel, type Tensor } from '../engine/model/onnx-proto.js'
 import { Rng } from '../shared/prng.js'
@@ -19,6 +19,8 @@ export interface WriteOptions {
   seed: number
   externalData: boolean
   producerVersion: string
+  /** The external-data file's name beside model.onnx: `model.onnx_data` (optimum) unless given (genai: `model.onnx.data`). */
+  dataFile?: string
 }
 
 function makeWeight(w: WeightSpec, seed: number): Float32Array {
@@ -33,7 +35,22 @@ function makeWeight(w: WeightSpec, seed: number): Float32Array {
     }
     case 'normal': {
       const v = new Float32Array(n)
-      new Rng(seed, w.name).fillNormal(v, w.init.std)
+      new Rng(seed, w.init.stream ?? w.name).fillNormal(v, w.init.std)
+      return v
+    }
+    case 'columns': {
+      // Each part is the [rows, cols] weight its stream makes on its own; row r of the result is their rows r in turn.
+      const cols = w.dims[w.dims.length - 1]
+      const rows = n / cols
+      const v = new Float32Array(n)
+      let at = 0
+      for (const part of w.init.parts) {
+        const block = new Float32Array(rows * part.cols)
+        new Rng(seed, part.stream).fillNormal(block, w.init.std)
+        for (let r = 0; r < rows; r++) v.set(block.subarray(r * part.cols, (r + 1) * part.cols), r * cols + at)
+        at += part.cols
+      }
+      if (at !== cols) throw new Error(`${w.name}: parts cover ${at} of ${cols} columns`)
       return v
     }
   }
@@ -45,7 +62,7 @@ const bytesOf = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byte
 export async function writeOnnx(path: string, graph: DecoderGraph, opts: WriteOptions): Promise<number> {
   // raw_data is little-endian by the ONNX spec; Float32Array bytes are the host's order.
   if (endianness() !== 'LE') throw new Error('the model builder needs a little-endian host')
-  const dataPath = `${path}_data`
+  const dataPath = opts.dataFile ? join(dirname(path), opts.dataFile) : `${path}_data`
   const initializer: Tensor[] = [...graph.constants]
   let dataBytes = 0
   if (opts.externalData) {
@@ -87,7 +104,7 @@ export async function writeOnnx(path: string, graph: DecoderGraph, opts: WriteOp
   }
   const model = encodeModel({
     ir_version: IR_VERSION,
-    opset_import: [{ domain: '', version: OPSET }],
+    opset_import: [{ domain: '', version: OPSET }, ...(graph.extraOpsets ?? [])],
     producer_name: 'onnxd',
     producer_version: opts.producerVersion,
     graph: { name: 'main_graph', node: graph.nodes, initializer, input: graph.inputs, output: graph.outputs },
