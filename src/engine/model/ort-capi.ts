@@ -6,10 +6,10 @@
 // package.json, without importing onnxruntime-node, which src/engine/model/session.ts owns).
 //
 // Memory rules, kept by the classes below:
-// - Tensor memory is malloc'ed through koffi (NativeBuffer), never a GC-managed JS buffer, so its address is stable
-//   and the garbage collector cannot free it while ORT holds a pointer. JS reads and writes it through views.
-// - A NativeBuffer counts its pins: each Tensor over it, and each binding slot that holds such a Tensor. It refuses
-//   to free itself while pinned, so ORT never sees freed memory through this module.
+// - Tensor memory is an ArrayBuffer (NativeBuffer) whose off-heap backing store never moves; ORT gets its address.
+//   JS reads and writes it in place through typed-array views.
+// - A NativeBuffer counts its pins: each Tensor over it, and each binding slot that holds such a Tensor; it holds the
+//   ArrayBuffer (so the GC cannot free it) and refuses to let go while pinned, so ORT never sees freed memory.
 // - Everything ORT allocates (env, options, session, memory info, values, bindings, statuses, names) is released
 //   by a dispose() or at once after use; every OrtStatus is checked, released, and turned into an OrtError.
 import { existsSync } from 'node:fs'
@@ -90,11 +90,24 @@ function proto(name: string, signature: string): ReturnType<typeof koffi.proto> 
   return p
 }
 
+/**
+ * Loaded libraries, held for the process's life: koffi unloads (dlclose) a library whose handle is garbage-collected,
+ * which unmaps ORT under every live session (found as a segfault at the first GC), and ORT is not made to be
+ * unloaded while its OrtEnv lives.
+ */
+const libraries = new Map<string, ReturnType<typeof koffi.load>>()
+
 /** A pointer as koffi hands it over (a BigInt address), or null. */
 type Ptr = bigint | null
 // koffi's functions are untyped; each wrapper below gives its call a type.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Fn = (...args: any[]) => any
+
+/** Objects this module holds now, by kind: what a leak test watches. */
+const live = { buffers: 0, values: 0, bindings: 0, sessions: 0, apis: 0 }
+export function liveCounts(): Readonly<typeof live> {
+  return { ...live }
+}
 
 /** An ORT failure: the call that failed, ORT's error code and its message. */
 export class OrtError extends Error {
@@ -133,7 +146,8 @@ export class OrtCApi {
 
   private constructor(libraryPath: string) {
     this.libraryPath = libraryPath
-    const lib = koffi.load(libraryPath)
+    let lib = libraries.get(libraryPath)
+    if (!lib) libraries.set(libraryPath, (lib = koffi.load(libraryPath)))
     const base = lib.func('void *OrtGetApiBase()')() as Ptr
     if (!base) throw new Error(`OrtGetApiBase returned null in ${libraryPath}`)
     const [getApi, getVersion] = koffi.decode(base, koffi.array('void *', 2)) as bigint[]
@@ -193,6 +207,7 @@ export class OrtCApi {
     this.cpuInfo = this.out('CreateCpuMemoryInfo', (o) => this.f.CreateCpuMemoryInfo(1, 0, o))
     // ORT's default CPU allocator is owned by ORT and never released.
     this.allocator = this.out('GetAllocatorWithDefaultOptions', (o) => this.f.GetAllocatorWithDefaultOptions(o))
+    live.apis++
   }
 
   /** Loads libonnxruntime (by default onnxruntime-node's) and creates the OrtEnv; throws if either fails. */
@@ -260,8 +275,10 @@ export class OrtCApi {
   /** Releases every session still open, the memory info and the env. */
   dispose(): void {
     for (const s of [...this.sessions]) s.dispose()
+    if (!this.env) return
     if (this.cpuInfo) this.f.ReleaseMemoryInfo(this.cpuInfo)
-    if (this.env) this.f.ReleaseEnv(this.env)
+    this.f.ReleaseEnv(this.env)
+    live.apis--
     this.cpuInfo = null
     this.env = null
     this.allocator = null
@@ -274,22 +291,28 @@ export class OrtCApi {
 }
 
 /**
- * Memory this module owns (malloc'ed through koffi), with a stable address for ORT to read and write. JS sees it
- * through typed-array views (no copy). Freed by dispose(), which refuses while a Tensor or a binding pins it.
+ * Memory for tensors, with a stable address for ORT to read and write: a plain ArrayBuffer, whose backing store V8
+ * allocates off its heap and never moves (only small typed arrays made without an ArrayBuffer live on the heap),
+ * and whose address koffi.address() gives. JS reads and writes it through typed-array views, with no copy.
+ * Not koffi.alloc() + koffi.view(): koffi 3.3.4 keeps about 200 bytes per view for good (measured), and malloc'ed
+ * memory would turn a view kept past free() into a use-after-free; here a view keeps its memory alive.
+ * dispose() drops the buffer (the GC frees it once no view holds it) and refuses while a Tensor or binding pins it.
  */
 export class NativeBuffer {
-  private ptr: Ptr
-  private pins = 0
   private ab: ArrayBuffer | null
+  private ptr: bigint
+  private pins = 0
 
   constructor(readonly bytes: number) {
-    // malloc(0) may return null: keep at least one byte so a zero-sized tensor still has an address.
-    this.ptr = koffi.alloc('uint8_t', Math.max(1, bytes)) as bigint
-    this.ab = bytes > 0 ? koffi.view(this.ptr, bytes) : new ArrayBuffer(0)
+    // At least one byte, so that a zero-sized tensor still has an address.
+    this.ab = new ArrayBuffer(Math.max(1, bytes))
+    this.ptr = koffi.address(this.ab)
+    if (!this.ptr) throw new Error(`no address for a ${bytes}-byte buffer`)
+    live.buffers++
   }
 
   get address(): bigint {
-    if (!this.ptr) throw new Error('NativeBuffer used after dispose()')
+    if (!this.ab) throw new Error('NativeBuffer used after dispose()')
     return this.ptr
   }
 
@@ -297,7 +320,7 @@ export class NativeBuffer {
     return this.pins
   }
 
-  /** A typed view over `length` elements from `byteOffset` (all by default). Invalid after dispose(). */
+  /** A typed view over `length` elements from `byteOffset` (all by default). */
   view<T extends ElementType>(type: T, byteOffset = 0, length?: number): ViewOf<T> {
     if (!this.ab) throw new Error('NativeBuffer used after dispose()')
     const n = length ?? (this.bytes - byteOffset) / ELEMENT_BYTES[type]
@@ -305,7 +328,7 @@ export class NativeBuffer {
   }
 
   pin(): void {
-    if (!this.ptr) throw new Error('NativeBuffer used after dispose()')
+    if (!this.ab) throw new Error('NativeBuffer used after dispose()')
     this.pins++
   }
 
@@ -315,12 +338,10 @@ export class NativeBuffer {
   }
 
   dispose(): void {
-    if (!this.ptr) return
+    if (!this.ab) return
     if (this.pins > 0) throw new Error(`NativeBuffer still pinned by ${this.pins} tensor(s) or binding(s); dispose those first`)
-    const p = this.ptr
-    this.ptr = null
     this.ab = null
-    koffi.free(p)
+    live.buffers--
   }
 }
 
@@ -378,6 +399,7 @@ export class Tensor<T extends ElementType = ElementType> {
       api.fn.CreateTensorWithDataAsOrtValue(api.cpuMemoryInfo, data, this.bytes, shape, dims.length, ELEMENT_TYPES[type], o),
     )
     buffer.pin()
+    live.values++
   }
 
   /** A fresh buffer of exactly this shape, owned by the tensor (disposed with it). */
@@ -400,8 +422,11 @@ export class Tensor<T extends ElementType = ElementType> {
 
   dispose(): void {
     if (!this.value) return
+    // Its own buffer still bound somewhere: refuse before releasing anything, so nothing is left half-disposed.
+    if (this.ownsBuffer && this.buffer.pinned > 1) throw new Error('Tensor still bound; clear or dispose the binding first')
     this.api.fn.ReleaseValue(this.value)
     this.value = null
+    live.values--
     this.buffer.unpin()
     if (this.ownsBuffer) this.buffer.dispose()
   }
@@ -434,6 +459,7 @@ export class CSession {
       this.api.fn.ReleaseSession(session)
       throw e
     }
+    live.sessions++
   }
 
   get handle(): bigint {
@@ -463,6 +489,7 @@ export class CSession {
     for (const b of [...this.bindings]) b.dispose()
     this.api.fn.ReleaseSession(this.session)
     this.session = null
+    live.sessions--
     this.onDispose()
   }
 
@@ -490,6 +517,7 @@ export class CSession {
  */
 export class Binding {
   private binding: Ptr
+  private broken: string | null = null
   private readonly held = new Map<string, Tensor>()
   private readonly heldOut = new Map<string, Tensor | null>()
 
@@ -499,6 +527,7 @@ export class Binding {
     private readonly onDispose: () => void,
   ) {
     this.binding = api.out('CreateIoBinding', (o) => api.fn.CreateIoBinding(session.handle, o))
+    live.bindings++
   }
 
   private get handle(): bigint {
@@ -507,27 +536,42 @@ export class Binding {
   }
 
   bindInput(name: string, t: Tensor): this {
-    this.api.check(`BindInput(${name})`, this.api.fn.BindInput(this.handle, name, t.ortValue))
+    this.bind(`BindInput(${name})`, () => this.api.fn.BindInput(this.handle, name, t.ortValue))
     this.hold(this.held, name, t)
     return this
   }
 
   /** Binds an output to a tensor: ORT writes the result there, and fails if its shape differs. */
   bindOutput(name: string, t: Tensor): this {
-    this.api.check(`BindOutput(${name})`, this.api.fn.BindOutput(this.handle, name, t.ortValue))
+    this.bind(`BindOutput(${name})`, () => this.api.fn.BindOutput(this.handle, name, t.ortValue))
     this.hold(this.heldOut, name, t)
     return this
   }
 
   /** Lets ORT allocate the output on the CPU; read it with outputs(). */
   bindOutputToCpu(name: string): this {
-    this.api.check(`BindOutputToDevice(${name})`, this.api.fn.BindOutputToDevice(this.handle, name, this.api.cpuMemoryInfo))
+    this.bind(`BindOutputToDevice(${name})`, () => this.api.fn.BindOutputToDevice(this.handle, name, this.api.cpuMemoryInfo))
     this.hold(this.heldOut, name, null)
     return this
   }
 
   run(): void {
     this.api.check('RunWithBinding', this.api.fn.RunWithBinding(this.session.handle, null, this.handle))
+  }
+
+  /**
+   * A failed bind leaves ORT's binding inconsistent (1.30: an unknown input name is recorded in one of its two
+   * tables and not the other, so every later BindInput fails with "Size mismatch"): the binding is then refused
+   * until disposed, and the caller makes a new one.
+   */
+  private bind(call: string, f: () => Ptr): void {
+    if (this.broken) throw new Error(`binding unusable after a failed bind (${this.broken}); dispose it and create another`)
+    try {
+      this.api.check(call, f())
+    } catch (e) {
+      this.broken = call
+      throw e
+    }
   }
 
   /**
@@ -566,6 +610,7 @@ export class Binding {
     if (!this.binding) return
     this.api.fn.ReleaseIoBinding(this.binding)
     this.binding = null
+    live.bindings--
     this.release(this.held)
     this.release(this.heldOut)
     this.onDispose()
@@ -601,7 +646,8 @@ export class Binding {
     if (!type) throw new Error(`output element type ${code} is not supported`)
     const bytes = dims.reduce((a, b) => a * b, 1) * ELEMENT_BYTES[type]
     const data = this.api.out('GetTensorMutableData', (o) => f.GetTensorMutableData(value, o))
-    const copy = bytes > 0 ? koffi.view(data, bytes).slice(0) : new ArrayBuffer(0)
+    const copy = new ArrayBuffer(bytes)
+    if (bytes > 0) new Uint8Array(copy).set(koffi.decode(data, 'uint8_t', bytes) as Uint8Array)
     return { type, dims, data: viewOf(type, copy, 0, bytes / ELEMENT_BYTES[type]) }
   }
 }
