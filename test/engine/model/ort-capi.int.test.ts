@@ -5,6 +5,9 @@
 // growth. Prints the bytes a decode step moves and one step's time through each API.
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import v8 from 'node:v8'
+import vm from 'node:vm'
+import { Worker } from 'node:worker_threads'
 import * as ort from 'onnxruntime-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Binding, CSession, liveCounts, NativeBuffer, OrtCApi, OrtError, type Tensor } from '../../../src/engine/model/ort-capi.js'
@@ -17,6 +20,9 @@ const maxDiff = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
   return m
 }
 const int64 = (xs: number[]): BigInt64Array => BigInt64Array.from(xs.map(BigInt))
+/** A full garbage collection, to show that nothing ORT points at is collected under it (vitest runs without --expose-gc). */
+v8.setFlagsFromString('--expose-gc')
+const gc = vm.runInNewContext('gc') as () => void
 const shapeOf = (m: ort.InferenceSession.ValueMetadata | undefined): readonly (number | string)[] => (m && 'shape' in m ? m.shape : [])
 
 let api: OrtCApi
@@ -129,6 +135,35 @@ describe('ort-capi: the C API on the embedded tiny model (plain ops)', () => {
       b.dispose()
       ids.dispose()
       s.dispose()
+    }
+  })
+
+  it('runs in worker threads, one after another, as the engine’s pool would, with the main thread’s answer', async () => {
+    const s = api.createSession(model(), { intraOpThreads: 1 })
+    const b = s.binding()
+    const ts = [s.alloc('int64', [1, 1]), s.alloc('int64', [1, 1]), s.alloc('int64', [1, 1]), s.alloc('float32', [1, 2, 0, 16])]
+    ;(ts[0]!.data as BigInt64Array)[0] = 7n
+    ;(ts[1]!.data as BigInt64Array)[0] = 1n
+    b.bindInput('input_ids', ts[0]!).bindInput('attention_mask', ts[1]!).bindInput('position_ids', ts[2]!)
+    for (const n of s.inputNames.slice(3)) b.bindInput(n, ts[3]!)
+    for (const n of s.outputNames) b.bindOutputToCpu(n)
+    b.run()
+    const head = Array.from((b.outputs()[0]!.data as Float32Array).subarray(0, 4))
+    b.dispose()
+    for (const t of ts) t.dispose()
+    s.dispose()
+    for (let k = 0; k < 2; k++) {
+      const w = new Worker(new URL('../../helpers/ts-worker.mjs', import.meta.url), {
+        workerData: { entry: new URL('../../helpers/ort-capi-worker.ts', import.meta.url).href, model: model() },
+      })
+      const got = await new Promise<{ version: string; head: number[]; live: Record<string, number> }>((ok, fail) => {
+        w.once('message', ok)
+        w.once('error', fail)
+      })
+      await w.terminate()
+      expect(got.version).toBe(api.version)
+      expect(got.head).toEqual(head)
+      expect(got.live).toEqual({ buffers: 0, values: 0, bindings: 0, sessions: 0, apis: 0 })
     }
   })
 
@@ -283,8 +318,11 @@ describe.skipIf(!haveFixtures)('ort-capi: GroupQueryAttention with present bound
     const bindKv = (): void => void tensors.forEach((t, i) => b.bindInput(`past_key_values.${kvNames[i]}`, t).bindOutput(`present.${kvNames[i]}`, t))
     let len = 0
     const crossed: number[] = []
+    const addresses = [...kv.values()].map((buf) => buf.address)
     for (let at = 0, k = 0; at < tokens.length; k++) {
       const n = at === 0 ? P : 1
+      gc() // the cache's memory neither moves nor goes while ORT points at it
+      expect([...kv.values()].map((buf) => buf.address)).toEqual(addresses)
       bindKv()
       const r = step(b, [tokens.slice(at, at + n)], [len])
       expect(maxDiff(r.logits, want[k]!)).toBeLessThanOrEqual(1e-5)
@@ -351,12 +389,12 @@ describe.skipIf(!haveFixtures)('ort-capi: GroupQueryAttention with present bound
     // Warm ORT's arena, V8 and malloc first: freed ArrayBuffers (the 128 KB logits of each step) stay in malloc's
     // heap for reuse, a rise that stops; a leak keeps rising.
     run(1000)
-    global.gc?.()
+    gc()
     const rss0 = process.memoryUsage().rss
     const t0 = performance.now()
     run(2000)
     const ms = performance.now() - t0
-    global.gc?.()
+    gc()
     const grown = (process.memoryUsage().rss - rss0) / 2 ** 20
     console.log(`[ort-capi] 2,000 steps in ${ms.toFixed(0)} ms (${((ms / 2000) * 1000).toFixed(0)} µs/step); RSS grew ${grown.toFixed(2)} MiB`)
     expect(liveCounts()).toEqual(before)
