@@ -1,5 +1,8 @@
 // Builds the embedded default model bundle (Llama architecture, seeded random weights, real BPE tokenizer) in
-// the Hugging Face ONNX export layout, and makes sure one exists before the engine loads it.
+// the Hugging Face ONNX export layout (plain-op attention, graph.ts) or the onnxruntime-genai layout
+// (GroupQueryAttention, gqa-graph.ts), and makes sure one exists before the engine loads it (plain form only: its
+// config.json records the builder version that made it; genai_config.json has no room for that, since
+// onnxruntime-genai refuses keys it does not know).
 // The builder is not part of the runtime engine (which imports nothing from here). Imports: shared, and the
 // engine's ONNX protobuf codec (src/engine/model/onnx-proto.ts: the one definition of the file format it writes).
 import { randomBytes } from 'node:crypto'
