@@ -140,8 +140,8 @@ export class OrtCApi {
   readonly libraryPath: string
   private readonly f: Record<keyof typeof API, Fn>
   private env: Ptr
-  private cpuInfo: Ptr
-  private allocator: Ptr
+  private cpuInfo: Ptr = null
+  private allocator: Ptr = null
   private readonly sessions = new Set<CSession>()
 
   private constructor(libraryPath: string) {
@@ -203,10 +203,16 @@ export class OrtCApi {
     // ORT_LOGGING_LEVEL_WARNING, as onnxruntime-node's default; the OrtEnv is one per process inside ORT, shared
     // (and reference-counted) with onnxruntime-node's own when both are loaded.
     this.env = this.out('CreateEnv', (o) => this.f.CreateEnv(2, 'onnxd', o))
-    // OrtArenaAllocator, OrtMemTypeDefault: plain CPU memory, for tensors over memory this module owns.
-    this.cpuInfo = this.out('CreateCpuMemoryInfo', (o) => this.f.CreateCpuMemoryInfo(1, 0, o))
-    // ORT's default CPU allocator is owned by ORT and never released.
-    this.allocator = this.out('GetAllocatorWithDefaultOptions', (o) => this.f.GetAllocatorWithDefaultOptions(o))
+    try {
+      // OrtArenaAllocator, OrtMemTypeDefault: plain CPU memory, for tensors over memory this module owns.
+      this.cpuInfo = this.out('CreateCpuMemoryInfo', (o) => this.f.CreateCpuMemoryInfo(1, 0, o))
+      // ORT's default CPU allocator is owned by ORT and never released.
+      this.allocator = this.out('GetAllocatorWithDefaultOptions', (o) => this.f.GetAllocatorWithDefaultOptions(o))
+    } catch (e) {
+      if (this.cpuInfo) this.f.ReleaseMemoryInfo(this.cpuInfo)
+      this.f.ReleaseEnv(this.env)
+      throw e
+    }
     live.apis++
   }
 
@@ -405,9 +411,14 @@ export class Tensor<T extends ElementType = ElementType> {
   /** A fresh buffer of exactly this shape, owned by the tensor (disposed with it). */
   static alloc<T extends ElementType>(api: OrtCApi, type: T, dims: readonly number[]): Tensor<T> {
     const buf = new NativeBuffer(dims.reduce((a, b) => a * b, 1) * ELEMENT_BYTES[type])
-    const t = new Tensor(api, buf, type, dims)
-    t.ownsBuffer = true
-    return t
+    try {
+      const t = new Tensor(api, buf, type, dims)
+      t.ownsBuffer = true
+      return t
+    } catch (e) {
+      buf.dispose()
+      throw e
+    }
   }
 
   get ortValue(): bigint {
