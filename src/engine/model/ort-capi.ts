@@ -35,6 +35,7 @@ const API = {
   CreateSessionOptions: 10,
   SetSessionGraphOptimizationLevel: 23,
   SetIntraOpNumThreads: 24,
+  AddSessionConfigEntry: 130,
   SessionGetInputCount: 30,
   SessionGetOutputCount: 31,
   SessionGetInputName: 36,
@@ -167,6 +168,7 @@ export class OrtCApi {
       CreateSessionOptions: fn('CreateSessionOptions', `${S} f(_Out_ void **out)`),
       SetSessionGraphOptimizationLevel: fn('SetSessionGraphOptimizationLevel', `${S} f(void *options, int level)`),
       SetIntraOpNumThreads: fn('SetIntraOpNumThreads', `${S} f(void *options, int n)`),
+      AddSessionConfigEntry: fn('AddSessionConfigEntry', `${S} f(void *options, const char *key, const char *value)`),
       SessionGetInputCount: fn('SessionGetInputCount', `${S} f(void *session, _Out_ size_t *out)`),
       SessionGetOutputCount: fn('SessionGetOutputCount', `${S} f(void *session, _Out_ size_t *out)`),
       SessionGetInputName: fn('SessionGetInputName', `${S} f(void *session, size_t i, void *allocator, _Out_ void **out)`),
@@ -259,13 +261,18 @@ export class OrtCApi {
    * A session over an ONNX file (external data is found next to it) or over model bytes (ORT copies what it needs
    * during the call; the bytes may be dropped after).
    */
-  createSession(model: string | Uint8Array, opts: { intraOpThreads?: number; graphOptimization?: GraphOptimization } = {}): CSession {
+  createSession(
+    model: string | Uint8Array,
+    opts: { intraOpThreads?: number; graphOptimization?: GraphOptimization; config?: Readonly<Record<string, string>> } = {},
+  ): CSession {
     const env = this.live(this.env)
     const options = this.out('CreateSessionOptions', (o) => this.f.CreateSessionOptions(o))
     try {
       if (opts.intraOpThreads !== undefined) this.check('SetIntraOpNumThreads', this.f.SetIntraOpNumThreads(options, opts.intraOpThreads))
       const level = OPT_LEVEL[opts.graphOptimization ?? 'all']
       this.check('SetSessionGraphOptimizationLevel', this.f.SetSessionGraphOptimizationLevel(options, level))
+      // Session config entries (AddSessionConfigEntry), e.g. session.model_external_initializers_file_folder_path.
+      for (const [k, v] of Object.entries(opts.config ?? {})) this.check('AddSessionConfigEntry', this.f.AddSessionConfigEntry(options, k, v))
       const session =
         typeof model === 'string'
           ? this.out('CreateSession', (o) => this.f.CreateSession(env, model, options, o))
@@ -309,9 +316,17 @@ export class NativeBuffer {
   private ptr: bigint
   private pins = 0
 
-  constructor(readonly bytes: number) {
+  /**
+   * A fresh buffer of `bytes`, or `over` an ArrayBuffer the caller already has (memory JS code owns, such as the
+   * engine's KV cache; it must not be detached or resized while a tensor uses it). `over` must not be empty.
+   */
+  constructor(
+    readonly bytes: number,
+    over?: ArrayBuffer,
+  ) {
+    if (over && over.byteLength < Math.max(1, bytes)) throw new RangeError(`a ${over.byteLength}-byte ArrayBuffer cannot hold ${bytes} bytes`)
     // At least one byte, so that a zero-sized tensor still has an address.
-    this.ab = new ArrayBuffer(Math.max(1, bytes))
+    this.ab = over ?? new ArrayBuffer(Math.max(1, bytes))
     this.ptr = koffi.address(this.ab)
     if (!this.ptr) throw new Error(`no address for a ${bytes}-byte buffer`)
     live.buffers++

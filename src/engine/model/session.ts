@@ -11,6 +11,7 @@ import type { Provider } from '../../shared/model.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
 import { externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
+import { CapiRunner, type Runtime } from './capi-session.js'
 
 export type IntDtype = 'int64' | 'int32'
 export type KvDtype = 'float32' | 'float16'
@@ -61,6 +62,8 @@ export interface SessionOptions {
   intraOpThreads?: number
   /** Keep logits for every position (tests comparing whole forward passes); by default only the last is computed. */
   allLogits?: boolean
+  /** Run steps through onnxruntime-node's JS API ('js', the default) or ORT's C API ('capi', capi-session.ts). */
+  runtime?: Runtime
 }
 
 /** A forward step over a batch: `rows` × `seq` new tokens, on top of `past` (seq length `pastLen`). */
@@ -167,12 +170,22 @@ const intTensor = (dtype: IntDtype, src: ArrayLike<number>, dims: number[]): ort
   return new ort.Tensor('int64', a, dims)
 }
 
+/** A step's outputs by name: the JS API's tensors, or views over the C runner's buffers. */
+type StepOutputs = Record<string, { data: unknown; dims: readonly number[] }>
+
 export class DecoderSession {
   private constructor(
-    private readonly session: ort.InferenceSession,
+    /** Null once the C runner serves the steps (the JS session only discovered the signature). */
+    private session: ort.InferenceSession | null,
     readonly signature: Signature,
     readonly provider: Provider,
+    private readonly capi: CapiRunner | null = null,
   ) {}
+
+  /** Which API runs the steps: 'capi' only when asked for and the C API loaded (else it falls back to 'js'). */
+  get runtime(): Runtime {
+    return this.capi ? 'capi' : 'js'
+  }
 
   static async create(bundle: Bundle, opts: SessionOptions = {}): Promise<DecoderSession> {
     let provider: Provider = opts.provider ?? 'cpu'
@@ -206,7 +219,18 @@ export class DecoderSession {
     sig.logits.lastOnly = g.lastLogitsOnly
     sig.nextToken = g.nextToken
     if (bundle.padding === 'right') sig.kv.present = 'in-place'
-    const s = new DecoderSession(session, sig, provider)
+    let capi: CapiRunner | null = null
+    if (opts.runtime === 'capi' && provider === 'cpu') {
+      try {
+        capi = CapiRunner.create(g.model, sig, { externalDir: dirname(bundle.onnxPath), intraOpThreads: opts.intraOpThreads })
+      } catch (e) {
+        process.emitWarning(`runtime 'capi' cannot load ${bundle.onnxPath}, running steps through the JS API: ${(e as Error).message}`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
+      }
+      if (capi) {
+        await session.release()
+      }
+    }
+    const s = new DecoderSession(capi ? null : session, sig, provider, capi)
     s.chunkedPrefill = await s.probeChunkedPrefill()
     return s
   }
@@ -220,8 +244,10 @@ export class DecoderSession {
 
   private async probeChunkedPrefill(): Promise<boolean> {
     const one = await this.forward({ rows: 1, seq: 1, pastLen: 0, ids: Int32Array.of(0), mask: Uint8Array.of(1), positions: Int32Array.of(0), past: this.emptyPast(1) }, [])
+    // A copy: the C runner's outputs are views over buffers its next step reuses.
+    const past = one.present.map((t) => ({ data: t.data.slice(), dims: t.dims }))
     try {
-      await this.forward({ rows: 1, seq: 2, pastLen: 1, ids: Int32Array.of(0, 0), mask: Uint8Array.of(1, 1, 1), positions: Int32Array.of(1, 2), past: one.present }, [])
+      await this.forward({ rows: 1, seq: 2, pastLen: 1, ids: Int32Array.of(0, 0), mask: Uint8Array.of(1, 1, 1), positions: Int32Array.of(1, 2), past }, [])
       return true
     } catch {
       return false
@@ -253,7 +279,8 @@ export class DecoderSession {
     }
     let logits: Float32Array
     if (src instanceof Float32Array && src.length === picks.length * V && picks.every((p, i) => p === i)) {
-      // A decode step wants every row in order: ORT's output (already a fresh JS copy) is the answer as it is.
+      // A decode step wants every row in order: ORT's output (a fresh JS copy, or the C runner's buffer, which
+      // holds until the next step) is the answer as it is.
       logits = src
     } else {
       logits = new Float32Array(picks.length * V)
@@ -274,7 +301,10 @@ export class DecoderSession {
     return { tokens: Int32Array.from(ids, Number), present: this.present(out) }
   }
 
-  private async run(x: ForwardInput, fetches?: string[]): Promise<ort.InferenceSession.ReturnType> {
+  private async run(x: ForwardInput, fetches?: string[]): Promise<StepOutputs> {
+    if (this.capi) return this.capi.run(x, fetches, this.gate)
+    const session = this.session
+    if (!session) throw new OnnxdError('internal', 'session used after dispose()')
     const sig = this.signature
     const feeds: Record<string, ort.Tensor> = {}
     feeds[sig.ids.name] = intTensor(sig.ids.dtype, x.ids, [x.rows, x.seq])
@@ -284,7 +314,7 @@ export class DecoderSession {
       feeds[n] = new ort.Tensor(sig.kv.dtype, x.past[i].data, x.past[i].dims)
     })
     try {
-      return await this.gated(() => (fetches ? this.session.run(feeds, fetches) : this.session.run(feeds)))
+      return await this.gated(() => (fetches ? session.run(feeds, fetches) : session.run(feeds)))
     } catch (e) {
       if (e instanceof OnnxdError) throw e
       throw new OnnxdError('internal', `forward step failed: ${(e as Error).message}`)
@@ -336,14 +366,16 @@ export class DecoderSession {
     }
   }
 
-  private present(out: ort.InferenceSession.ReturnType): KvTensor[] {
+  private present(out: StepOutputs): KvTensor[] {
     return this.signature.kv.presentNames.map((n) => ({ data: out[n].data as KvData, dims: [...out[n].dims] }))
   }
 
   async dispose(): Promise<void> {
     if (this.gate && !this.gate.enter()) return // the thread is being terminated, which releases the session
     try {
-      await this.session.release()
+      this.capi?.dispose()
+      await this.session?.release()
+      this.session = null
     } finally {
       this.gate?.exit()
     }

@@ -1,0 +1,129 @@
+// runtime 'capi' (capi-session.ts): the engine's steps through ORT's C API give the JS API's tokens and logits, on
+// the tiny default model (plain attention) and its GroupQueryAttention build, alone and in a batch of different
+// lengths; an ORT failure on the C path ends the affected requests with an error event; and decode step times of
+// both paths at batch 1 and 16 (printed, not asserted).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { buildModel } from '../../../src/builder/index.js'
+import { Engine } from '../../../src/engine/engine.js'
+import type { ForwardInput } from '../../../src/engine/model/session.js'
+import { runRequest } from '../../helpers/engine-run.js'
+import { defaultModelDir } from '../../helpers/fixtures.js'
+
+const prompt = (n: number, salt: number, vocab: number): number[] => Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 3) % vocab)
+
+let root: string
+let gqaDir: string
+beforeAll(async () => {
+  root = await mkdtemp(join(tmpdir(), 'onnxd-capi-'))
+  gqaDir = (await buildModel({ preset: 'tiny', outDir: join(root, 'gqa'), seed: 0, attention: 'gqa' })).dir
+})
+afterAll(async () => {
+  await rm(root, { recursive: true, force: true })
+})
+
+const MODELS = [
+  { name: 'tiny (plain attention)', dir: () => defaultModelDir() },
+  { name: 'tiny (GroupQueryAttention, in-place present)', dir: () => gqaDir },
+]
+
+for (const m of MODELS) {
+  describe(`runtime capi: ${m.name}`, () => {
+    let js: Engine
+    let capi: Engine
+    beforeAll(async () => {
+      js = await Engine.load({ modelDir: m.dir(), intraOpThreads: 1 })
+      capi = await Engine.load({ modelDir: m.dir(), intraOpThreads: 1, runtime: 'capi' })
+    })
+    afterAll(async () => {
+      await js?.close()
+      await capi?.close()
+    })
+
+    it('runs on the C API when asked, on the JS API by default', () => {
+      expect(js.model.session.runtime).toBe('js')
+      expect(capi.model.session.runtime).toBe('capi')
+    })
+
+    it('gives the JS path greedy tokens, alone and in a batch of different lengths', async () => {
+      const V = js.model.vocab
+      const reqs = [11, 3, 25, 7].map((n, i) => ({ input_ids: prompt(n, i + 1, V), max_tokens: 12 + 3 * i, temperature: 0, ignore_eos: true }))
+      const alone = await runRequest(js, reqs[0])
+      const aloneC = await runRequest(capi, reqs[0])
+      expect(aloneC.end.type).toBe('done')
+      expect(aloneC.ids).toEqual(alone.ids)
+      const want = await Promise.all(reqs.map((r) => runRequest(js, r)))
+      const got = await Promise.all(reqs.map((r) => runRequest(capi, r)))
+      for (let i = 0; i < reqs.length; i++) {
+        expect(got[i].end.type).toBe('done')
+        expect(got[i].ids).toEqual(want[i].ids)
+      }
+      expect(got[0].ids).toEqual(alone.ids)
+    })
+
+    it('gives the JS path logits for a prefill and a decode step over the engine cache (forward)', async () => {
+      const a = js.model.session
+      const b = capi.model.session
+      const V = js.model.vocab
+      const ids = Int32Array.from(prompt(5, 9, V))
+      const x: ForwardInput = { rows: 1, seq: 5, pastLen: 0, ids, mask: new Uint8Array(5).fill(1), positions: Int32Array.from([0, 1, 2, 3, 4]), past: a.emptyPast(1) }
+      const ra = await a.forward(x, [4])
+      const la = ra.logits.slice()
+      const rb = await b.forward({ ...x, past: b.emptyPast(1) }, [4])
+      expect(rb.present.map((t) => t.dims)).toEqual(ra.present.map((t) => t.dims))
+      let max = 0
+      for (let i = 0; i < V; i++) max = Math.max(max, Math.abs(la[i] - rb.logits[i]))
+      expect(max).toBeLessThan(1e-4)
+      for (let i = 0; i < ra.present.length; i++) {
+        const p = ra.present[i].data
+        const q = rb.present[i].data
+        let d = 0
+        for (let k = 0; k < p.length; k++) d = Math.max(d, Math.abs(p[k] - q[k]))
+        expect(d).toBeLessThan(1e-4)
+      }
+    })
+
+    it('ends the affected requests with an error event when ORT fails on the C path, and serves again after', async () => {
+      const V = capi.model.vocab
+      const session = capi.model.session as unknown as { capi: { run: (...a: unknown[]) => Promise<unknown> } }
+      const runner = session.capi
+      const real = runner.run.bind(runner)
+      let fail = true
+      // An input the graph refuses: ORT answers RunWithBinding with an error status.
+      runner.run = (x: unknown, ...rest: unknown[]) => real(fail ? { ...(x as ForwardInput), mask: new Uint8Array(0), pastLen: -1 } : x, ...rest)
+      try {
+        const r = await runRequest(capi, { input_ids: prompt(4, 3, V), max_tokens: 4, temperature: 0, ignore_eos: true })
+        expect(r.end.type).toBe('error')
+      } finally {
+        fail = false
+        runner.run = real
+      }
+      const ok = await runRequest(capi, { input_ids: prompt(4, 3, V), max_tokens: 4, temperature: 0, ignore_eos: true })
+      expect(ok.end.type).toBe('done')
+      expect(ok.ids).toHaveLength(4)
+    })
+  })
+}
+
+describe('runtime capi: decode step time on the tiny model (reported, not asserted)', () => {
+  it('times decode steps at batch 1 and 16, JS vs C', async () => {
+    const lines: string[] = []
+    for (const runtime of ['js', 'capi'] as const) {
+      for (const batch of [1, 16]) {
+        const secs: number[] = []
+        const e = await Engine.load({ modelDir: defaultModelDir(), intraOpThreads: 1, runtime }, { onStep: (s) => s.phase === 'decode' && s.batch === batch && secs.push(s.seconds) })
+        try {
+          const V = e.model.vocab
+          await Promise.all(Array.from({ length: batch }, (_, i) => runRequest(e, { input_ids: prompt(8, i, V), max_tokens: 40, temperature: 0, ignore_eos: true })))
+        } finally {
+          await e.close()
+        }
+        const s = secs.slice(5).sort((a, b) => a - b)
+        lines.push(`${runtime} batch ${batch}: median ${(s[Math.floor(s.length / 2)] * 1000).toFixed(3)} ms over ${s.length} steps`)
+      }
+    }
+    console.log(`decode step, tiny model, intraOpThreads 1:\n  ${lines.join('\n  ')}`)
+  }, 60_000)
+})
