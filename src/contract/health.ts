@@ -13,6 +13,8 @@ export const HealthBody = Type.Object({
   status: HealthStatus,
   models: Type.Array(Type.String()),
   provider: Type.String(),
+  /** The ORT API the steps run on: 'js' (onnxruntime-node) or 'capi' (the C API); 'js' when 'capi' could not load. */
+  runtime: Type.Optional(Type.Union([Type.Literal('js'), Type.Literal('capi')])),
   /** Worker threads configured, and those with the model loaded. */
   workers: Type.Object({ total: Type.Integer(), ready: Type.Integer() }),
   running: Type.Integer(),

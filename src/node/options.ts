@@ -6,7 +6,7 @@ import { Type, type Static } from '@sinclair/typebox'
 import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
 import { flagInput, loadOptions, optionFlags, optionName, type Env, type OptionsSpec } from '../shared/options.js'
 import { DEFAULT_MODEL_DIR, DTYPES, modelIdFor, PROVIDERS } from '../shared/model.js'
-import type { PoolOptions } from '../engine/index.js'
+import { RUNTIMES, type PoolOptions } from '../engine/index.js'
 
 export { DEFAULT_MODEL_DIR }
 
@@ -29,6 +29,11 @@ export const NodeOptions = Type.Object(
     deviceId: Type.Integer({ minimum: 0, default: 0 }),
     /** Run on CPU when the requested GPU provider is missing, instead of failing start-up. */
     allowCpuFallback: Type.Boolean({ default: false }),
+    /** Which ORT API runs the steps: onnxruntime-node's JS API, or ORT's C API (CPU; falls back to js where it cannot load). */
+    runtime: Type.Union(
+      RUNTIMES.map((r) => Type.Literal(r)),
+      { default: 'js' },
+    ),
     /** Worker threads, each an engine replica with its own session. One worker using all cores suits CPU best. */
     workers: Type.Integer({ minimum: 1, maximum: 256, default: 1 }),
     /** ONNX Runtime intra-op threads per worker; 0 = all cores. */
@@ -68,6 +73,7 @@ export const NODE_ENV: Record<Field, string> = {
   provider: 'ONNXD_PROVIDER',
   deviceId: 'ONNXD_DEVICE_ID',
   allowCpuFallback: 'ONNXD_ALLOW_CPU_FALLBACK',
+  runtime: 'ONNXD_RUNTIME',
   workers: 'ONNXD_WORKERS',
   intraOpThreads: 'ONNXD_INTRA_OP_THREADS',
   maxRunning: 'ONNXD_MAX_RUNNING',
@@ -145,6 +151,7 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
     provider: opts.provider,
     deviceId: opts.deviceId,
     allowCpuFallback: opts.allowCpuFallback,
+    runtime: opts.runtime,
     workers: opts.workers,
     intraOpThreads: opts.intraOpThreads,
     maxRunning: opts.maxRunning,

@@ -31,6 +31,7 @@ describe('GET /health', () => {
       status: 'ready',
       models: ['onnxd-tiny'],
       provider: 'cpu',
+      runtime: 'js',
       workers: { total: 2, ready: 2 },
       running: 3,
       waiting: 2,

@@ -8,10 +8,6 @@ import { OnnxdError } from '../../shared/errors.js'
 import { NativeBuffer, OrtCApi, type Binding, type CSession, type ElementType, type Tensor } from './ort-capi.js'
 import type { ForwardInput, KvData, Signature } from './session.js'
 
-/** Which ORT API runs the steps: onnxruntime-node's JS API, or the C API through koffi. */
-export type Runtime = 'js' | 'capi'
-export const RUNTIMES: readonly Runtime[] = ['js', 'capi']
-
 /** One output of a step, viewed over the runner's buffer (or the JS API's fresh one). */
 export interface StepValue {
   data: KvData | BigInt64Array

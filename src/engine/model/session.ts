@@ -11,7 +11,8 @@ import type { Provider } from '../../shared/model.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
 import { externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
-import { CapiRunner, type Runtime } from './capi-session.js'
+import { CapiRunner } from './capi-session.js'
+import type { Runtime } from './runtime.js'
 
 export type IntDtype = 'int64' | 'int32'
 export type KvDtype = 'float32' | 'float16'
@@ -220,7 +221,9 @@ export class DecoderSession {
     sig.nextToken = g.nextToken
     if (bundle.padding === 'right') sig.kv.present = 'in-place'
     let capi: CapiRunner | null = null
-    if (opts.runtime === 'capi' && provider === 'cpu') {
+    if (opts.runtime === 'capi' && provider !== 'cpu') {
+      process.emitWarning(`runtime 'capi' runs on CPU only: provider ${provider} runs its steps through the JS API`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
+    } else if (opts.runtime === 'capi') {
       try {
         capi = CapiRunner.create(g.model, sig, { externalDir: dirname(bundle.onnxPath), intraOpThreads: opts.intraOpThreads })
       } catch (e) {

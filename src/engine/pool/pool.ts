@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto'
 import { BroadcastChannel, MessageChannel } from 'node:worker_threads'
 import { Piscina } from 'piscina'
 import { fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
-import type { EngineClient, EngineObserver, PoolHealth, PoolOptions, Provider, WorkerHealth } from '../index.js'
+import type { EngineClient, EngineObserver, PoolHealth, PoolOptions, Provider, Runtime, WorkerHealth } from '../index.js'
 import type { EngineOptions } from '../engine.js'
 import { batcherOptions } from '../engine.js'
 import type { EngineRequest, EngineStats, SeqEvent } from '../types.js'
@@ -59,7 +59,7 @@ export class EnginePool implements EngineClient {
   private readonly heartbeatTimeoutMs: number
   private readonly stallTimeoutMs: number
   private readonly engineOptions: EngineOptions
-  private info: { model: string; contextLength: number; provider: Provider } | null = null
+  private info: { model: string; contextLength: number; provider: Provider; runtime: Runtime } | null = null
   private bound: PromptBound | null = null
   private draining = false
   private closing = false
@@ -91,6 +91,7 @@ export class EnginePool implements EngineClient {
       provider: opts.provider,
       deviceId: opts.deviceId,
       allowCpuFallback: opts.allowCpuFallback,
+      runtime: opts.runtime,
       // One worker on CPU uses every core; several split them.
       intraOpThreads: opts.intraOpThreads || Math.max(1, Math.floor(availableParallelism() / this.nWorkers)),
       ...batcherOptions(opts),
@@ -178,7 +179,7 @@ export class EnginePool implements EngineClient {
     switch (m.type) {
       case 'ready':
         this.workers.set(m.threadId, { ready: true, stats: null })
-        this.info = { model: m.model, contextLength: m.contextLength, provider: m.provider as Provider }
+        this.info = { model: m.model, contextLength: m.contextLength, provider: m.provider as Provider, runtime: m.runtime }
         this.settleReady()
         break
       case 'failed':
@@ -357,6 +358,7 @@ export class EnginePool implements EngineClient {
       status,
       model: this.info?.model ?? this.opts.modelId ?? '',
       provider: this.info?.provider ?? this.opts.provider ?? 'cpu',
+      runtime: this.info?.runtime ?? this.opts.runtime ?? 'js',
       contextLength: this.info?.contextLength ?? null,
       workers,
       running: sum((s) => s.running + s.prefilling),

@@ -40,7 +40,7 @@ export type PortCommand = { type: 'cancel' }
 
 /** Worker -> main, on the broadcast channel. */
 export type Broadcast =
-  | { type: 'ready'; threadId: number; model: string; contextLength: number; provider: string }
+  | { type: 'ready'; threadId: number; model: string; contextLength: number; provider: string; runtime: 'js' | 'capi' }
   | { type: 'failed'; threadId: number; error: string }
   | { type: 'stats'; threadId: number; stats: EngineStats }
   | { type: 'step'; threadId: number; step: StepObservation }

@@ -31,7 +31,7 @@ async function init(): Promise<(t: Task) => Promise<null>> {
   const stats = (): void => post({ type: 'stats', threadId, stats: engine.stats() })
   // While a forward step blocks this thread the timer cannot fire: stale stats are what make a hung worker visible.
   setInterval(stats, 250).unref()
-  post({ type: 'ready', threadId, model: engine.model.id, contextLength: engine.model.contextLength, provider: engine.model.session.provider })
+  post({ type: 'ready', threadId, model: engine.model.id, contextLength: engine.model.contextLength, provider: engine.model.session.provider, runtime: engine.model.session.runtime })
   stats()
 
   return async (t: Task): Promise<null> => {

@@ -54,7 +54,7 @@ export function createRegistry(): Registry {
  * Registers every onnxd metric in `registry`. `modelName` labels the request metrics (vLLM's `model_name`);
  * `provider` is the configured provider, used by `onnxd_info` until the health source says which one runs.
  */
-export function createMetrics(registry: Registry, modelName: string, provider: string): NodeMetrics {
+export function createMetrics(registry: Registry, modelName: string, provider: string, runtime = 'js'): NodeMetrics {
   let health: (() => PoolHealth) | null = null
   const m = { model_name: modelName }
   const registers = [registry]
@@ -94,14 +94,14 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
 
   new Gauge({
     name: 'onnxd_info',
-    help: 'Always 1; labels name the served model and the execution provider that actually runs it.',
-    labelNames: ['model', 'provider'] as const,
+    help: 'Always 1; labels name the served model, the execution provider that actually runs it, and the ORT API its steps run on (js or capi).',
+    labelNames: ['model', 'provider', 'runtime'] as const,
     registers,
     collect() {
       const h = read()
       // A CPU fallback changes the provider after start: report the one running, one series only.
       this.reset()
-      this.set({ model: h?.model || modelName, provider: h?.provider ?? provider }, 1)
+      this.set({ model: h?.model || modelName, provider: h?.provider ?? provider, runtime: h?.runtime ?? runtime }, 1)
     },
   })
 

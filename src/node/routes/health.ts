@@ -13,6 +13,7 @@ export function healthBody(h: PoolHealth, draining: boolean): HealthBody {
     status,
     models: h.model ? [h.model] : [],
     provider: h.provider,
+    runtime: h.runtime ?? 'js',
     workers: { total: h.workers.length, ready: h.workers.filter((w) => w.ready).length },
     running: h.running,
     waiting: h.waiting,
