@@ -19,28 +19,29 @@ export interface NativeGateLike {
   exit(): void
 }
 
-let api: OrtCApi | null = null
-let loadFailure: string | null = null
+/** This thread's C API by library path (undefined: onnxruntime-node's), or why it could not load. */
+const apis = new Map<string | undefined, OrtCApi | string>()
 
 /**
- * This thread's C API, loaded at first use and kept for the thread's life; null where koffi or libonnxruntime cannot
- * load, with the reason emitted once (as a process warning) and remembered.
+ * This thread's C API over `libraryPath` (default: onnxruntime-node's libonnxruntime), loaded at first use and kept
+ * for the thread's life; null where it cannot load, with the reason emitted once (as a process warning) and
+ * remembered, so later sessions fall back without trying again.
  */
-export function loadCApi(): OrtCApi | null {
-  if (api) return api
-  if (loadFailure !== null) return null
+export function loadCApi(libraryPath?: string): OrtCApi | null {
+  const known = apis.get(libraryPath)
+  if (known !== undefined) return typeof known === 'string' ? null : known
   try {
-    api = OrtCApi.load()
+    const api = OrtCApi.load(libraryPath)
+    apis.set(libraryPath, api)
     return api
   } catch (e) {
-    loadFailure = (e as Error).message
-    process.emitWarning(`runtime 'capi' unavailable, running steps through onnxruntime-node's JS API: ${loadFailure}`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
+    const why = (e as Error).message
+    apis.set(libraryPath, why)
+    const lib = libraryPath ?? "onnxruntime-node's libonnxruntime"
+    process.emitWarning(`runtime 'capi' unavailable (cannot load ${lib}), running steps through the JS API: ${why}`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
     return null
   }
 }
-
-/** Why the C API could not load in this thread, or null (not tried, or loaded). */
-export const capiLoadFailure = (): string | null => loadFailure
 
 /** A buffer reused across steps, replaced by a larger one when a step needs more. */
 class Scratch {
@@ -74,8 +75,8 @@ export class CapiRunner {
    * A runner over `model` (the graph bytes the JS session runs), its external data found in `externalDir`. Null when
    * the C API cannot load here (the caller keeps the JS path); throws when it loads but refuses the model.
    */
-  static create(model: Uint8Array, sig: Signature, opts: { externalDir: string; intraOpThreads?: number }): CapiRunner | null {
-    const c = loadCApi()
+  static create(model: Uint8Array, sig: Signature, opts: { externalDir: string; intraOpThreads?: number; libraryPath?: string }): CapiRunner | null {
+    const c = loadCApi(opts.libraryPath)
     if (!c) return null
     const session = c.createSession(model, {
       intraOpThreads: opts.intraOpThreads ?? 0,

@@ -65,6 +65,8 @@ export interface SessionOptions {
   allLogits?: boolean
   /** Run steps through onnxruntime-node's JS API ('js', the default) or ORT's C API ('capi', capi-session.ts). */
   runtime?: Runtime
+  /** The libonnxruntime runtime 'capi' loads (default: onnxruntime-node's own); tests point it elsewhere. */
+  capiLibraryPath?: string
 }
 
 /** A forward step over a batch: `rows` × `seq` new tokens, on top of `past` (seq length `pastLen`). */
@@ -225,7 +227,11 @@ export class DecoderSession {
       process.emitWarning(`runtime 'capi' runs on CPU only: provider ${provider} runs its steps through the JS API`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
     } else if (opts.runtime === 'capi') {
       try {
-        capi = CapiRunner.create(g.model, sig, { externalDir: dirname(bundle.onnxPath), intraOpThreads: opts.intraOpThreads })
+        capi = CapiRunner.create(g.model, sig, {
+          externalDir: dirname(bundle.onnxPath),
+          intraOpThreads: opts.intraOpThreads,
+          libraryPath: opts.capiLibraryPath,
+        })
       } catch (e) {
         process.emitWarning(`runtime 'capi' cannot load ${bundle.onnxPath}, running steps through the JS API: ${(e as Error).message}`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
       }

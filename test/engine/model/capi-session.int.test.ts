@@ -107,6 +107,90 @@ for (const m of MODELS) {
   })
 }
 
+describe('runtime capi: the native-call gate and the fallback', () => {
+  let e: Engine
+  beforeAll(async () => {
+    e = await Engine.load({ modelDir: defaultModelDir(), intraOpThreads: 1, runtime: 'capi' })
+  })
+  afterAll(() => e?.close())
+
+  it('holds the gate from before the first native call of a step until its run on the pool thread has settled', async () => {
+    const session = e.model.session
+    const runner = (session as unknown as { capi: { run: (...a: unknown[]) => Promise<unknown> } }).capi
+    let held = 0
+    let enters = 0
+    const seen: number[] = []
+    session.gate = {
+      enter: () => {
+        enters++
+        held++
+        return true
+      },
+      exit: () => {
+        held--
+      },
+    }
+    // The binding's runAsync settles inside the runner: the gate is still held when the runner's promise resolves.
+    const real = runner.run.bind(runner)
+    runner.run = async (...a: unknown[]) => {
+      const p = real(...a)
+      seen.push(held) // after the synchronous part: the gate is held while the run is in flight
+      await p.then(
+        () => seen.push(held),
+        () => seen.push(held),
+      )
+      return p
+    }
+    try {
+      const r = await runRequest(e, { input_ids: [5, 6, 7], max_tokens: 3, temperature: 0, ignore_eos: true })
+      expect(r.end.type).toBe('done')
+    } finally {
+      runner.run = real
+      session.gate = null
+    }
+    expect(enters).toBe(3) // one prefill and two decode steps
+    expect(seen).toEqual([1, 0, 1, 0, 1, 0])
+    expect(held).toBe(0)
+  })
+
+  it('refuses a step when the gate is stopped (the thread is about to be terminated): the request ends with an error', async () => {
+    e.model.session.gate = { enter: () => false, exit: () => expect.unreachable('exit without enter') }
+    try {
+      const r = await runRequest(e, { input_ids: [5, 6, 7], max_tokens: 3, temperature: 0, ignore_eos: true })
+      expect(r.end.type).toBe('error')
+      // The batcher reports a failed step as internal, with the step's message.
+      if (r.end.type === 'error') expect(r.end.error.message).toContain('being stopped')
+    } finally {
+      e.model.session.gate = null
+    }
+  })
+
+  it("falls back to 'js', with one warning, where the library cannot load", async () => {
+    const warnings: string[] = []
+    const onWarning = (w: Error): void => {
+      if ((w as Error & { code?: string }).code === 'ONNXD_CAPI_UNAVAILABLE') warnings.push(w.message)
+    }
+    process.on('warning', onWarning)
+    const opts = { modelDir: defaultModelDir(), intraOpThreads: 1, runtime: 'capi' as const, capiLibraryPath: join(root, 'no-libonnxruntime.so') }
+    const a = await Engine.load(opts)
+    const b = await Engine.load(opts)
+    try {
+      expect(a.model.session.runtime).toBe('js')
+      expect(b.model.session.runtime).toBe('js')
+      const want = await runRequest(e, { input_ids: [9, 8, 7], max_tokens: 6, temperature: 0, ignore_eos: true })
+      const got = await runRequest(a, { input_ids: [9, 8, 7], max_tokens: 6, temperature: 0, ignore_eos: true })
+      expect(got.ids).toEqual(want.ids)
+      await new Promise((r) => setImmediate(r))
+      expect(warnings).toHaveLength(1)
+      expect(warnings[0]).toContain('no-libonnxruntime.so')
+    } finally {
+      process.off('warning', onWarning)
+      await a.close()
+      await b.close()
+    }
+  })
+})
+
 describe('runtime capi: decode step time on the tiny model (reported, not asserted)', () => {
   it('times decode steps at batch 1 and 16, JS vs C', async () => {
     const lines: string[] = []
