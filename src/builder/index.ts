@@ -7,7 +7,7 @@
 // engine's ONNX protobuf codec (src/engine/model/onnx-proto.ts: the one definition of the file format it writes).
 import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
-import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { mkdir, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises'
 import { basename, dirname, join, resolve } from 'node:path'
 import { OnnxdError } from '../shared/errors.js'
 import { gqaGraph } from './gqa-graph.js'
@@ -154,6 +154,8 @@ export async function buildModel(opts: BuildOptions): Promise<BuildResult> {
   // other form would carry them (and the engine reads genai_config.json before config.json).
   const stale = gqa ? ['generation_config.json', 'onnx/model.onnx', 'onnx/model.onnx_data'] : ['model.onnx', 'model.onnx.data']
   for (const f of ['config.json', 'genai_config.json', ...stale]) await rm(join(dir, f), { force: true })
+  // The plain form's onnx/ folder goes too once empty (other files in it are not ours to delete).
+  if (gqa) await rmdir(join(dir, 'onnx')).catch(() => {})
 
   const bpe = trainByteLevelBpe(p.vocabSize)
   // model.onnx is written first and the config last, so a directory with its config in it is a finished bundle.

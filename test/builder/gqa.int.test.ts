@@ -328,6 +328,7 @@ describe('determinism', () => {
     await buildModel({ preset: 'tiny', outDir: dir })
     await buildModel({ preset: 'tiny', outDir: dir, attention: 'gqa' })
     expect(await listFiles(dir)).toEqual(await listFiles(gqaDir))
+    expect(existsSync(join(dir, 'onnx'))).toBe(false)
     expect(readBundle(dir).layout).toBe('genai')
     await buildModel({ preset: 'tiny', outDir: dir })
     expect(await listFiles(dir)).toEqual(await listFiles(plainDir))
