@@ -60,10 +60,20 @@ class Scratch {
   }
 }
 
+/** Each row's first `width` mask slots (right-padded rows: its ones come first). */
+function narrowMask(x: ForwardInput, width: number): Uint8Array {
+  const full = x.pastLen + x.seq
+  const m = new Uint8Array(x.rows * width)
+  for (let r = 0; r < x.rows; r++) m.set(x.mask.subarray(r * full, r * full + width), r * width)
+  return m
+}
+
 const BYTES: Record<'int32' | 'int64' | 'float32' | 'float16', number> = { int32: 4, int64: 8, float32: 4, float16: 2 }
 
 export class CapiRunner {
   private binding: Binding | null = null
+  /** Steps whose presents were written into the cache in place (what a test watches). */
+  sharedSteps = 0
   private readonly scratch = new Map<string, Scratch>()
 
   private constructor(
@@ -127,8 +137,13 @@ export class CapiRunner {
         b.bindInput(name, t)
       }
       int(sig.ids.name, sig.ids.dtype, x.ids, [x.rows, x.seq])
-      if (sig.mask) int(sig.mask.name, sig.mask.dtype, x.mask, [x.rows, x.pastLen + x.seq])
+      // Sharing presents with the past: the mask only as wide as the longest row, so that the graph's total sequence
+      // length (its width) stays within the cache's cap, where GroupQueryAttention writes.
+      const share = this.sharesPresent(x)
+      if (share) this.sharedSteps++
+      if (sig.mask) int(sig.mask.name, sig.mask.dtype, share ? narrowMask(x, share) : x.mask, [x.rows, share || x.pastLen + x.seq])
       if (sig.positions) int(sig.positions.name, sig.positions.dtype, x.positions, [x.rows, x.seq])
+      const out: Record<string, StepValue> = {}
       sig.kv.pastNames.forEach((n, i) => {
         // In place over the cache's memory; an empty past gets a one-byte buffer of its own (it needs an address).
         const p = x.past[i]
@@ -137,10 +152,16 @@ export class CapiRunner {
         const t = s.tensor(nb, sig.kv.dtype, p.dims, p.data.byteLength > 0 ? p.data.byteOffset : 0)
         tensors.push(t)
         b.bindInput(n, t)
+        const present = sig.kv.presentNames[i]
+        if (share && names.includes(present)) {
+          // GroupQueryAttention writes each row's new tokens right after its length, into the cache itself.
+          b.bindOutput(present, t)
+          out[present] = { data: p.data, dims: p.dims }
+        }
       })
-      const out: Record<string, StepValue> = {}
       const views: Array<() => void> = []
       for (const name of names) {
+        if (out[name]) continue
         const dims = this.outputDims(x, name)
         const type: ElementType = name === sig.nextToken ? 'int64' : name === sig.logits.name ? sig.logits.dtype : sig.kv.dtype
         const count = dims.reduce((a, c) => a * c, 1)
@@ -167,6 +188,26 @@ export class CapiRunner {
       for (const nb of wrapped) nb.dispose()
       gate?.exit()
     }
+  }
+
+  /**
+   * The mask width when this step's presents can be bound onto its past tensors (ORT's past_present_share_buffer),
+   * else 0. They can for a GroupQueryAttention graph ('in-place' layout) over a non-empty cache [rows, heads, cap, headDim] where every row's
+   * length plus its new tokens (the ones of its right-padded mask row) fits in cap. Otherwise the presents go to the
+   * runner's own buffers, [rows, heads, cap + seq, headDim], and the cache copies the new rows from there.
+   */
+  private sharesPresent(x: ForwardInput): number {
+    const kv = this.sig.kv
+    if (kv.present !== 'in-place' || kv.stacked || x.pastLen === 0 || !this.sig.mask) return 0
+    const width = x.pastLen + x.seq
+    let widest = 0
+    for (let r = 0; r < x.rows; r++) {
+      let n = 0
+      for (let k = r * width; k < (r + 1) * width; k++) n += x.mask[k]
+      if (n > x.pastLen) return 0
+      widest = Math.max(widest, n)
+    }
+    return widest
   }
 
   private dropBinding(): void {

@@ -25,8 +25,8 @@ afterAll(async () => {
 })
 
 const MODELS = [
-  { name: 'tiny (plain attention)', dir: () => defaultModelDir() },
-  { name: 'tiny (GroupQueryAttention, in-place present)', dir: () => gqaDir },
+  { name: 'tiny (plain attention)', dir: () => defaultModelDir(), gqa: false },
+  { name: 'tiny (GroupQueryAttention, in-place present)', dir: () => gqaDir, gqa: true },
 ]
 
 for (const m of MODELS) {
@@ -61,6 +61,10 @@ for (const m of MODELS) {
         expect(got[i].ids).toEqual(want[i].ids)
       }
       expect(got[0].ids).toEqual(alone.ids)
+      // GroupQueryAttention decode steps write their presents into the engine's cache itself; plain graphs never.
+      const shared = (capi.model.session as unknown as { capi: { sharedSteps: number } }).capi.sharedSteps
+      if (m.gqa) expect(shared).toBeGreaterThan(20)
+      else expect(shared).toBe(0)
     })
 
     it('gives the JS path logits for a prefill and a decode step over the engine cache (forward)', async () => {
@@ -192,12 +196,13 @@ describe('runtime capi: the native-call gate and the fallback', () => {
 })
 
 describe('runtime capi: decode step time on the tiny model (reported, not asserted)', () => {
-  it('times decode steps at batch 1 and 16, JS vs C', async () => {
+  it('times decode steps at batch 1 and 16, JS vs C, plain and GQA', async () => {
     const lines: string[] = []
+    for (const m of MODELS)
     for (const runtime of ['js', 'capi'] as const) {
       for (const batch of [1, 16]) {
         const secs: number[] = []
-        const e = await Engine.load({ modelDir: defaultModelDir(), intraOpThreads: 1, runtime }, { onStep: (s) => s.phase === 'decode' && s.batch === batch && secs.push(s.seconds) })
+        const e = await Engine.load({ modelDir: m.dir(), intraOpThreads: 1, runtime }, { onStep: (s) => s.phase === 'decode' && s.batch === batch && secs.push(s.seconds) })
         try {
           const V = e.model.vocab
           await Promise.all(Array.from({ length: batch }, (_, i) => runRequest(e, { input_ids: prompt(8, i, V), max_tokens: 40, temperature: 0, ignore_eos: true })))
@@ -205,7 +210,7 @@ describe('runtime capi: decode step time on the tiny model (reported, not assert
           await e.close()
         }
         const s = secs.slice(5).sort((a, b) => a - b)
-        lines.push(`${runtime} batch ${batch}: median ${(s[Math.floor(s.length / 2)] * 1000).toFixed(3)} ms over ${s.length} steps`)
+        lines.push(`${m.gqa ? 'gqa  ' : 'plain'} ${runtime.padEnd(4)} batch ${batch}: median ${(s[Math.floor(s.length / 2)] * 1000).toFixed(3)} ms over ${s.length} steps`)
       }
     }
     console.log(`decode step, tiny model, intraOpThreads 1:\n  ${lines.join('\n  ')}`)
