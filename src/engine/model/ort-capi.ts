@@ -2,8 +2,8 @@
 // onnxruntime-node installs: no second ORT, the same build and execution providers. It exists because
 // onnxruntime-node's JS API copies every output into a fresh JS buffer and cannot bind an output to memory the
 // caller owns; the C API's IoBinding can, so a GroupQueryAttention step can write its present rows straight into
-// the past buffer. Imports: koffi and Node built-ins only (the library is located next to onnxruntime-node's
-// package.json, without importing onnxruntime-node, which src/engine/model/session.ts owns).
+// the past buffer. Imports: koffi (required at first use) and Node built-ins only (the library is located next to
+// onnxruntime-node's package.json, without importing onnxruntime-node, which src/engine/model/session.ts owns).
 //
 // Memory rules, kept by the classes below:
 // - Tensor memory is an ArrayBuffer (NativeBuffer) whose off-heap backing store never moves; ORT gets its address.
@@ -15,7 +15,14 @@
 import { existsSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
-import koffi from 'koffi'
+import type Koffi from 'koffi'
+
+/**
+ * koffi, required at first use rather than imported: the engine's session module reaches this module whatever the
+ * runtime, and runtime 'js' must neither load koffi's native addon nor fail where it cannot load.
+ */
+let koffiModule: typeof Koffi | null = null
+const koffi = (): typeof Koffi => (koffiModule ??= createRequire(import.meta.url)('koffi') as typeof Koffi)
 
 /**
  * Indices into the OrtApi struct (a table of function pointers, append-only across releases; ORT keeps every
@@ -84,10 +91,10 @@ const OPT_LEVEL: Record<GraphOptimization, number> = { disable: 0, basic: 1, ext
  * koffi registers prototypes by name, once per process: each is declared here once (named `Ort<Name>`) and reused
  * by every OrtCApi loaded after.
  */
-const protos = new Map<string, ReturnType<typeof koffi.proto>>()
-function proto(name: string, signature: string): ReturnType<typeof koffi.proto> {
+const protos = new Map<string, ReturnType<typeof Koffi.proto>>()
+function proto(name: string, signature: string): ReturnType<typeof Koffi.proto> {
   let p = protos.get(name)
-  if (!p) protos.set(name, (p = koffi.proto(signature.replace(/\bf\(/, `Ort${name}(`))))
+  if (!p) protos.set(name, (p = koffi().proto(signature.replace(/\bf\(/, `Ort${name}(`))))
   return p
 }
 
@@ -96,7 +103,7 @@ function proto(name: string, signature: string): ReturnType<typeof koffi.proto> 
  * which unmaps ORT under every live session (found as a segfault at the first GC), and ORT is not made to be
  * unloaded while its OrtEnv lives.
  */
-const libraries = new Map<string, ReturnType<typeof koffi.load>>()
+const libraries = new Map<string, ReturnType<typeof Koffi.load>>()
 
 /** A pointer as koffi hands it over (a BigInt address), or null. */
 type Ptr = bigint | null
@@ -148,15 +155,15 @@ export class OrtCApi {
   private constructor(libraryPath: string) {
     this.libraryPath = libraryPath
     let lib = libraries.get(libraryPath)
-    if (!lib) libraries.set(libraryPath, (lib = koffi.load(libraryPath)))
+    if (!lib) libraries.set(libraryPath, (lib = koffi().load(libraryPath)))
     const base = lib.func('void *OrtGetApiBase()')() as Ptr
     if (!base) throw new Error(`OrtGetApiBase returned null in ${libraryPath}`)
-    const [getApi, getVersion] = koffi.decode(base, koffi.array('void *', 2)) as bigint[]
-    this.version = koffi.decode(getVersion, proto('GetVersionString', 'const char *f()'))() as string
-    const api = koffi.decode(getApi, proto('GetApi', 'void *f(uint32_t version)'))(ORT_API_VERSION) as Ptr
+    const [getApi, getVersion] = koffi().decode(base, koffi().array('void *', 2)) as bigint[]
+    this.version = koffi().decode(getVersion, proto('GetVersionString', 'const char *f()'))() as string
+    const api = koffi().decode(getApi, proto('GetApi', 'void *f(uint32_t version)'))(ORT_API_VERSION) as Ptr
     if (!api) throw new Error(`libonnxruntime ${this.version} at ${libraryPath} does not offer C API version ${ORT_API_VERSION}`)
-    const table = koffi.decode(api, koffi.array('void *', API_LENGTH)) as bigint[]
-    const fn = (name: keyof typeof API, signature: string): Fn => koffi.decode(table[API[name]], proto(name, signature)) as Fn
+    const table = koffi().decode(api, koffi().array('void *', API_LENGTH)) as bigint[]
+    const fn = (name: keyof typeof API, signature: string): Fn => koffi().decode(table[API[name]], proto(name, signature)) as Fn
     const S = 'void *' // OrtStatus*: null on success
     this.f = {
       CreateStatus: fn('CreateStatus', `${S} f(int code, const char *msg)`),
@@ -327,7 +334,7 @@ export class NativeBuffer {
     if (over && over.byteLength < Math.max(1, bytes)) throw new RangeError(`a ${over.byteLength}-byte ArrayBuffer cannot hold ${bytes} bytes`)
     // At least one byte, so that a zero-sized tensor still has an address.
     this.ab = over ?? new ArrayBuffer(Math.max(1, bytes))
-    this.ptr = koffi.address(this.ab)
+    this.ptr = koffi().address(this.ab)
     if (!this.ptr) throw new Error(`no address for a ${bytes}-byte buffer`)
     live.buffers++
   }
@@ -527,7 +534,7 @@ export class CSession {
     for (let i = 0; i < n; i++) {
       const p = this.api.out<bigint>(`SessionGet${kind}Name`, (o) => f[`SessionGet${kind}Name`](s, i, this.api.defaultAllocator, o))
       try {
-        out.push(koffi.decode.string(p))
+        out.push(koffi().decode.string(p))
       } finally {
         this.api.check('AllocatorFree', f.AllocatorFree(this.api.defaultAllocator, p))
       }
@@ -641,7 +648,7 @@ export class Binding {
     const n = Number(count[0])
     const arr = values[0] as Ptr
     if (!arr || n === 0) return []
-    const ptrs = koffi.decode(arr, koffi.array('void *', n)) as bigint[]
+    const ptrs = koffi().decode(arr, koffi().array('void *', n)) as bigint[]
     try {
       return ptrs.map((v) => this.read(v))
     } finally {
@@ -704,7 +711,7 @@ export class Binding {
     const bytes = dims.reduce((a, b) => a * b, 1) * ELEMENT_BYTES[type]
     const data = this.api.out('GetTensorMutableData', (o) => f.GetTensorMutableData(value, o))
     const copy = new ArrayBuffer(bytes)
-    if (bytes > 0) new Uint8Array(copy).set(koffi.decode(data, 'uint8_t', bytes) as Uint8Array)
+    if (bytes > 0) new Uint8Array(copy).set(koffi().decode(data, 'uint8_t', bytes) as Uint8Array)
     return { type, dims, data: viewOf(type, copy, 0, bytes / ELEMENT_BYTES[type]) }
   }
 }
