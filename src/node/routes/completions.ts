@@ -1,7 +1,6 @@
 // POST /internal/v1/completions: admits a request into the engine, answers JSON or an SSE stream, cancels the
 // sequence the moment its client disconnects. Imports: engine types, contract, shared errors, node internals.
 import { randomUUID } from 'node:crypto'
-import type { ServerResponse } from 'node:http'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { COMPLETIONS_PATH, CompletionRequest, CompletionResponse, type StreamEvent, type Usage } from '../../contract/completions.js'
@@ -13,6 +12,7 @@ import type { AdmissionState } from '../admission.js'
 import type { NodeMetrics } from '../plugins/metrics.js'
 import { ErrorBodySchema, toHttpError } from '../../shared/http-errors.js'
 import { logFailure } from '../plugins/errors.js'
+import { SseWriter } from '../../shared/sse.js'
 import { SeqChannel, type ChannelEvent } from '../seq-channel.js'
 
 export interface CompletionRouteDeps {
@@ -140,23 +140,6 @@ interface StreamCtx {
   signal: AbortSignal
 }
 
-/** Writes one SSE frame; on backpressure waits for 'drain', the socket closing, or the request being aborted. */
-function frame(res: ServerResponse, data: string, signal: AbortSignal): Promise<void> | undefined {
-  if (res.destroyed || res.writableEnded) return undefined
-  if (res.write(`data: ${data}\n\n`) || signal.aborted) return undefined
-  return new Promise<void>((resolve) => {
-    const done = (): void => {
-      res.off('drain', done)
-      res.off('close', done)
-      signal.removeEventListener('abort', done)
-      resolve()
-    }
-    res.on('drain', done)
-    res.on('close', done)
-    signal.addEventListener('abort', done)
-  })
-}
-
 /**
  * The accepted sequence as `text/event-stream`: a `data:` frame per delta with text or ids, a final frame with
  * finish reason, usage and timings, then `data: [DONE]`. An error after acceptance is a `data: {"error":…}` frame
@@ -170,58 +153,40 @@ async function streamSse(
 ): Promise<FastifyReply> {
   const { requestId: id, log, metrics, signal } = ctx
   reply.hijack()
-  const res = reply.raw
-  // A write to a socket the client reset would otherwise raise an unhandled 'error' on the response.
-  const onError = (err: Error): void => log.debug({ err }, 'stream write failed')
-  res.on('error', onError)
-  res.writeHead(200, {
-    'content-type': 'text/event-stream; charset=utf-8',
-    'cache-control': 'no-cache',
-    // No Connection header of our own: Node keeps the connection alive, or closes it after the stream when the
-    // client sent `Connection: close`.
-    'x-accel-buffering': 'no', // proxies must not buffer the stream
-    'x-request-id': id,
-  })
-  res.flushHeaders() // the client learns of acceptance now, not at the first token
+  const sse = new SseWriter(reply.raw, { 'x-request-id': id }, signal, (err) => log.debug({ err }, 'stream write failed'))
   let completionTokens = 0
-  try {
-    let e = pending ?? (await seq.next())
-    for (;;) {
-      if (e.type === 'token') {
-        completionTokens += e.tokens
-        if (e.text !== '' || e.ids.length > 0) {
-          const ev: StreamEvent = { id, text: e.text, ids: e.ids, usage: { prompt_tokens: ctx.promptTokens, completion_tokens: completionTokens } }
-          await frame(res, JSON.stringify(ev), signal)
-        }
-      } else if (e.type === 'done') {
-        // `done` is the last delta: the last sampled token, and text the detokenizer or stop matcher held back.
-        if (e.text !== '' || e.ids.length > 0) await frame(res, JSON.stringify({ id, text: e.text, ids: e.ids, usage: e.usage } satisfies StreamEvent), signal)
-        const last: StreamEvent = { id, text: '', finish_reason: e.finishReason, usage: e.usage, timings: e.timings }
-        void frame(res, JSON.stringify(last), signal)
-        log.info({ prompt_tokens: e.usage.prompt_tokens, completion_tokens: e.usage.completion_tokens, finish_reason: e.finishReason }, 'completion finished')
-        break
-      } else if (e.type === 'error') {
-        const err = fromErrorData(e.error)
-        const http = toHttpError(err)
-        logFailure(reply.request, err, http.status)
-        metrics.requestFailed(err.code)
-        const usage: Usage = { prompt_tokens: ctx.promptTokens, completion_tokens: completionTokens }
-        const ev: StreamEvent = { error: http.body.error, usage }
-        void frame(res, JSON.stringify(ev), signal)
-        break
-      } else if (e.type === 'gone') {
-        abandon(reply, log, metrics)
-        return reply
+  let e = pending ?? (await seq.next())
+  for (;;) {
+    if (e.type === 'token') {
+      completionTokens += e.tokens
+      if (e.text !== '' || e.ids.length > 0) {
+        const ev: StreamEvent = { id, text: e.text, ids: e.ids, usage: { prompt_tokens: ctx.promptTokens, completion_tokens: completionTokens } }
+        await sse.data(JSON.stringify(ev))
       }
-      // `accepted` repeated or unknown events carry nothing for the client.
-      e = await seq.next()
+    } else if (e.type === 'done') {
+      // `done` is the last delta: the last sampled token, and text the detokenizer or stop matcher held back.
+      if (e.text !== '' || e.ids.length > 0) await sse.data(JSON.stringify({ id, text: e.text, ids: e.ids, usage: e.usage } satisfies StreamEvent))
+      const last: StreamEvent = { id, text: '', finish_reason: e.finishReason, usage: e.usage, timings: e.timings }
+      void sse.data(JSON.stringify(last))
+      log.info({ prompt_tokens: e.usage.prompt_tokens, completion_tokens: e.usage.completion_tokens, finish_reason: e.finishReason }, 'completion finished')
+      break
+    } else if (e.type === 'error') {
+      const err = fromErrorData(e.error)
+      const http = toHttpError(err)
+      logFailure(reply.request, err, http.status)
+      metrics.requestFailed(err.code)
+      const usage: Usage = { prompt_tokens: ctx.promptTokens, completion_tokens: completionTokens }
+      const ev: StreamEvent = { error: http.body.error, usage }
+      void sse.data(JSON.stringify(ev))
+      break
+    } else if (e.type === 'gone') {
+      abandon(reply, log, metrics)
+      return reply
     }
-    if (!res.destroyed && !res.writableEnded) res.end('data: [DONE]\n\n')
-  } finally {
-    res.off('error', onError)
-    // Keep swallowing late socket errors after we are done with the response.
-    if (!res.writableFinished) res.once('error', () => {})
+    // `accepted` repeated or unknown events carry nothing for the client.
+    e = await seq.next()
   }
+  sse.done()
   return reply
 }
 

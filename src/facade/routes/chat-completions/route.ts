@@ -13,7 +13,8 @@ import { codeForStatus, ErrorBodySchema } from '../../../shared/http-errors.js'
 import { keyPrincipal, type KeyPrincipal } from '../../request.js'
 import type { Dispatched } from '../../router.js'
 import { ChatCompletionBody, ChatCompletionSchema, KNOWN_FIELDS, parseChatParams, type ChatParams } from './schema.js'
-import { ChunkWriter, DONE, toChatCompletion, toNodeRequest } from './translate.js'
+import { ChunkWriter, toChatCompletion, toNodeRequest } from './translate.js'
+import { SseWriter } from '../../../shared/sse.js'
 
 export function chatCompletionsRoute(app: FastifyInstance, ctx: FacadeContext): void {
   app.withTypeProvider<TypeBoxTypeProvider>().post(
@@ -91,36 +92,16 @@ async function streamChat(request: FastifyRequest, reply: FastifyReply, ctx: Fac
   if (s.d.reply.kind !== 'stream') return
   const raw = reply.raw
   reply.hijack()
-  raw.writeHead(200, {
-    ...(reply.getHeaders() as OutgoingHttpHeaders),
-    'content-type': 'text/event-stream; charset=utf-8',
-    'cache-control': 'no-cache',
-    // No Connection header of our own: a client's `Connection: close` closes the socket after the stream.
-    'x-accel-buffering': 'no',
-  })
+  const sse = new SseWriter(raw, reply.getHeaders() as OutgoingHttpHeaders, undefined, (err) => request.log.debug({ err }, 'stream write failed'))
   const out = new ChunkWriter(s.id, s.created, s.params.model, s.params.stream_options?.include_usage === true)
   const tab = ctx.meter.open(s.id, s.principal.account, s.principal.key, s.params.model)
-  const write = async (text: string): Promise<void> => {
-    if (raw.destroyed || raw.writableEnded) return
-    if (!raw.write(text)) {
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          raw.off('drain', done)
-          raw.off('close', done)
-          resolve()
-        }
-        raw.on('drain', done)
-        raw.on('close', done)
-      })
-    }
-  }
 
   let deltas = 0
   let seen: Partial<Usage> | null = null
   let final: FinalEvent | null = null
   let failure: ErrorEvent['error'] | null = null
   try {
-    await write(out.role())
+    await sse.write(out.role())
     for await (const ev of s.d.reply.events) {
       // Usage the node reports before its final event (with an error event, or running on deltas) wins over counting.
       const u = (ev as { usage?: Partial<Usage> }).usage
@@ -135,7 +116,7 @@ async function streamChat(request: FastifyRequest, reply: FastifyReply, ctx: Fac
       }
       // Deltas carry their token ids; a delta without ids counts as one token.
       deltas += Array.isArray((ev as { ids?: unknown }).ids) ? (ev as { ids: unknown[] }).ids.length : ev.text ? 1 : 0
-      if (ev.text) await write(out.content(ev.text))
+      if (ev.text) await sse.write(out.content(ev.text))
       tab.progress({ promptTokens: seen?.prompt_tokens ?? 0, completionTokens: Math.max(seen?.completion_tokens ?? 0, deltas) })
       if (s.gone.signal.aborted) break
     }
@@ -162,14 +143,13 @@ async function streamChat(request: FastifyRequest, reply: FastifyReply, ctx: Fac
     return
   }
   if (final) {
-    await write(out.finish(final.finish_reason))
-    if (s.params.stream_options?.include_usage === true) await write(out.usage(final.usage))
+    await sse.write(out.finish(final.finish_reason))
+    if (s.params.stream_options?.include_usage === true) await sse.write(out.usage(final.usage))
   } else {
     const f = failure ?? errorBody('internal', 'The inference backend ended the stream early').error
     const code = codeForStatus(typeof f.code === 'number' ? f.code : 500)
     const message = errorStatus(code) >= 500 ? 'The inference backend failed during the stream; it is safe to retry' : f.message
-    await write(`data: ${JSON.stringify(errorBody(code, message))}\n\n`)
+    await sse.data(JSON.stringify(errorBody(code, message)))
   }
-  await write(DONE)
-  raw.end()
+  sse.done()
 }

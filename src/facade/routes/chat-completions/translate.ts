@@ -3,6 +3,7 @@
 import type { ChatMessage, CompletionRequest, CompletionResponse, FinishReason, Usage } from '../../../contract/completions.js'
 import { openAiNames, SAMPLING_FIELD_NAMES } from '../../../shared/sampling.js'
 import type { ChatCompletion, ChatParams } from './schema.js'
+import { sseFrame } from '../../../shared/sse.js'
 
 function contentText(content: ChatParams['messages'][number]['content']): string {
   return typeof content === 'string' ? content : content.map((p) => p.text).join('')
@@ -55,7 +56,7 @@ export class ChunkWriter {
   private chunk(choices: unknown[], usage?: ChatCompletion['usage']): string {
     const c: Record<string, unknown> = { id: this.id, object: 'chat.completion.chunk', created: this.created, model: this.model, choices }
     if (this.includeUsage) c.usage = usage ?? null
-    return `data: ${JSON.stringify(c)}\n\n`
+    return sseFrame(JSON.stringify(c))
   }
 
   role(): string {
@@ -76,4 +77,3 @@ export class ChunkWriter {
   }
 }
 
-export const DONE = 'data: [DONE]\n\n'
