@@ -21,13 +21,14 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
+import { loadavg } from 'node:os'
 import { parseArgs } from 'node:util'
 import { buildModel, BUILDER_VERSION, type Attention } from '../src/builder/index.js'
 import { loadModel, type LoadedModel } from '../src/engine/model/load.js'
 import type { ForwardInput, KvTensor } from '../src/engine/model/session.js'
 import type { Runtime } from '../src/engine/model/runtime.js'
 import { KV_CHUNK, KvCache, kvShapeOf } from '../src/engine/scheduler/kv.js'
-import { median, printSystem, systemInfo, writeReport, type SystemInfo } from './lib/report.js'
+import { median, printSystem, rsd, systemInfo, writeReport, type SystemInfo } from './lib/report.js'
 
 export const FORMS: readonly Attention[] = ['plain', 'gqa']
 export const SWEEP_RUNTIMES: readonly Runtime[] = ['js', 'capi']
@@ -54,6 +55,11 @@ export interface SweepCell {
   /** Median of the whole step (inputs, run, append), and of the session call alone. */
   msPerStep: number
   runMsPerStep: number
+  /** The fastest step, and the relative standard deviation of the steps in percent (a shared host shows here). */
+  minMs: number
+  rsd: number
+  /** The host's 1-minute load average when the cell ended (the sweep itself keeps about intraOpThreads busy). */
+  load1: number
   /** Per step: inputs copied in, outputs JS receives (see the file's head), and their sum in MB. */
   bytes: { fed: number; fetched: number }
   mbPerStep: number
@@ -199,6 +205,9 @@ export async function runSweep(o: SweepOptions): Promise<SweepReport> {
               steps: rs.length,
               msPerStep: median(rs.map((r) => r.ms)),
               runMsPerStep: median(rs.map((r) => r.runMs)),
+              minMs: Math.min(...rs.map((r) => r.ms)),
+              rsd: rsd(rs.map((r) => r.ms)),
+              load1: loadavg()[0],
               bytes: { fed, fetched },
               mbPerStep: (fed + fetched) / 1e6,
               presentsShared: rs.every((r) => r.shared),
@@ -235,10 +244,10 @@ export async function runSweep(o: SweepOptions): Promise<SweepReport> {
 }
 
 export function formatTable(r: SweepReport): string {
-  const lines = ['form   runtime  batch  context   ms/step   MB/step  shared']
+  const lines = ['form   runtime  batch  context   ms/step    min ms   rsd   MB/step  shared']
   for (const c of r.cells) {
     lines.push(
-      `${c.form.padEnd(6)} ${c.runtime.padEnd(7)} ${String(c.batch).padStart(5)} ${String(c.context).padStart(8)} ${c.msPerStep.toFixed(2).padStart(9)} ${c.mbPerStep.toFixed(3).padStart(9)}  ${c.presentsShared ? 'yes' : 'no'}`,
+      `${c.form.padEnd(6)} ${c.runtime.padEnd(7)} ${String(c.batch).padStart(5)} ${String(c.context).padStart(8)} ${c.msPerStep.toFixed(2).padStart(9)} ${c.minMs.toFixed(2).padStart(9)} ${c.rsd.toFixed(0).padStart(4)}% ${c.mbPerStep.toFixed(3).padStart(9)}  ${c.presentsShared ? 'yes' : 'no'}`,
     )
   }
   if (r.growth.length) {

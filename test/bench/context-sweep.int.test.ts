@@ -30,6 +30,8 @@ describe('context sweep (tiny preset)', () => {
             expect(c!.msPerStep).toBeGreaterThan(0)
             expect(c!.bytes.fed).toBeGreaterThan(0)
             expect(c!.mbPerStep).toBeGreaterThan(0)
+            expect(c!.minMs).toBeGreaterThan(0)
+            expect(c!.minMs).toBeLessThanOrEqual(c!.msPerStep)
           }
     expect(report.growth).toHaveLength(FORMS.length * SWEEP_RUNTIMES.length * 2)
     expect(report.system.cores).toBeGreaterThan(0)
