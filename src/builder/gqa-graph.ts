@@ -6,7 +6,7 @@
 // genai's builder does. The weights are the plain form's (graph.ts): the same seeded streams under genai's names,
 // q/k/v side by side in one packed weight, so both forms give the same logits for the same tokens.
 import { AttrType, DataType, type Attribute, type ValueInfo } from '../engine/model/onnx-proto.js'
-import { GraphBuilder, attrI, attrInts, valueInfo, type DecoderGraph, type WeightInit, type WeightSpec } from './graph.js'
+import { attrI, attrInts, graphStart, valueInfo, type DecoderGraph, type WeightInit } from './graph.js'
 import type { Preset } from './presets.js'
 
 /** TensorProto.DataType INT32 (onnx-proto.ts lists only the types the plain form uses). */
@@ -30,14 +30,7 @@ function rotaryCache(p: Preset, fn: (x: number) => number): () => Float32Array {
 }
 
 export function gqaGraph(p: Preset): DecoderGraph {
-  if (p.headDim % 2 !== 0) throw new Error(`headDim must be even for RoPE. Given: ${p.headDim}`)
-  if (p.heads % p.kvHeads !== 0) throw new Error(`heads must be a multiple of kvHeads. Given: ${p.heads} and ${p.kvHeads}`)
-  const g = new GraphBuilder()
-  const weights: WeightSpec[] = []
-  const weight = (name: string, dims: number[], init: WeightInit, parameter = true): string => {
-    weights.push({ name, dims, init, parameter })
-    return name
-  }
+  const { g, weights, weight } = graphStart(p)
   // The plain form's weight names are the seeded streams (graph.ts), so the values match it.
   const normal = (stream: string): WeightInit => ({ kind: 'normal', std: p.initStd, stream })
   const c = p.hiddenSize

@@ -108,15 +108,24 @@ function ropeTable(p: Preset, fn: (x: number) => number): () => Float32Array {
   }
 }
 
-export function llamaGraph(p: Preset): DecoderGraph {
+/** What both graph forms start from: the preset's shape checks, a graph builder and the list their weights go to. */
+export function graphStart(p: Preset): {
+  g: GraphBuilder
+  weights: WeightSpec[]
+  weight: (name: string, dims: number[], init: WeightInit, parameter?: boolean) => string
+} {
   if (p.headDim % 2 !== 0) throw new Error(`headDim must be even for RoPE. Given: ${p.headDim}`)
   if (p.heads % p.kvHeads !== 0) throw new Error(`heads must be a multiple of kvHeads. Given: ${p.heads} and ${p.kvHeads}`)
-  const g = new GraphBuilder()
   const weights: WeightSpec[] = []
   const weight = (name: string, dims: number[], init: WeightInit, parameter = true): string => {
     weights.push({ name, dims, init, parameter })
     return name
   }
+  return { g: new GraphBuilder(), weights, weight }
+}
+
+export function llamaGraph(p: Preset): DecoderGraph {
+  const { g, weights, weight } = graphStart(p)
   const normal: WeightInit = { kind: 'normal', std: p.initStd }
   const c = p.hiddenSize
   const qDim = p.heads * p.headDim
