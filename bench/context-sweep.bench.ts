@@ -2,8 +2,8 @@
 // preset (plain-op attention and GroupQueryAttention) and both step runtimes of DecoderSession ('js':
 // onnxruntime-node's JS API, 'capi': ORT's C API through koffi), at each batch and context.
 //
-//   npx tsx bench/context-sweep.bench.ts [--preset 135m] [--contexts 256,1024,4096] [--batches 1,16] [--steps N]
-//                                        [--big-steps N] [--out DIR] [--models-dir .cache/models] [--threads 0]
+//   npx tsx bench/context-sweep.bench.ts [--preset 135m] [--forms plain,gqa] [--contexts 256,1024,4096]
+//        [--batches 1,16] [--steps N] [--big-steps N] [--out DIR] [--models-dir .cache/models] [--threads 0]
 //
 // A step is driven the way the batcher's decodeStep drives it: a KvCache of `batch` rows, each holding context - 1
 // tokens (random contents, appended in one go rather than prefilled), one new token per row (so the step attends
@@ -37,6 +37,8 @@ export interface SweepOptions {
   preset: string
   contexts: number[]
   batches: number[]
+  /** The graph forms to sweep (default both). */
+  forms?: Attention[]
   /** Timed steps per runtime and cell. */
   steps: number
   /** Timed steps for the cells at the largest batch and context (the slow ones); default `steps`. */
@@ -72,7 +74,7 @@ export interface SweepReport {
   preset: string
   builderVersion: string
   system: SystemInfo
-  options: { contexts: number[]; batches: number[]; steps: number; bigSteps: number; intraOpThreads: number }
+  options: { forms: Attention[]; contexts: number[]; batches: number[]; steps: number; bigSteps: number; intraOpThreads: number }
   cells: SweepCell[]
   /** Per form, runtime and batch: ms/step at the largest context over ms/step at the smallest. */
   growth: Array<{ form: Attention; runtime: Runtime; batch: number; from: number; to: number; ratio: number }>
@@ -163,8 +165,9 @@ export async function runSweep(o: SweepOptions): Promise<SweepReport> {
   const batches = [...o.batches].sort((a, b) => a - b)
   const bigSteps = o.bigSteps ?? o.steps
   const threads = o.intraOpThreads ?? 0
+  const forms = o.forms ?? [...FORMS]
   const cells: SweepCell[] = []
-  for (const form of FORMS) {
+  for (const form of forms) {
     const dir = await ensureForm(o.modelsDir, o.preset, form, log)
     const models = new Map<Runtime, LoadedModel>()
     try {
@@ -224,7 +227,7 @@ export async function runSweep(o: SweepOptions): Promise<SweepReport> {
   const growth: SweepReport['growth'] = []
   const lo = contexts[0]
   const hi = contexts[contexts.length - 1]
-  for (const form of FORMS)
+  for (const form of forms)
     for (const runtime of SWEEP_RUNTIMES)
       for (const batch of batches) {
         const at = (c: number): SweepCell | undefined => cells.find((x) => x.form === form && x.runtime === runtime && x.batch === batch && x.context === c)
@@ -237,7 +240,7 @@ export async function runSweep(o: SweepOptions): Promise<SweepReport> {
     preset: o.preset,
     builderVersion: BUILDER_VERSION,
     system: systemInfo(),
-    options: { contexts, batches, steps: o.steps, bigSteps, intraOpThreads: threads },
+    options: { forms, contexts, batches, steps: o.steps, bigSteps, intraOpThreads: threads },
     cells,
     growth,
   }
@@ -261,6 +264,7 @@ async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       preset: { type: 'string', default: '135m' },
+      forms: { type: 'string', default: FORMS.join(',') },
       contexts: { type: 'string', default: '256,1024,4096' },
       batches: { type: 'string', default: '1,16' },
       steps: { type: 'string', default: '10' },
@@ -275,12 +279,15 @@ async function main(): Promise<void> {
     if (!Number.isInteger(n) || n < 1) throw new Error(`not a positive integer: ${x}`)
     return n
   })
+  const forms = values.forms!.split(',').map((f) => f.trim())
+  for (const f of forms) if (!FORMS.includes(f as Attention)) throw new Error(`--forms: ${f} is not one of ${FORMS.join(', ')}`)
   const sys = systemInfo()
   printSystem(sys)
   const report = await runSweep({
     preset: values.preset!,
     contexts: list(values.contexts!),
     batches: list(values.batches!),
+    forms: forms as Attention[],
     steps: Number(values.steps),
     bigSteps: values['big-steps'] ? Number(values['big-steps']) : undefined,
     modelsDir: values['models-dir']!,
