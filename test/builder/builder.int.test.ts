@@ -7,15 +7,15 @@ import { Template } from '@huggingface/jinja'
 import { existsSync } from 'node:fs'
 import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { join, relative } from 'node:path'
+import { join } from 'node:path'
 import { PRESETS, buildModel, ensureDefaultModel, parameterCount, type Preset } from '../../src/builder/index.js'
 import { llamaGraph } from '../../src/builder/graph.js'
-import { ModelProto, type Model } from '../../src/engine/model/onnx-proto.js'
 import { writeOnnx } from '../../src/builder/write-onnx.js'
 import { CORPUS } from '../../src/builder/corpus.js'
 import { tokenizerConfig, tokenizerJsonText, trainByteLevelBpe } from '../../src/builder/tokenizer.js'
 import { run } from '../../src/cli/model.js'
 import { fixture, haveFixtures } from '../helpers/fixtures.js'
+import { decodeModel, floats, listFiles, readJson } from './helpers.js'
 
 const tiny: Preset = PRESETS.tiny
 let root: string
@@ -28,27 +28,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await rm(root, { recursive: true, force: true })
 })
-
-const readJson = async (path: string): Promise<Record<string, unknown>> => JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>
-
-async function listFiles(d: string): Promise<string[]> {
-  const entries = await readdir(d, { recursive: true, withFileTypes: true })
-  return entries
-    .filter((e) => e.isFile())
-    .map((e) => relative(d, join(e.parentPath, e.name)))
-    .sort()
-}
-
-function decodeModel(bytes: Uint8Array): Model {
-  return ModelProto.toObject(ModelProto.decode(bytes), { longs: Number, defaults: false }) as Model
-}
-
-/** An initializer's float32 values (raw_data copied out, so the view is aligned). */
-function floats(m: Model, name: string): Float32Array {
-  const t = m.graph.initializer.find((x) => x.name === name)
-  if (!t?.raw_data) throw new Error(`no inline initializer ${name}`)
-  return new Float32Array(Uint8Array.from(t.raw_data).buffer)
-}
 
 describe('bundle files', () => {
   it('writes the Hugging Face ONNX export layout with weights inline for tiny', async () => {

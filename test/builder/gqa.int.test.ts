@@ -4,19 +4,20 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import * as ort from 'onnxruntime-node'
 import { existsSync } from 'node:fs'
-import { mkdir, mkdtemp, readFile, readdir, rm } from 'node:fs/promises'
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { join, relative } from 'node:path'
+import { join } from 'node:path'
 import { PRESETS, buildModel, type Preset } from '../../src/builder/index.js'
 import { gqaGraph } from '../../src/builder/gqa-graph.js'
 import { writeOnnx } from '../../src/builder/write-onnx.js'
-import { ModelProto, type Model, type Node } from '../../src/engine/model/onnx-proto.js'
+import type { Model, Node } from '../../src/engine/model/onnx-proto.js'
 import { readBundle } from '../../src/engine/model/bundle.js'
 import { Engine } from '../../src/engine/engine.js'
 import { BOS_ID, EOS_ID, PAD_ID } from '../../src/builder/tokenizer.js'
 import { run } from '../../src/cli/model.js'
 import { runRequest } from '../helpers/engine-run.js'
 import { fixture, haveFixtures } from '../helpers/fixtures.js'
+import { decodeModel, floats, listFiles, readJson } from './helpers.js'
 
 const tiny: Preset = PRESETS.tiny
 let root: string
@@ -31,26 +32,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await rm(root, { recursive: true, force: true })
 })
-
-const readJson = async (path: string): Promise<Record<string, unknown>> => JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>
-
-async function listFiles(d: string): Promise<string[]> {
-  const entries = await readdir(d, { recursive: true, withFileTypes: true })
-  return entries
-    .filter((e) => e.isFile())
-    .map((e) => relative(d, join(e.parentPath, e.name)))
-    .sort()
-}
-
-function decodeModel(bytes: Uint8Array): Model {
-  return ModelProto.toObject(ModelProto.decode(bytes), { longs: Number, defaults: false }) as Model
-}
-
-function floats(m: Model, name: string): Float32Array {
-  const t = m.graph.initializer.find((x) => x.name === name)
-  if (!t?.raw_data) throw new Error(`no inline initializer ${name}`)
-  return new Float32Array(Uint8Array.from(t.raw_data).buffer)
-}
 
 /** Bitwise equality of two float arrays (vitest's toEqual walks them element by element, slowly). */
 const same = (a: Float32Array, b: Float32Array): boolean => Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0

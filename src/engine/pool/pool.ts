@@ -11,7 +11,7 @@ import type { EngineOptions } from '../engine.js'
 import { batcherOptions } from '../engine.js'
 import type { EngineRequest, EngineStats, SeqEvent } from '../types.js'
 import { checkOnePrompt } from '../../shared/prompt-input.js'
-import { promptTextBytes } from '../tokenizer/prompt.js'
+import { promptByteLimit, promptTextBytes } from '../tokenizer/prompt.js'
 import { GateTable, gateBuffer } from './gate.js'
 import type { Broadcast, PortCommand, Task, TokenizeReply, TokenizeTask, TokenizerWorkerData, WorkerData } from './protocol.js'
 
@@ -269,7 +269,7 @@ export class EnginePool implements EngineClient {
     const b = this.bound
     const ctx = this.info?.contextLength
     if (!b || !ctx || b.maxTokenBytes === 0) return // no tokenizer: the tokenizer thread answers for it
-    const limit = ctx * b.maxTokenBytes * (b.lengthPreserving ? 1 : 4)
+    const limit = promptByteLimit(ctx, b.maxTokenBytes, b.lengthPreserving)
     const bytes = promptTextBytes(req)
     if (bytes > limit) {
       throw new OnnxdError(

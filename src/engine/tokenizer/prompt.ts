@@ -23,3 +23,11 @@ export function encodeTextPrompt(tok: TextTokenizer | null, modelId: string, req
   if (ids.length === 0) throw new OnnxdError('invalid_value', '`prompt` encodes to no tokens')
   return ids
 }
+
+/**
+ * The most UTF-8 bytes of prompt text that can fit `contextTokens` tokens, for a tokenizer whose tokens stand for at
+ * most `maxTokenBytes` bytes: exact when it is length-preserving, else four times that (see TextTokenizer).
+ */
+export function promptByteLimit(contextTokens: number, maxTokenBytes: number, lengthPreserving: boolean): number {
+  return contextTokens * maxTokenBytes * (lengthPreserving ? 1 : 4)
+}

@@ -3,6 +3,7 @@
 import { Tokenizer } from '@huggingface/tokenizers'
 import { Template } from '@huggingface/jinja'
 import { OnnxdError } from '../../shared/errors.js'
+import { promptByteLimit } from './prompt.js'
 
 export interface Message {
   role: string
@@ -47,8 +48,7 @@ export class TextTokenizer {
   private readonly specials: Record<string, string | undefined>
   /** One past the largest id the tokenizer can produce. */
   readonly vocabSize: number
-  /** The most UTF-8 bytes of text one token stands for (its decoded form; special tokens included). */
-  readonly maxTokenBytes: number
+  #maxTokenBytes: number | null = null
   /**
    * Whether every byte of input text survives into tokens: no normalizer that can shrink or delete text (Unicode
    * normalization, stripping, lowercasing) and no model that folds a run of unknown characters into one token.
@@ -63,13 +63,8 @@ export class TextTokenizer {
       throw new OnnxdError('bad_bundle', `${where}: cannot load tokenizer: ${(e as Error).message}`)
     }
     let max = -1
-    let longest = 1
-    for (const id of this.tok.get_vocab(true).values()) {
-      if (id > max) max = id
-      longest = Math.max(longest, Buffer.byteLength(this.tok.decode([id], { skip_special_tokens: false, clean_up_tokenization_spaces: false })))
-    }
+    for (const id of this.tok.get_vocab(true).values()) if (id > max) max = id
     this.vocabSize = max + 1
-    this.maxTokenBytes = longest
     this.lengthPreserving = lengthPreserving(json)
     try {
       this.template = chatTemplate ? new Template(chatTemplate) : null
@@ -89,7 +84,22 @@ export class TextTokenizer {
    * otherwise four times that, so only a pathological text that normalization shrinks fourfold is refused wrongly.
    */
   promptByteLimit(contextTokens: number): number {
-    return contextTokens * this.maxTokenBytes * (this.lengthPreserving ? 1 : 4)
+    return promptByteLimit(contextTokens, this.maxTokenBytes, this.lengthPreserving)
+  }
+
+  /**
+   * The most UTF-8 bytes of text one token stands for (its decoded form; special tokens included). Decodes the whole
+   * vocabulary once, on first use: only the threads that bound prompts pay for it, not the engine replicas.
+   */
+  get maxTokenBytes(): number {
+    if (this.#maxTokenBytes === null) {
+      let longest = 1
+      for (const id of this.tok.get_vocab(true).values()) {
+        longest = Math.max(longest, Buffer.byteLength(this.tok.decode([id], { skip_special_tokens: false, clean_up_tokenization_spaces: false })))
+      }
+      this.#maxTokenBytes = longest
+    }
+    return this.#maxTokenBytes
   }
 
   get hasChatTemplate(): boolean {
