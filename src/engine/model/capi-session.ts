@@ -7,6 +7,7 @@
 import { OnnxdError } from '../../shared/errors.js'
 import { NativeBuffer, OrtCApi, type Binding, type CSession, type ElementType, type Tensor } from './ort-capi.js'
 import type { ForwardInput, KvData, Signature } from './session.js'
+import { rowLengths, seqlensK } from './step-lengths.js'
 
 /** One output of a step, viewed over the runner's buffer (or the JS API's fresh one). */
 export interface StepValue {
@@ -43,12 +44,16 @@ export function loadCApi(libraryPath?: string): OrtCApi | null {
   }
 }
 
-/** A buffer reused across steps, replaced by a larger one when a step needs more. */
+/**
+ * A buffer reused across steps, replaced by a larger one when a step needs more. A replaced buffer may still be
+ * pinned by a tensor bound last step: it is retired, and disposed once nothing pins it (sweep()).
+ */
 class Scratch {
   private buf: NativeBuffer | null = null
+  constructor(private readonly retired: NativeBuffer[]) {}
   get(bytes: number): NativeBuffer {
     if (!this.buf || this.buf.bytes < bytes) {
-      this.buf?.dispose()
+      if (this.buf) this.retired.push(this.buf)
       // Half again as much, so a batch or context that grows a little each step reallocates rarely.
       this.buf = new NativeBuffer(Math.max(64, Math.ceil(bytes * 1.5)))
     }
@@ -70,11 +75,27 @@ function narrowMask(x: ForwardInput, width: number): Uint8Array {
 
 const BYTES: Record<'int32' | 'int64' | 'float32' | 'float16', number> = { int32: 4, int64: 8, float32: 4, float16: 2 }
 
+const sameDims = (a: readonly number[], b: readonly number[]): boolean => a.length === b.length && a.every((d, i) => d === b[i])
+
 export class CapiRunner {
   private binding: Binding | null = null
   /** Steps whose presents were written into the cache in place (what a test watches). */
   sharedSteps = 0
+  /** Tensors made or bound by the steps so far (what a test watches: steady decode steps make none). */
+  tensorsMade = 0
   private readonly scratch = new Map<string, Scratch>()
+  private readonly retired: NativeBuffer[] = []
+  /**
+   * The tensor bound to each input and output name of `binding`, kept across steps: a step rebinds only the names
+   * whose memory, offset or dims changed (the KvCache's buffers change only when it reallocates or re-lays out, in
+   * KV_CHUNK steps; the scratch buffers when they grow). A shared present is the same Tensor as its past.
+   */
+  private readonly ins = new Map<string, Tensor>()
+  private readonly outs = new Map<string, Tensor>()
+  /** NativeBuffer wrappers over the KvCache's ArrayBuffers, kept while a bound tensor pins them. */
+  private readonly wrappers = new Map<ArrayBufferLike, NativeBuffer>()
+  /** The address an empty past's tensors point at (a zero-sized tensor still needs one). */
+  private empty: NativeBuffer | null = null
 
   private constructor(
     private readonly session: CSession,
@@ -98,8 +119,68 @@ export class CapiRunner {
 
   private buffer(name: string, bytes: number): NativeBuffer {
     let s = this.scratch.get(name)
-    if (!s) this.scratch.set(name, (s = new Scratch()))
+    if (!s) this.scratch.set(name, (s = new Scratch(this.retired)))
     return s.get(bytes)
+  }
+
+  /** A wrapper over the KvCache's memory `data` lives in (one per ArrayBuffer, kept while bound). */
+  private wrap(data: KvData): NativeBuffer {
+    if (data.byteLength === 0) return (this.empty ??= new NativeBuffer(0))
+    const ab = data.buffer
+    let nb = this.wrappers.get(ab)
+    if (!nb) this.wrappers.set(ab, (nb = new NativeBuffer(ab.byteLength, ab as ArrayBuffer)))
+    return nb
+  }
+
+  /**
+   * The tensor bound to `name` (input or output) over `buf` from `offset` with `dims`: the one bound by an earlier
+   * step when it matches, else a new one, bound in place of the old (which is released unless still bound elsewhere).
+   */
+  private bindOver(b: Binding, dir: 'in' | 'out', name: string, buf: NativeBuffer, type: ElementType, dims: readonly number[], offset = 0): Tensor {
+    const map = dir === 'in' ? this.ins : this.outs
+    const cur = map.get(name)
+    if (cur && cur.buffer === buf && cur.byteOffset === offset && cur.type === type && sameDims(cur.dims, dims)) return cur
+    const t = this.session.tensor(buf, type, dims, offset)
+    this.tensorsMade++
+    try {
+      this.bindTensor(b, dir, name, t)
+    } catch (e) {
+      t.dispose()
+      throw e
+    }
+    return t
+  }
+
+  /** Binds `t` to `name` unless it is bound there already; the tensor it replaces is released unless bound elsewhere. */
+  private bindTensor(b: Binding, dir: 'in' | 'out', name: string, t: Tensor): void {
+    const map = dir === 'in' ? this.ins : this.outs
+    const cur = map.get(name)
+    if (cur === t) return
+    if (dir === 'in') b.bindInput(name, t)
+    else b.bindOutput(name, t)
+    map.set(name, t)
+    if (cur) this.releaseIfUnbound(cur)
+  }
+
+  private releaseIfUnbound(t: Tensor): void {
+    for (const m of [this.ins, this.outs]) for (const u of m.values()) if (u === t) return
+    t.dispose()
+  }
+
+  /** Disposes the wrappers and retired scratch buffers no bound tensor pins any more. */
+  private sweep(): void {
+    for (const [ab, nb] of this.wrappers) {
+      if (nb.pinned === 0) {
+        nb.dispose()
+        this.wrappers.delete(ab)
+      }
+    }
+    for (let i = this.retired.length - 1; i >= 0; i--) {
+      if (this.retired[i].pinned === 0) {
+        this.retired[i].dispose()
+        this.retired.splice(i, 1)
+      }
+    }
   }
 
   /** The dims of each output a step binds, by output name. */
@@ -114,16 +195,15 @@ export class CapiRunner {
   /**
    * Runs one step and returns `fetches` (default: logits and the presents) as views over this runner's buffers.
    * `gate` is held from the first native call to the last, including the whole of the run on koffi's thread pool.
+   * Per step JS writes only ids, positions and lengths (or the mask, for graphs that still read it) into buffers
+   * already bound; tensors are made and bound only where a buffer or its dims changed.
    */
   async run(x: ForwardInput, fetches: string[] | undefined, gate: NativeGateLike | null): Promise<Record<string, StepValue>> {
     const sig = this.sig
     const names = fetches ?? [sig.logits.name, ...sig.kv.presentNames]
     if (gate && !gate.enter()) throw new OnnxdError('not_ready', 'this engine replica is being stopped', { retryAfterS: 1 })
-    const tensors: Tensor[] = []
-    const wrapped: NativeBuffer[] = []
     try {
-      const s = this.session
-      const b = (this.binding ??= s.binding())
+      const b = (this.binding ??= this.session.binding())
       const int = (name: string, dtype: 'int32' | 'int64', src: ArrayLike<number>, dims: number[]): void => {
         const n = src.length
         const buf = this.buffer(`in:${name}`, n * BYTES[dtype])
@@ -132,30 +212,40 @@ export class CapiRunner {
           const v = buf.view('int64', 0, n)
           for (let i = 0; i < n; i++) v[i] = BigInt(src[i])
         }
-        const t = s.tensor(buf, dtype, dims)
-        tensors.push(t)
-        b.bindInput(name, t)
+        this.bindOver(b, 'in', name, buf, dtype, dims)
       }
       int(sig.ids.name, sig.ids.dtype, x.ids, [x.rows, x.seq])
-      // Sharing presents with the past: the mask only as wide as the longest row, so that the graph's total sequence
-      // length (its width) stays within the cache's cap, where GroupQueryAttention writes.
-      const share = this.sharesPresent(x)
+      // Sharing presents with the past: the step's total length only as long as its longest row, so that it stays
+      // within the cache's cap, where GroupQueryAttention writes.
+      const lengths = rowLengths(x)
+      const share = this.sharesPresent(x, lengths)
       if (share) this.sharedSteps++
-      if (sig.mask) int(sig.mask.name, sig.mask.dtype, share ? narrowMask(x, share) : x.mask, [x.rows, share || x.pastLen + x.seq])
+      const total = share || x.pastLen + x.seq
+      if (sig.mask) int(sig.mask.name, sig.mask.dtype, share ? narrowMask(x, share) : x.mask, [x.rows, total])
+      if (sig.lengths) {
+        const buf = this.buffer(`in:${sig.lengths.seqlens}`, x.rows * 4)
+        seqlensK(lengths, buf.view('int32', 0, x.rows))
+        this.bindOver(b, 'in', sig.lengths.seqlens, buf, 'int32', [x.rows])
+        int(sig.lengths.total, 'int32', [total], [])
+      }
       if (sig.positions) int(sig.positions.name, sig.positions.dtype, x.positions, [x.rows, x.seq])
       const out: Record<string, StepValue> = {}
+      // A different set of outputs than bound (a greedy step after a sampled one): ORT's binding has no unbind by
+      // name, so every output is rebound.
+      if (this.outs.size !== names.length || names.some((n) => !this.outs.has(n))) {
+        b.clearOutputs()
+        const old = [...this.outs.values()]
+        this.outs.clear()
+        for (const t of old) this.releaseIfUnbound(t)
+      }
       sig.kv.pastNames.forEach((n, i) => {
-        // In place over the cache's memory; an empty past gets a one-byte buffer of its own (it needs an address).
+        // In place over the cache's memory.
         const p = x.past[i]
-        const nb = p.data.byteLength > 0 ? new NativeBuffer(p.data.buffer.byteLength, p.data.buffer as ArrayBuffer) : new NativeBuffer(0)
-        wrapped.push(nb)
-        const t = s.tensor(nb, sig.kv.dtype, p.dims, p.data.byteLength > 0 ? p.data.byteOffset : 0)
-        tensors.push(t)
-        b.bindInput(n, t)
+        const t = this.bindOver(b, 'in', n, this.wrap(p.data), sig.kv.dtype, p.dims, p.data.byteLength > 0 ? p.data.byteOffset : 0)
         const present = sig.kv.presentNames[i]
         if (share && names.includes(present)) {
           // GroupQueryAttention writes each row's new tokens right after its length, into the cache itself.
-          b.bindOutput(present, t)
+          this.bindTensor(b, 'out', present, t)
           out[present] = { data: p.data, dims: p.dims }
         }
       })
@@ -166,11 +256,10 @@ export class CapiRunner {
         const type: ElementType = name === sig.nextToken ? 'int64' : name === sig.logits.name ? sig.logits.dtype : sig.kv.dtype
         const count = dims.reduce((a, c) => a * c, 1)
         const buf = this.buffer(`out:${name}`, count * BYTES[type as keyof typeof BYTES])
-        const t = s.tensor(buf, type, dims)
-        tensors.push(t)
-        b.bindOutput(name, t)
+        this.bindOver(b, 'out', name, buf, type, dims)
         views.push(() => (out[name] = { data: buf.view(type, 0, count) as KvData | BigInt64Array, dims }))
       }
+      this.sweep()
       await b.runAsync()
       for (const v of views) v()
       return out
@@ -180,43 +269,49 @@ export class CapiRunner {
       if (e instanceof OnnxdError) throw e
       throw new OnnxdError('internal', `forward step failed: ${(e as Error).message}`)
     } finally {
-      if (this.binding) {
-        this.binding.clearInputs()
-        this.binding.clearOutputs()
-      }
-      for (const t of tensors) t.dispose()
-      for (const nb of wrapped) nb.dispose()
       gate?.exit()
     }
   }
 
   /**
-   * The mask width when this step's presents can be bound onto its past tensors (ORT's past_present_share_buffer),
-   * else 0. They can for a GroupQueryAttention graph ('in-place' layout) over a non-empty cache [rows, heads, cap, headDim] where every row's
-   * length plus its new tokens (the ones of its right-padded mask row) fits in cap. Otherwise the presents go to the
-   * runner's own buffers, [rows, heads, cap + seq, headDim], and the cache copies the new rows from there.
+   * The step's total length when its presents can be bound onto its past tensors (ORT's past_present_share_buffer),
+   * else 0. They can for a GroupQueryAttention graph ('in-place' layout) over a non-empty cache [rows, heads, cap,
+   * headDim] where every row's length (its new tokens included) fits in cap; the total is then the longest row's.
+   * Otherwise the presents go to the runner's own buffers, [rows, heads, cap + seq, headDim], and the cache copies
+   * the new rows from there.
    */
-  private sharesPresent(x: ForwardInput): number {
+  private sharesPresent(x: ForwardInput, lengths: Int32Array): number {
     const kv = this.sig.kv
-    if (kv.present !== 'in-place' || kv.stacked || x.pastLen === 0 || !this.sig.mask) return 0
-    const width = x.pastLen + x.seq
+    if (kv.present !== 'in-place' || kv.stacked || x.pastLen === 0 || (!this.sig.mask && !this.sig.lengths)) return 0
     let widest = 0
     for (let r = 0; r < x.rows; r++) {
-      let n = 0
-      for (let k = r * width; k < (r + 1) * width; k++) n += x.mask[k]
-      if (n > x.pastLen) return 0
-      widest = Math.max(widest, n)
+      if (lengths[r] > x.pastLen) return 0
+      widest = Math.max(widest, lengths[r])
     }
     return widest
+  }
+
+  /**
+   * Lets go of everything bound: the binding, its tensors and the wrappers over the KvCache's memory (which may then
+   * be freed). The engine calls it when it goes idle; the next step binds afresh.
+   */
+  idle(): void {
+    this.dropBinding()
   }
 
   private dropBinding(): void {
     try {
       this.binding?.dispose()
     } catch {
-      // A binding still running cannot be disposed; it goes with the session.
+      // A binding still running cannot be disposed; it goes with the session (its tensors then stay pinned).
+      return
     }
     this.binding = null
+    const all = new Set([...this.ins.values(), ...this.outs.values()])
+    this.ins.clear()
+    this.outs.clear()
+    for (const t of all) t.dispose()
+    this.sweep()
   }
 
   dispose(): void {
@@ -224,5 +319,8 @@ export class CapiRunner {
     this.session.dispose()
     for (const s of this.scratch.values()) s.dispose()
     this.scratch.clear()
+    this.empty?.dispose()
+    this.empty = null
+    this.sweep()
   }
 }

@@ -11,6 +11,12 @@
 // - Each row's greedy next token (ArgMax of those logits) as one more output. A decode step whose rows all decode
 //   greedily fetches it instead of the logits: ONNX Runtime neither copies [batch, vocab] floats out of the step
 //   nor does JS scan them (at batch 64 on the 135m preset that is 12.6 MB a step).
+// - GroupQueryAttention lengths fed, not computed from the mask. com.microsoft GroupQueryAttention reads each row's
+//   length from `seqlens_k` (int32 [batch]) and the step's total length from `total_sequence_length` (int32, one
+//   element); exports (onnxruntime-genai's builder, and ours) compute both from the int64 attention_mask [batch,
+//   total], the one input that grows with the context every decode step (0.5 MB at batch 16 x 4,096). The two
+//   become graph inputs shared by every layer (SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT), the nodes that only fed them
+//   go, and the mask goes too unless something else still reads it. The engine knows the lengths already.
 //
 // Only the graph's node and output lists are decoded; everything else (initializers of an inline-weights export
 // included) is copied through as raw protobuf bytes.
@@ -65,7 +71,13 @@ function concatBytes(parts: Uint8Array[]): Uint8Array {
 
 const GRAPH = 7
 const NODE = 1
+const INITIALIZER = 5
+const INPUT = 11
+/** TensorProto.name. */
+const TENSOR_NAME = 8
 const OUTPUT = 12
+/** TensorProto.DataType INT32 (onnx-proto's DataType lists the ones the builder writes). */
+const INT32 = 6
 
 interface GraphView {
   top: Field[]
@@ -170,7 +182,10 @@ export function lastPositionLogits(model: Uint8Array, logits: string): Uint8Arra
   if (!v) return null
   let head = v.producer.get(logits)
   while (head && (head.node.op_type === 'Cast' || head.node.op_type === 'Identity')) head = v.producer.get(head.node.input[0])
-  if (!head || head.node.op_type !== 'MatMul' || (head.node.domain ?? '') !== '') return null
+  // The head is a plain MatMul, or a 4-bit one (com.microsoft MatMulNBits, the builder's q4 form): both read the
+  // hidden state as input 0.
+  const domain = head?.node.domain ?? ''
+  if (!head || !((head.node.op_type === 'MatMul' && domain === '') || (head.node.op_type === 'MatMulNBits' && domain === 'com.microsoft'))) return null
   const { node, field } = head
   const index = '/onnxd/last_position/index'
   const last = '/onnxd/last_position/hidden'
@@ -205,6 +220,110 @@ export function greedyTokens(model: Uint8Array, logits: string): Uint8Array | nu
   })
 }
 
+/** The graph inputs feedAttentionLengths() adds: each row's length - 1 (int32 [batch]), the step's total (int32 scalar). */
+export const SEQLENS_K_INPUT = 'onnxd_seqlens_k'
+export const TOTAL_LENGTH_INPUT = 'onnxd_total_sequence_length'
+
+const nodeOf = (f: Field): Node => NodeProto.toObject(NodeProto.decode(f.data!), { longs: Number, defaults: true }) as Node
+const nameOf = (f: Field): string => (ValueInfoProto.toObject(ValueInfoProto.decode(f.data!)) as { name: string }).name
+
+/**
+ * Rewrites `model` so that every com.microsoft GroupQueryAttention node reads its `seqlens_k` (input 5) and
+ * `total_sequence_length` (input 6) from two new graph inputs, SEQLENS_K_INPUT (int32 [batch_size]) and
+ * TOTAL_LENGTH_INPUT (int32, rank 0: ORT's CheckInputs takes a scalar or a 1-element vector, and the exports' Gather
+ * of Shape(mask) makes a scalar). The nodes that only fed the old values are pruned (with the initializers only they
+ * read), and the `mask` input is dropped
+ * when nothing reads it any more (`maskKept` says whether something still does). Null unless the graph has that
+ * shape: GroupQueryAttention nodes all reading one computed seqlens_k and one computed total, both derived from the
+ * mask, and no subgraph (whose reads of outer names this rewrite cannot see).
+ */
+export function feedAttentionLengths(model: Uint8Array, mask = 'attention_mask'): { model: Uint8Array; maskKept: boolean } | null {
+  const v = readGraph(model)
+  if (!v || v.subgraphs) return null
+  const nodes = v.fields.filter((f) => f.no === NODE).map((field) => ({ field, node: nodeOf(field) }))
+  const gqa = nodes.filter((n) => n.node.op_type === 'GroupQueryAttention' && n.node.domain === 'com.microsoft')
+  if (gqa.length === 0) return null
+  const seqlens = new Set(gqa.map((n) => n.node.input[5] ?? ''))
+  const totals = new Set(gqa.map((n) => n.node.input[6] ?? ''))
+  if (seqlens.size !== 1 || totals.size !== 1) return null
+  const olds = [...seqlens, ...totals]
+  const inputs = v.fields.filter((f) => f.no === INPUT)
+  const inputNames = new Set(inputs.map(nameOf))
+  if (!inputNames.has(mask) || inputNames.has(SEQLENS_K_INPUT) || inputNames.has(TOTAL_LENGTH_INPUT)) return null
+  // The cone of nodes each old value is computed by; it must reach the mask (else the lengths come from elsewhere).
+  const cone = new Set<Field>()
+  for (const old of olds) {
+    let readsMask = false
+    const stack = [old]
+    const seen = new Set<string>()
+    while (stack.length) {
+      const name = stack.pop()!
+      if (name === mask) readsMask = true
+      if (seen.has(name)) continue
+      seen.add(name)
+      const p = v.producer.get(name)
+      if (!p) continue
+      cone.add(p.field)
+      stack.push(...p.node.input.filter((i) => i !== ''))
+    }
+    if (!old || !v.producer.has(old) || !readsMask) return null
+  }
+  const gqaFields = new Set(gqa.map((n) => n.field))
+  const graphOutputs = new Set(v.fields.filter((f) => f.no === OUTPUT).map(nameOf))
+  // Who reads each name, once the GroupQueryAttention nodes read the new inputs instead of the old values.
+  const readers = new Map<string, Set<Field>>()
+  for (const { field, node } of nodes) {
+    node.input.forEach((name, k) => {
+      if (gqaFields.has(field) && (k === 5 || k === 6)) return
+      let s = readers.get(name)
+      if (!s) readers.set(name, (s = new Set()))
+      s.add(field)
+    })
+  }
+  // Prune the cone's nodes whose outputs nobody reads any more, until none is left to prune.
+  const pruned = new Set<Field>()
+  const byField = new Map(nodes.map((n) => [n.field, n.node]))
+  for (let changed = true; changed; ) {
+    changed = false
+    for (const f of cone) {
+      if (pruned.has(f)) continue
+      const dead = byField.get(f)!.output.every((o) => o === '' || (!graphOutputs.has(o) && ![...(readers.get(o) ?? [])].some((r) => !pruned.has(r))))
+      if (dead) {
+        pruned.add(f)
+        changed = true
+      }
+    }
+  }
+  const maskKept = graphOutputs.has(mask) || [...(readers.get(mask) ?? [])].some((r) => !pruned.has(r))
+  // Initializers only the pruned nodes read (ORT would warn at every load that it removes them).
+  const unread = new Set<string>()
+  for (const f of pruned) for (const i of byField.get(f)!.input) if (![...(readers.get(i) ?? [])].some((r) => !pruned.has(r))) unread.add(i)
+  const initializerName = (f: Field): string => {
+    const name = fieldsOf(f.data!).find((x) => x.no === TENSOR_NAME)?.data
+    return name ? new TextDecoder().decode(name) : ''
+  }
+  const lastInput = inputs[inputs.length - 1]
+  const info = (name: string, dims: Array<{ dim_param: string }>): Uint8Array =>
+    lengthDelimited(INPUT, ValueInfoProto.encode(ValueInfoProto.fromObject({ name, type: { tensor_type: { elem_type: INT32, shape: { dim: dims } } } })).finish())
+  const rewritten = writeGraph(model, v, (f) => {
+    if (pruned.has(f)) return []
+    if (gqaFields.has(f)) {
+      // Decoded again without defaults: re-encoding defaults would give every attribute every value field.
+      const node = NodeProto.toObject(NodeProto.decode(f.data!), { longs: Number }) as Node
+      const input = node.input.map((name, k) => (k === 5 ? SEQLENS_K_INPUT : k === 6 ? TOTAL_LENGTH_INPUT : name))
+      return [encodeNode({ ...node, input })]
+    }
+    if (f.no === INITIALIZER) {
+      const name = initializerName(f)
+      return unread.has(name) && !inputNames.has(name) ? [] : undefined
+    }
+    if (f.no !== INPUT) return undefined
+    const keep = maskKept || nameOf(f) !== mask ? [v.graph.data!.subarray(f.start, f.end)] : []
+    return f === lastInput ? [...keep, info(SEQLENS_K_INPUT, [{ dim_param: 'batch_size' }]), info(TOTAL_LENGTH_INPUT, [])] : keep
+  })
+  return { model: rewritten, maskKept }
+}
+
 /**
  * The ONNX Runtime session config (`SessionOptions.extra`) that lets a model loaded from bytes find the external
  * data files of the model file it was read from.
@@ -223,12 +342,15 @@ export interface PreparedGraph {
   lastLogitsOnly: boolean
   /** The output holding each row's greedy next token (NEXT_TOKEN_OUTPUT), or null. */
   nextToken: string | null
+  /** GroupQueryAttention reads its lengths from SEQLENS_K_INPUT and TOTAL_LENGTH_INPUT (feedAttentionLengths). */
+  lengthsFed: boolean
 }
 
 /**
  * The decoder graph onnxd runs for an exported one: HF cache outputs `present.<i>.key|value` reduced to the new
- * rows, logits reduced to the last position (unless `allLogits`), and with last-position logits the greedy next
- * token beside them. Each rewrite applies only where the graph has the expected shape.
+ * rows, logits reduced to the last position (unless `allLogits`), with last-position logits the greedy next token
+ * beside them, and GroupQueryAttention's lengths as inputs. Each rewrite applies only where the graph has the
+ * expected shape.
  */
 export function prepareDecoderGraph(exported: Uint8Array, opts: { allLogits?: boolean } = {}): PreparedGraph {
   let model = exported
@@ -244,5 +366,7 @@ export function prepareDecoderGraph(exported: Uint8Array, opts: { allLogits?: bo
   if (last) model = last
   const next = last ? greedyTokens(model, 'logits') : null
   if (next) model = next
-  return { model, rewritten: model !== exported, kvOutputs: kv?.outputs ?? null, lastLogitsOnly: last !== null, nextToken: next ? NEXT_TOKEN_OUTPUT : null }
+  const lengths = feedAttentionLengths(model)
+  if (lengths) model = lengths.model
+  return { model, rewritten: model !== exported, kvOutputs: kv?.outputs ?? null, lastLogitsOnly: last !== null, nextToken: next ? NEXT_TOKEN_OUTPUT : null, lengthsFed: lengths !== null }
 }

@@ -10,7 +10,8 @@ import { OnnxdError } from '../../shared/errors.js'
 import type { Provider } from '../../shared/model.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
-import { externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
+import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
+import { rowLengths, seqlensK } from './step-lengths.js'
 import { CapiRunner } from './capi-session.js'
 import type { Runtime } from './runtime.js'
 
@@ -53,6 +54,11 @@ export interface Signature {
   logits: { name: string; dtype: KvDtype; vocab: number; lastOnly: boolean }
   /** The output holding each row's greedy next token (argmax of its last logits), or null. */
   nextToken: string | null
+  /**
+   * GroupQueryAttention's lengths as inputs (decoder-graph.ts feedAttentionLengths): `seqlens` int32 [batch] (each
+   * row's length - 1), `total` int32 scalar (the step's total sequence length); null when the graph computes them.
+   */
+  lengths: { seqlens: string; total: string } | null
 }
 
 export interface SessionOptions {
@@ -76,8 +82,10 @@ export interface ForwardInput {
   pastLen: number
   /** [rows * seq] token ids (pad slots hold any valid id). */
   ids: Int32Array
-  /** [rows * (pastLen + seq)] 1 for real slots, 0 for padding. */
+  /** [rows * (pastLen + seq)] 1 for real slots, 0 for padding; may be empty when the graph takes no mask (signature.mask null) and `lengths` is given. */
   mask: Uint8Array
+  /** [rows] each row's real tokens once this step's are in (cache length + its new tokens); else counted from `mask`. */
+  lengths?: Int32Array
   /** [rows * seq] position of each new token in its own sequence. */
   positions: Int32Array
   past: KvTensor[]
@@ -163,7 +171,17 @@ function discover(s: ort.InferenceSession, where: string, renamed: ReadonlyMap<s
     },
     logits: { name: 'logits', dtype: logitsMeta.type, vocab, lastOnly: false },
     nextToken: null,
+    lengths: lengthsOf(ins, where),
   }
+}
+
+/** The fed GroupQueryAttention lengths, when the session has both inputs (int32, as the rewrite declares them). */
+function lengthsOf(ins: Map<string, ort.InferenceSession.TensorValueMetadata>, where: string): Signature['lengths'] {
+  const a = ins.get(SEQLENS_K_INPUT)
+  const b = ins.get(TOTAL_LENGTH_INPUT)
+  if (!a && !b) return null
+  if (!a || !b || a.type !== 'int32' || b.type !== 'int32') throw new OnnxdError('bad_bundle', `${where}: inputs ${SEQLENS_K_INPUT} and ${TOTAL_LENGTH_INPUT} must both be int32`)
+  return { seqlens: SEQLENS_K_INPUT, total: TOTAL_LENGTH_INPUT }
 }
 
 const intTensor = (dtype: IntDtype, src: ArrayLike<number>, dims: number[]): ort.Tensor => {
@@ -241,6 +259,7 @@ export class DecoderSession {
     }
     const s = new DecoderSession(capi ? null : session, sig, provider, capi)
     s.chunkedPrefill = await s.probeChunkedPrefill()
+    s.idle()
     return s
   }
 
@@ -318,6 +337,11 @@ export class DecoderSession {
     const feeds: Record<string, ort.Tensor> = {}
     feeds[sig.ids.name] = intTensor(sig.ids.dtype, x.ids, [x.rows, x.seq])
     if (sig.mask) feeds[sig.mask.name] = intTensor(sig.mask.dtype, x.mask, [x.rows, x.pastLen + x.seq])
+    if (sig.lengths) {
+      // The past here is the cache's full width, so the step's total length is the mask's would-be width.
+      feeds[sig.lengths.seqlens] = new ort.Tensor('int32', seqlensK(rowLengths(x), new Int32Array(x.rows)), [x.rows])
+      feeds[sig.lengths.total] = new ort.Tensor('int32', Int32Array.of(x.pastLen + x.seq), [])
+    }
     if (sig.positions) feeds[sig.positions.name] = intTensor(sig.positions.dtype, x.positions, [x.rows, x.seq])
     sig.kv.pastNames.forEach((n, i) => {
       feeds[n] = new ort.Tensor(sig.kv.dtype, x.past[i].data, x.past[i].dims)
@@ -373,6 +397,14 @@ export class DecoderSession {
     } finally {
       gate.exit()
     }
+  }
+
+  /**
+   * The engine holds no cache now (its batcher went idle): the C runner lets go of what its binding holds (tensors
+   * over the released cache's memory), so that memory can go. The next step binds afresh. Nothing to do on 'js'.
+   */
+  idle(): void {
+    this.capi?.idle()
   }
 
   private present(out: StepOutputs): KvTensor[] {

@@ -16,6 +16,9 @@ import type { Sequence } from './sequence.js'
 /** Fewest prompt columns per row a prefill chunk is cut to when a group has many rows (see admit()). */
 const MIN_CHUNK = 32
 
+/** The mask of a step whose graph reads none (signature.mask null): the rows' lengths say it all. */
+const NO_MASK = new Uint8Array(0)
+
 export interface BatcherOptions {
   /** Max sequences decoding together (running batch rows plus the prefill group). */
   maxRunning: number
@@ -112,6 +115,8 @@ export class Batcher {
       this.dropCancelled()
       if (!this.group) this.admit()
       if (!this.group && this.running.length === 0) {
+        // No step until a request comes: the session lets go of what its steps hold bound (runtime 'capi').
+        this.model.session.idle()
         const woken = await new Promise<boolean>((r) => {
           this.wake = () => r(true)
           // Idle ticks keep the heartbeat fresh, so a quiet engine is not mistaken for a hung one.
@@ -235,12 +240,15 @@ export class Batcher {
       : g.width
     const total = g.cursor + seq
     const P = g.kv.cap
+    const masked = this.model.session.signature.mask !== null
+    const lengths = new Int32Array(rows)
     const x: ForwardInput = {
       rows,
       seq,
       pastLen: P,
       ids: new Int32Array(rows * seq),
-      mask: new Uint8Array(rows * (P + seq)),
+      mask: masked ? new Uint8Array(rows * (P + seq)) : NO_MASK,
+      lengths,
       positions: new Int32Array(rows * seq),
       past: g.kv.past(),
     }
@@ -249,7 +257,8 @@ export class Batcher {
     for (let r = 0; r < rows; r++) {
       const pad = g.pads[r]
       x.ids.set(g.ids.subarray(r * g.width + g.cursor, r * g.width + total), r * seq)
-      g.kv.maskRow(x.mask, r, seq, counts[r])
+      lengths[r] = g.kv.lens[r] + counts[r]
+      if (masked) g.kv.maskRow(x.mask, r, seq, counts[r])
       for (let j = 0; j < seq; j++) x.positions[r * seq + j] = Math.max(0, g.cursor + j - pad)
     }
     const last = total === g.width
@@ -281,22 +290,27 @@ export class Batcher {
     const kv = this.kv
     const rows = this.running.length
     const P = kv.cap
+    const session = this.model.session
+    // A graph fed GroupQueryAttention's lengths may read no mask: then none is built (it grows with the context).
+    const masked = session.signature.mask !== null
+    const lengths = new Int32Array(rows)
     const x: ForwardInput = {
       rows,
       seq: 1,
       pastLen: P,
       ids: new Int32Array(rows),
-      mask: new Uint8Array(rows * (P + 1)),
+      mask: masked ? new Uint8Array(rows * (P + 1)) : NO_MASK,
+      lengths,
       positions: new Int32Array(rows),
       past: kv.past(),
     }
     for (let r = 0; r < rows; r++) {
       x.ids[r] = this.running[r].pending
       x.positions[r] = kv.lens[r]
-      kv.maskRow(x.mask, r, 1, 1)
+      lengths[r] = kv.lens[r] + 1
+      if (masked) kv.maskRow(x.mask, r, 1, 1)
     }
     // When every row decodes greedily the graph's argmax is the step's sampling: no logits leave ORT.
-    const session = this.model.session
     const greedy = session.signature.nextToken !== null && this.running.every((s) => s.greedyNow)
     const t0 = performance.now()
     const out = greedy ? await session.forwardGreedy(x) : await session.forward(x, this.running.map((_, r) => r))

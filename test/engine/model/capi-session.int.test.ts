@@ -95,8 +95,8 @@ for (const m of MODELS) {
       const runner = session.capi
       const real = runner.run.bind(runner)
       let fail = true
-      // An input the graph refuses: ORT answers RunWithBinding with an error status.
-      runner.run = (x: unknown, ...rest: unknown[]) => real(fail ? { ...(x as ForwardInput), mask: new Uint8Array(0), pastLen: -1 } : x, ...rest)
+      // A token id past the vocabulary: ORT's Gather answers RunWithBinding with an error status.
+      runner.run = (x: unknown, ...rest: unknown[]) => real(fail ? { ...(x as ForwardInput), ids: (x as ForwardInput).ids.map(() => V + 1000) } : x, ...rest)
       try {
         const r = await runRequest(capi, { input_ids: prompt(4, 3, V), max_tokens: 4, temperature: 0, ignore_eos: true })
         expect(r.end.type).toBe('error')
