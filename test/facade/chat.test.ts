@@ -24,7 +24,7 @@ function expectError(res: { statusCode: number; json(): unknown }, status: numbe
 describe('POST /v1/chat/completions', () => {
   it('answers an OpenAI chat.completion and forwards only the contract fields to the node', async () => {
     const fx = await setup()
-    const res = await post(fx, chatBody({ max_tokens: 3, temperature: 0.5, n: 1, user: 'u1', stream_options: null, tools: [], developer_extra: 1, seed: 7, stop: ['\n'] }))
+    const res = await post(fx, chatBody({ max_tokens: 3, temperature: 0.5, n: 1, user: 'u1', stream_options: null, tools: [], seed: 7, stop: ['\n'] }))
     expect(res.statusCode).toBe(200)
     const body = res.json()
     expect(res.headers['x-request-id']).toBe(body.id)
@@ -135,13 +135,13 @@ describe('422 invalid_request_error', () => {
     [{ max_tokens: 0 }, /'max_tokens'.*greater or equal to 1/],
     [{ max_tokens: 1.5 }, /'max_tokens'.*integer/],
     [{ presence_penalty: -3 }, /'presence_penalty'/],
-    [{ n: 2 }, /'n': only one choice per request is supported. Given: 2/],
+    [{ n: 2 }, /'n': only one choice per request is supported; only 1 is accepted. Given: 2/],
     [{ logprobs: true }, /logprobs are not supported/],
     [{ stream: 'yes' }, /'stream'/],
     [{ stream_options: { include_usage: true } }, /only allowed when 'stream' is true/],
     [{ messages: [] }, /'messages'.*1/],
     [{ messages: [{ role: 'wizard', content: 'x' }] }, /'messages.0.role'/],
-    [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: {} }] }] }, /'messages.0.content'/],
+    [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: {} }] }] }, /'messages\[0\].content\[0\]'.*'image_url'/],
   ])('out-of-range or wrong-typed value %j', async (extra, message) => {
     const fx = await setup()
     expectError(await post(fx, chatBody(extra)), 422, 'invalid_request_error', message)
@@ -280,7 +280,7 @@ describe('GET /v1/models', () => {
     const body = res.json()
     expect(body.object).toBe('list')
     expect(body.data.map((m: { id: string }) => m.id)).toEqual(['m1', 'm2', 'm3'])
-    expect(body.data[0]).toEqual({ id: 'm1', object: 'model', created: expect.any(Number), owned_by: 'onnxd' })
+    expect(body.data[0]).toEqual({ id: 'm1', object: 'model', created: expect.any(Number), owned_by: 'onnxd', endpoints: ['chat.completions', 'completions'] })
     const one = await fx.app.inject({ method: 'GET', url: '/v1/models/m3', headers: bearer(fx.key) })
     expect(one.json()).toMatchObject({ id: 'm3', object: 'model' })
     // A model only a draining node has is known (so not 422) but not servable: 503.

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { CompletionRequest } from '../../src/contract/completions.js'
 import { validateSampling } from '../../src/engine/generation/params.js'
-import { ChatParams, KNOWN_FIELDS, parseChatParams } from '../../src/facade/routes/chat-completions/schema.js'
+import { ChatParams, HONOURED_FIELDS, parseChatParams } from '../../src/facade/routes/chat-completions/schema.js'
 import { toNodeRequest } from '../../src/facade/routes/chat-completions/translate.js'
 import { isOnnxdError } from '../../src/shared/errors.js'
 import { checkOnePrompt } from '../../src/shared/prompt-input.js'
@@ -56,7 +56,7 @@ function probesOf(k: SamplingFieldName): unknown[] {
 describe('one definition per sampling field', () => {
   it('the facade knows every field under each of its OpenAI names, the node under its own name', () => {
     for (const k of SAMPLING_FIELD_NAMES) {
-      for (const name of openAiNames(k)) expect(KNOWN_FIELDS.has(name), name).toBe(true)
+      for (const name of openAiNames(k)) expect(HONOURED_FIELDS.has(name), name).toBe(true)
       expect(Object.keys(CompletionRequest.properties), k).toContain(k)
     }
     expect(openAiNames('max_tokens')).toEqual(['max_tokens', 'max_completion_tokens'])

@@ -1,10 +1,13 @@
 // Schemas of POST /v1/chat/completions. The route schema checks only the shape (400: unparseable, missing
-// `model`/`messages`); `ChatParams` checks values (422) and names the field, the bound and (a short prefix of) the value given. Unknown
-// OpenAI fields are tolerated. Imports: typebox, shared (errors, sampling field definitions).
+// `model`/`messages`); `parseChatParams` checks values (422) and names the field, the bound and (a short prefix of)
+// the value given. A field onnxd cannot honour (../openai-fields.ts), a content part that is not text or a role the
+// model cannot be given is refused (422), never dropped. Imports: typebox, shared (errors, sampling field
+// definitions), the OpenAI field table.
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { clip, OnnxdError, quote } from '../../../shared/errors.js'
 import { samplingOpenAiProperties } from '../../../shared/sampling.js'
+import { checkStreamOptions, honouredFields, unsupported } from '../openai-fields.js'
 
 /** 400-level: what a body must have to be a chat request at all. */
 export const ChatCompletionBody = Type.Object(
@@ -17,7 +20,8 @@ export const ChatCompletionBody = Type.Object(
 
 const TextPart = Type.Object({ type: Type.Literal('text'), text: Type.String() }, { additionalProperties: true })
 
-export const ROLES = ['system', 'developer', 'user', 'assistant', 'tool'] as const
+/** The roles onnxd renders; `tool` and `function` wait for tool calls. */
+export const ROLES = ['system', 'developer', 'user', 'assistant'] as const
 
 export const ChatMessageParam = Type.Object(
   {
@@ -35,42 +39,69 @@ export const ChatParams = Type.Object(
     messages: Type.Array(ChatMessageParam, { minItems: 1 }),
     // Sampling, under every OpenAI name (e.g. max_completion_tokens): types and bounds from their one definition.
     ...samplingOpenAiProperties(),
-    n: Type.Optional(Type.Integer({ minimum: 1 })),
-    logprobs: Type.Optional(Type.Boolean()),
     stream: Type.Optional(Type.Boolean()),
-    stream_options: Type.Optional(
-      Type.Object({ include_usage: Type.Optional(Type.Boolean()) }, { additionalProperties: true }),
-    ),
-    user: Type.Optional(Type.String()),
+    // Checked by checkStreamOptions.
+    stream_options: Type.Optional(Type.Object({ include_usage: Type.Optional(Type.Boolean()) })),
   },
-  { additionalProperties: true },
+  { additionalProperties: false },
 )
 export type ChatParams = Static<typeof ChatParams>
 
-/** The fields this facade understands; others are ignored (and logged at debug). */
-export const KNOWN_FIELDS: ReadonlySet<string> = new Set(Object.keys(ChatParams.properties))
+/** The fields onnxd acts on; the others are accepted or refused by ../openai-fields.ts. */
+export const HONOURED_FIELDS: ReadonlySet<string> = new Set(Object.keys(ChatParams.properties))
 
 const checker = TypeCompiler.Compile(ChatParams)
 
 const fieldName = (path: string): string => clip(path.slice(1).replace(/\//g, '.'))
 
-/** Checks values; throws 422 naming the first bad field. Null optional values count as absent, as with OpenAI. */
+/** Message fields that ask for what onnxd cannot do yet (tool calls, audio). */
+const MESSAGE_REFUSED: Readonly<Record<string, string>> = {
+  tool_calls: 'tool calls are not supported yet',
+  function_call: 'tool calls are not supported yet',
+  audio: 'audio is not supported',
+}
+
+/** Roles, content parts and message fields onnxd cannot give the model: 422 naming the message and what it has. */
+function checkMessages(messages: unknown): void {
+  if (!Array.isArray(messages)) return
+  messages.forEach((m: unknown, i) => {
+    if (typeof m !== 'object' || m === null) return
+    const msg = m as Record<string, unknown>
+    const where = `messages[${i}]`
+    if (msg.role === 'tool' || msg.role === 'function') {
+      throw unsupported(`${where}.role`, `'${msg.role}' messages are not supported yet (tool calls are not supported)`)
+    }
+    for (const [k, why] of Object.entries(MESSAGE_REFUSED)) {
+      const v = msg[k]
+      if (v !== undefined && v !== null && !(Array.isArray(v) && v.length === 0)) throw unsupported(`${where}.${k}`, why)
+    }
+    if (!Array.isArray(msg.content)) return
+    msg.content.forEach((part: unknown, j) => {
+      const type = typeof part === 'object' && part !== null ? (part as { type?: unknown }).type : undefined
+      if (typeof type === 'string' && type !== 'text') {
+        throw unsupported(`${where}.content[${j}]`, `content parts of type '${clip(type)}' are not supported; only 'text' parts are`)
+      }
+    })
+  })
+}
+
+/** The first failure of `checker` on `value` as a 422 naming the field, the rule and a short form of the value. */
+export function firstInvalid(check: { Errors(v: unknown): { First(): { path: string; message: string; value: unknown } | undefined } }, value: unknown): OnnxdError {
+  const e = check.Errors(value).First()!
+  return new OnnxdError('invalid_value', `Invalid value for '${fieldName(e.path)}': ${e.message}. Given: ${quote(e.value)}`)
+}
+
+/**
+ * Checks values; throws 422 naming the first bad field: fields onnxd cannot honour first, then messages, then the
+ * values of the fields it honours. Null optional values count as absent, as with OpenAI.
+ */
 export function parseChatParams(body: Record<string, unknown>): ChatParams {
-  const value: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(body)) if (v !== null) value[k] = v
-  if (!checker.Check(value)) {
-    const e = checker.Errors(value).First()!
-    throw new OnnxdError('invalid_value', `Invalid value for '${fieldName(e.path)}': ${e.message}. Given: ${quote(e.value)}`)
-  }
-  const p = value as ChatParams
-  if (p.n !== undefined && p.n > 1) {
-    throw new OnnxdError('invalid_value', `Invalid value for 'n': only one choice per request is supported. Given: ${p.n}`)
-  }
-  if (p.logprobs === true) throw new OnnxdError('invalid_value', `Invalid value for 'logprobs': logprobs are not supported. Given: true`)
-  if (p.stream_options?.include_usage !== undefined && p.stream !== true) {
-    throw new OnnxdError('invalid_value', `Invalid value for 'stream_options': only allowed when 'stream' is true`)
-  }
-  return p
+  const value = honouredFields(body, 'chat', HONOURED_FIELDS)
+  value.stream_options = checkStreamOptions(value.stream_options, value.stream)
+  if (value.stream_options === undefined) delete value.stream_options
+  checkMessages(value.messages)
+  if (!checker.Check(value)) throw firstInvalid(checker, value)
+  return value as ChatParams
 }
 
 const UsageSchema = Type.Object({

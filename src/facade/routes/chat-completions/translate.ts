@@ -4,9 +4,20 @@ import type { ChatMessage, CompletionRequest, CompletionResponse, FinishReason, 
 import { openAiNames, SAMPLING_FIELD_NAMES } from '../../../shared/sampling.js'
 import type { ChatCompletion, ChatParams } from './schema.js'
 import { sseFrame } from '../../../shared/sse.js'
+import { openAiUsage, type ChunkFormat } from '../completion-flow.js'
 
 function contentText(content: ChatParams['messages'][number]['content']): string {
   return typeof content === 'string' ? content : content.map((p) => p.text).join('')
+}
+
+/** The sampling fields of an OpenAI request, each under its node name, from the first of its OpenAI names given. */
+export function samplingFields(given: Record<string, unknown>): Partial<CompletionRequest> {
+  const out: Record<string, unknown> = {}
+  for (const k of SAMPLING_FIELD_NAMES) {
+    const v = openAiNames(k).map((name) => given[name]).find((x) => x !== undefined)
+    if (v !== undefined) out[k] = v
+  }
+  return out as Partial<CompletionRequest>
 }
 
 /** The node request: the contract is closed (additionalProperties: false), so only its own fields are copied. */
@@ -15,22 +26,10 @@ export function toNodeRequest(p: ChatParams, requestId: string): CompletionReque
     role: m.role === 'developer' ? 'system' : m.role,
     content: contentText(m.content),
   }))
-  const req: CompletionRequest = { model: p.model, messages, request_id: requestId }
-  // Each sampling field under its node name, from the first of its OpenAI names given (max_tokens, then max_completion_tokens).
-  const given = p as Record<string, unknown>
-  for (const k of SAMPLING_FIELD_NAMES) {
-    const v = openAiNames(k).map((name) => given[name]).find((x) => x !== undefined)
-    if (v !== undefined) (req as Record<string, unknown>)[k] = v
-  }
+  const req: CompletionRequest = { model: p.model, messages, request_id: requestId, ...samplingFields(p as Record<string, unknown>) }
   if (p.stream === true) req.stream = true
   return req
 }
-
-export const openAiUsage = (u: Usage): ChatCompletion['usage'] => ({
-  prompt_tokens: u.prompt_tokens,
-  completion_tokens: u.completion_tokens,
-  total_tokens: u.prompt_tokens + u.completion_tokens,
-})
 
 export function toChatCompletion(id: string, created: number, model: string, r: CompletionResponse): ChatCompletion {
   return {
@@ -44,7 +43,7 @@ export function toChatCompletion(id: string, created: number, model: string, r: 
 }
 
 /** Builds the `chat.completion.chunk` events of one stream. */
-export class ChunkWriter {
+export class ChunkWriter implements ChunkFormat {
   constructor(
     private readonly id: string,
     private readonly created: number,
@@ -59,8 +58,8 @@ export class ChunkWriter {
     return sseFrame(JSON.stringify(c))
   }
 
-  role(): string {
-    return this.chunk([{ index: 0, delta: { role: 'assistant' }, logprobs: null, finish_reason: null }])
+  start(): string[] {
+    return [this.chunk([{ index: 0, delta: { role: 'assistant' }, logprobs: null, finish_reason: null }])]
   }
 
   content(text: string): string {
@@ -71,9 +70,8 @@ export class ChunkWriter {
     return this.chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: reason }])
   }
 
-  /** Only when includeUsage. */
-  usage(u: Usage): string {
-    return this.chunk([], openAiUsage(u))
+  usage(u: Usage): string | null {
+    return this.includeUsage ? this.chunk([], openAiUsage(u)) : null
   }
 }
 

@@ -1,0 +1,137 @@
+// Which OpenAI request fields onnxd honours, which it accepts as information only, and which it refuses (422 naming
+// the field) because it cannot honour them: one table for /v1/chat/completions and /v1/completions. A field in no
+// list is refused as unrecognized, never dropped. Null values count as absent, as with OpenAI. Imports: shared errors.
+import { clip, OnnxdError, quote } from '../../shared/errors.js'
+
+export type Endpoint = 'chat' | 'completions'
+
+/** A field onnxd does not act on: the values it accepts anyway (honoured trivially, or information only). */
+interface Passive {
+  /** Whether `v` can be accepted as it is. */
+  accepts(v: unknown): boolean
+  /** Why other values are refused, and what is accepted instead (ends the 422's message). */
+  why: string
+}
+
+const isString = (v: unknown): boolean => typeof v === 'string'
+const emptyArray = (v: unknown): boolean => Array.isArray(v) && v.length === 0
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
+const never = (): boolean => false
+
+const NO_TOOLS = 'tool calls are not supported yet'
+
+/** Fields both endpoints know. */
+const COMMON: Readonly<Record<string, Passive>> = {
+  user: { accepts: isString, why: 'it must be a string' },
+  n: { accepts: (v) => v === 1, why: 'only one choice per request is supported; only 1 is accepted' },
+  logit_bias: { accepts: (v) => isObject(v) && Object.keys(v).length === 0, why: 'logit_bias is not supported; only {} is accepted' },
+}
+
+/** Chat's own (OpenAI's chat completions request). */
+const CHAT: Readonly<Record<string, Passive>> = {
+  // Information only.
+  safety_identifier: { accepts: isString, why: 'it must be a string' },
+  prompt_cache_key: { accepts: isString, why: 'it must be a string (prefix caching is automatic)' },
+  metadata: {
+    accepts: (v) => isObject(v) && Object.values(v).every(isString),
+    why: 'it must be an object of string values',
+  },
+  store: { accepts: (v) => v === false, why: 'completions are not stored; only false is accepted' },
+  service_tier: {
+    accepts: (v) => v === 'auto' || v === 'default',
+    why: "there is one service tier; only 'auto' or 'default' is accepted",
+  },
+  // Honoured trivially: they ask for what onnxd does anyway.
+  logprobs: {
+    accepts: (v) => v === false,
+    why: 'logprobs are not supported yet; only false is accepted',
+  },
+  top_logprobs: { accepts: (v) => v === 0, why: 'logprobs are not supported yet; only 0 is accepted' },
+  response_format: {
+    accepts: (v) => isObject(v) && v.type === 'text' && Object.keys(v).length === 1,
+    why: 'structured outputs are not supported yet; only {"type":"text"} is accepted',
+  },
+  modalities: {
+    accepts: (v) => Array.isArray(v) && v.length === 1 && v[0] === 'text',
+    why: 'only text output is supported; only ["text"] is accepted',
+  },
+  tools: { accepts: emptyArray, why: `${NO_TOOLS}; only [] is accepted` },
+  functions: { accepts: emptyArray, why: `${NO_TOOLS}; only [] is accepted` },
+  tool_choice: { accepts: (v) => v === 'none' || v === 'auto', why: `${NO_TOOLS}; only 'none' or 'auto' is accepted` },
+  function_call: { accepts: (v) => v === 'none' || v === 'auto', why: `${NO_TOOLS}; only 'none' or 'auto' is accepted` },
+  parallel_tool_calls: { accepts: (v) => typeof v === 'boolean', why: 'it must be a boolean' },
+  // Not supported at all.
+  audio: { accepts: never, why: 'audio output is not supported' },
+  prediction: { accepts: never, why: 'predicted outputs are not supported' },
+  reasoning_effort: { accepts: never, why: 'reasoning controls are not supported' },
+  verbosity: { accepts: never, why: 'verbosity controls are not supported' },
+  web_search_options: { accepts: never, why: 'web search is not supported' },
+}
+
+/** Legacy completions' own (OpenAI's completions request). */
+const COMPLETIONS: Readonly<Record<string, Passive>> = {
+  best_of: { accepts: (v) => v === 1, why: 'only 1 is accepted' },
+  logprobs: { accepts: never, why: 'logprobs are not supported yet' },
+  suffix: { accepts: never, why: 'insertion (a suffix) is not supported' },
+}
+
+/** Per endpoint, the OpenAI fields onnxd does not act on. Sampling fields, `stream`, `model` and the prompt are the routes' own. */
+export const PASSIVE_FIELDS: Readonly<Record<Endpoint, Readonly<Record<string, Passive>>>> = {
+  chat: { ...COMMON, ...CHAT },
+  completions: { ...COMMON, ...COMPLETIONS },
+}
+
+/** The refusal of a field onnxd cannot honour: 422, naming the field (and a short form of the value). */
+export function unsupported(field: string, why: string, value?: unknown): OnnxdError {
+  const given = value === undefined ? '' : ` Given: ${quote(value)}`
+  return new OnnxdError('invalid_value', `Unsupported parameter '${clip(field)}': ${why}.${given}`)
+}
+
+/**
+ * Checks the body's fields against `honoured` (the route's own schema properties) and PASSIVE_FIELDS; throws 422 for
+ * the first field onnxd cannot honour or does not know. Returns the honoured fields (nulls dropped), for the route's
+ * value schema to check.
+ */
+export function honouredFields(body: Record<string, unknown>, endpoint: Endpoint, honoured: ReadonlySet<string>): Record<string, unknown> {
+  const out: Record<string, unknown> = {}
+  for (const [k, v] of Object.entries(body)) {
+    if (v === null) continue
+    if (honoured.has(k)) {
+      out[k] = v
+      continue
+    }
+    const table = PASSIVE_FIELDS[endpoint]
+    const p = Object.hasOwn(table, k) ? table[k] : undefined
+    if (p) {
+      if (!p.accepts(v)) throw unsupported(k, p.why, v)
+      continue
+    }
+    throw new OnnxdError('invalid_value', `Unrecognized request argument supplied: '${clip(k)}'; onnxd refuses fields it cannot honour`)
+  }
+  return out
+}
+
+/**
+ * `stream_options`: `include_usage` is honoured, `include_obfuscation: false` accepted, anything else refused; only
+ * with `stream: true`. Returns the options without nulls (undefined when none are left).
+ */
+export function checkStreamOptions(v: unknown, stream: unknown): { include_usage?: boolean } | undefined {
+  if (v === undefined) return undefined
+  if (!isObject(v)) throw new OnnxdError('invalid_value', `Invalid value for 'stream_options': expected an object. Given: ${quote(v)}`)
+  const out: { include_usage?: boolean } = {}
+  let given = false
+  for (const [k, x] of Object.entries(v)) {
+    if (x === null) continue
+    given = true
+    if (k === 'include_usage') {
+      if (typeof x !== 'boolean') throw new OnnxdError('invalid_value', `Invalid value for 'stream_options.include_usage': expected a boolean. Given: ${quote(x)}`)
+      out.include_usage = x
+    } else if (k === 'include_obfuscation') {
+      if (x !== false) throw unsupported('stream_options.include_obfuscation', 'stream obfuscation is not supported; only false is accepted', x)
+    } else {
+      throw new OnnxdError('invalid_value', `Unrecognized request argument supplied: 'stream_options.${clip(k)}'`)
+    }
+  }
+  if (given && stream !== true) throw new OnnxdError('invalid_value', `Invalid value for 'stream_options': only allowed when 'stream' is true`)
+  return out.include_usage === undefined ? undefined : out
+}

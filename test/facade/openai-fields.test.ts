@@ -1,0 +1,166 @@
+// Issue #14: a request field onnxd cannot honour is refused with a 422 naming it, never accepted and dropped; the
+// fields it honours trivially or takes as information are accepted. Through the real facade app (inject) over a
+// fake node, and through the official `openai` client.
+import OpenAI, { UnprocessableEntityError } from 'openai'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { bearer, chatBody, facadeFixture, MODEL, type FacadeFixture } from '../helpers/facade.js'
+
+let f: FacadeFixture
+beforeAll(async () => {
+  f = await facadeFixture()
+})
+afterAll(() => f.close())
+
+const post = (url: string, payload: unknown) =>
+  f.app.inject({ method: 'POST', url, headers: bearer(f.key), payload: payload as Record<string, unknown> })
+const completionBody = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({ model: MODEL, prompt: 'Once upon a time', ...extra })
+
+/** Answers 422 in the spec's error object whose message names `field`, and never reaches the node. */
+async function expectRefused(url: string, payload: Record<string, unknown>, field: string, message?: RegExp): Promise<void> {
+  const before = f.nodes[0]!.requests.length
+  const res = await post(url, payload)
+  expect(res.statusCode, res.body).toBe(422)
+  const body = res.json() as { error: { message: string; type: string; code: number } }
+  expect(body).toEqual({ error: { message: expect.any(String), type: 'invalid_request_error', code: 422 } })
+  expect(body.error.message).toContain(`'${field}'`)
+  if (message) expect(body.error.message).toMatch(message)
+  expect(f.nodes[0]!.requests.length).toBe(before)
+}
+
+async function expectAccepted(url: string, payload: Record<string, unknown>): Promise<void> {
+  const res = await post(url, payload)
+  expect(res.statusCode, res.body).toBe(200)
+}
+
+const tool = { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: {} } } }
+
+describe('/v1/chat/completions refuses what it cannot honour', () => {
+  it.each([
+    ['tools', { tools: [tool] }, /tool calls are not supported/],
+    ['tool_choice', { tool_choice: 'required' }, /tool calls/],
+    ['tool_choice', { tool_choice: { type: 'function', function: { name: 'get_weather' } } }, /tool calls/],
+    ['functions', { functions: [tool.function] }, /tool calls/],
+    ['function_call', { function_call: { name: 'get_weather' } }, /tool calls/],
+    ['response_format', { response_format: { type: 'json_object' } }, /structured outputs are not supported/],
+    ['response_format', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } }, /structured outputs/],
+    ['logprobs', { logprobs: true }, /logprobs are not supported/],
+    ['top_logprobs', { top_logprobs: 5 }, /logprobs are not supported/],
+    ['n', { n: 2 }, /only one choice/],
+    ['n', { n: 0 }, /only 1 is accepted/],
+    ['logit_bias', { logit_bias: { '50256': -100 } }, /logit_bias is not supported/],
+    ['modalities', { modalities: ['text', 'audio'] }, /only text output/],
+    ['audio', { audio: { voice: 'alloy', format: 'wav' } }, /audio output is not supported/],
+    ['prediction', { prediction: { type: 'content', content: 'x' } }, /predicted outputs/],
+    ['reasoning_effort', { reasoning_effort: 'low' }, /reasoning/],
+    ['verbosity', { verbosity: 'low' }, /verbosity/],
+    ['web_search_options', { web_search_options: {} }, /web search/],
+    ['store', { store: true }, /not stored/],
+    ['service_tier', { service_tier: 'priority' }, /one service tier/],
+    ['metadata', { metadata: { a: 1 } }, /string values/],
+    ['user', { user: 42 }, /string/],
+    ['stream_options.include_obfuscation', { stream: true, stream_options: { include_obfuscation: true } }, /obfuscation/],
+    ['stream_options.foo', { stream: true, stream_options: { foo: 1 } }, /Unrecognized/],
+    ['best_of', { best_of: 1 }, /Unrecognized/],
+    ['suffix', { suffix: 'x' }, /Unrecognized/],
+    ['frobnicate', { frobnicate: true }, /Unrecognized request argument supplied/],
+  ])('%s (%j)', async (field, extra, message) => {
+    await expectRefused('/v1/chat/completions', chatBody(extra), field, message)
+  })
+
+  it.each([
+    ['messages[1].role', [{ role: 'user', content: 'hi' }, { role: 'tool', tool_call_id: 'c1', content: '{}' }], /'tool' messages/],
+    ['messages[0].role', [{ role: 'function', name: 'f', content: '{}' }], /'function' messages/],
+    ['messages[0].tool_calls', [{ role: 'assistant', content: 'x', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] }], /tool calls/],
+    ['messages[0].content[1]', [{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'image_url', image_url: { url: 'http://x/y.png' } }] }], /'image_url'/],
+    ['messages[0].content[0]', [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: '', format: 'wav' } }] }], /'input_audio'/],
+    ['messages[0].content[0]', [{ role: 'user', content: [{ type: 'file', file: { file_id: 'f' } }] }], /'file'/],
+  ])('%s in messages', async (field, messages, message) => {
+    await expectRefused('/v1/chat/completions', { model: MODEL, messages }, field, message)
+  })
+
+  it('a refusal comes before the node and before billing, whatever else the body has', async () => {
+    // Even with a value error elsewhere, the unsupported field is named first (its own key comes first).
+    await expectRefused('/v1/chat/completions', chatBody({ tools: [tool], temperature: 9 }), 'tools')
+  })
+})
+
+describe('/v1/chat/completions accepts what it honours or takes as information', () => {
+  it.each([
+    { user: 'u-1', metadata: { team: 'a' }, store: false, service_tier: 'auto', safety_identifier: 's', prompt_cache_key: 'k' },
+    { service_tier: 'default' },
+    { n: 1, logprobs: false, top_logprobs: 0, logit_bias: {} },
+    { tools: [], functions: [], tool_choice: 'none', function_call: 'auto', parallel_tool_calls: false },
+    { response_format: { type: 'text' }, modalities: ['text'] },
+    { stream: true, stream_options: { include_usage: true, include_obfuscation: false } },
+    // Null is absent, as with OpenAI.
+    { tools: null, response_format: null, audio: null, logprobs: null, n: null },
+  ])('%j', async (extra) => {
+    await expectAccepted('/v1/chat/completions', chatBody(extra))
+  })
+
+  it('what the node is sent has only the fields it acts on', async () => {
+    const before = f.nodes[0]!.requests.length
+    await expectAccepted('/v1/chat/completions', chatBody({ user: 'u', tools: [], response_format: { type: 'text' }, max_tokens: 2, seed: 1 }))
+    const sent = f.nodes[0]!.requests[before]!
+    expect(Object.keys(sent).sort()).toEqual(['max_tokens', 'messages', 'model', 'request_id', 'seed'])
+  })
+})
+
+describe('/v1/completions refuses what it cannot honour', () => {
+  it.each([
+    ['suffix', { suffix: ' the end' }, /suffix/],
+    ['logprobs', { logprobs: 2 }, /logprobs are not supported/],
+    ['logprobs', { logprobs: 0 }, /logprobs are not supported/],
+    ['best_of', { best_of: 3 }, /only 1/],
+    ['n', { n: 2 }, /only one choice/],
+    ['logit_bias', { logit_bias: { '1': 5 } }, /logit_bias/],
+    ['echo', { echo: true, prompt: [1, 2, 3] }, /token-id prompts/],
+    ['prompt', { stream: true, prompt: ['a', 'b'] }, /more than one prompt/],
+    ['prompt', { prompt: { text: 'x' } }, /expected a string/],
+    ['prompt', { prompt: [] }, /expected a string/],
+    ['prompt', { prompt: Array.from({ length: 33 }, () => 'x') }, /at most 32 prompts/],
+    ['tools', { tools: [] }, /Unrecognized/],
+    ['response_format', { response_format: { type: 'text' } }, /Unrecognized/],
+    ['messages', { messages: [{ role: 'user', content: 'x' }] }, /Unrecognized/],
+    ['temperature', { temperature: 3 }, /Invalid value/],
+  ])('%s (%j)', async (field, extra, message) => {
+    await expectRefused('/v1/completions', completionBody(extra), field, message)
+  })
+
+  it('accepts best_of 1, n 1, logit_bias {}, user, echo with text, and nulls', async () => {
+    await expectAccepted('/v1/completions', completionBody({ best_of: 1, n: 1, logit_bias: {}, user: 'u', echo: true, suffix: null, logprobs: null }))
+  })
+
+  it('a missing prompt is a 400', async () => {
+    const res = await post('/v1/completions', { model: MODEL })
+    expect(res.statusCode).toBe(400)
+    expect(res.json().error).toMatchObject({ type: 'invalid_request_error', code: 400, message: expect.stringContaining('prompt') })
+  })
+})
+
+describe('the official openai client', () => {
+  let client: OpenAI
+  beforeAll(async () => {
+    const url = await f.app.listen({ port: 0, host: '127.0.0.1' })
+    client = new OpenAI({ apiKey: f.key, baseURL: `${url}/v1`, maxRetries: 0 })
+  })
+
+  it('surfaces a refused field as UnprocessableEntityError carrying the message', async () => {
+    const e = await client.chat.completions
+      .create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], response_format: { type: 'json_object' } })
+      .catch((x: unknown) => x)
+    expect(e).toBeInstanceOf(UnprocessableEntityError)
+    const err = e as UnprocessableEntityError
+    expect(err.status).toBe(422)
+    expect(err.type).toBe('invalid_request_error')
+    expect(err.message).toMatch(/Unsupported parameter 'response_format': structured outputs are not supported yet/)
+  })
+
+  it('a tools request through the client is refused, not answered with free text', async () => {
+    const e = await client.chat.completions
+      .create({ model: MODEL, messages: [{ role: 'user', content: 'weather?' }], tools: [tool as OpenAI.ChatCompletionTool] })
+      .catch((x: unknown) => x)
+    expect(e).toBeInstanceOf(UnprocessableEntityError)
+    expect((e as Error).message).toMatch(/'tools'/)
+  })
+})
