@@ -25,6 +25,11 @@ export const HealthBody = Type.Object({
   kv_cache: Type.Optional(Type.Object({ used_bytes: Type.Number(), budget_bytes: Type.Number(), usage: Type.Number() })),
   /** Worker threads restarted since start. */
   restarts: Type.Optional(Type.Integer()),
+  /**
+   * Whether the model's bundle has a chat template: with one it serves chat (`messages`) and raw prompts, without
+   * one raw prompts only. Absent when the node cannot tell.
+   */
+  chat_template: Type.Optional(Type.Boolean()),
   /** The model's context length in tokens (null until a worker has loaded it). */
   context_length: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
 })

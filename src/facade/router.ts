@@ -16,6 +16,8 @@ export interface RemoteNode {
   readonly url: string
   status: NodeStatus
   models: string[]
+  /** Whether its model has a chat template, as its last health said (null: it did not say). */
+  chatTemplate: boolean | null
   /** Free capacity the node reported at its last poll. */
   capacity: number
   /** Requests this facade has in flight on the node now, and at the last poll. */
@@ -57,6 +59,7 @@ export class NodeRouter {
       url,
       status: 'unknown',
       models: [],
+      chatTemplate: null,
       capacity: 0,
       inflight: 0,
       inflightAtPoll: 0,
@@ -103,6 +106,7 @@ export class NodeRouter {
       node.status = h.status === 200 || h.body.status !== 'ready' ? h.body.status : 'unhealthy'
       node.models = Array.isArray(h.body.models) ? h.body.models.filter((m) => typeof m === 'string') : []
       node.capacity = typeof h.body.capacity === 'number' ? h.body.capacity : 0
+      node.chatTemplate = typeof h.body.chat_template === 'boolean' ? h.body.chat_template : null
       node.lastError = null
       const s = Math.floor(this.now() / 1000)
       for (const m of node.models) if (!this.firstSeen.has(m)) this.firstSeen.set(m, s)
@@ -123,11 +127,32 @@ export class NodeRouter {
     node.lastError = reason
   }
 
-  /** Models served by ready nodes, with the time each was first seen. */
-  readyModels(): { id: string; created: number }[] {
-    const ids = new Set<string>()
-    for (const n of this.nodes) if (n.status === 'ready') for (const m of n.models) ids.add(m)
-    return [...ids].sort().map((id) => ({ id, created: this.firstSeen.get(id) ?? 0 }))
+  /**
+   * Models served by ready nodes, with the time each was first seen and whether it serves chat: false only when
+   * every ready node serving it said its model has no chat template.
+   */
+  readyModels(): { id: string; created: number; chat: boolean }[] {
+    const ids = new Map<string, boolean>()
+    for (const n of this.nodes) {
+      if (n.status !== 'ready') continue
+      for (const m of n.models) ids.set(m, (ids.get(m) ?? false) || n.chatTemplate !== false)
+    }
+    return [...ids.keys()].sort().map((id) => ({ id, created: this.firstSeen.get(id) ?? 0, chat: ids.get(id)! }))
+  }
+
+  /**
+   * Whether `model` can serve chat: false when every informed node serving it said it has no chat template, true
+   * when one has one, null when no node says (the node then answers for itself).
+   */
+  servesChat(model: string): boolean | null {
+    let no = false
+    for (const n of this.nodes) {
+      if (n.checkedAt === null || n.status === 'unreachable' || !n.models.includes(model)) continue
+      if (n.chatTemplate === true) return true
+      if (n.chatTemplate === null) return null
+      no = true
+    }
+    return no ? false : null
   }
 
   /**

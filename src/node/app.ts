@@ -12,6 +12,7 @@ import { createMetrics, createRegistry, registerMetricsRoute, type NodeMetrics }
 import { COMPLETIONS_PATH } from '../contract/completions.js'
 import { registerCompletionRoutes, requestIdFor } from './routes/completions.js'
 import { registerHealthRoutes } from './routes/health.js'
+import { bundleHasChatTemplate } from './chat-template.js'
 
 export type { DrainResult, NodeControl } from './admission.js'
 
@@ -30,6 +31,8 @@ export interface NodeDeps {
   metrics?: NodeMetrics
   /** Log destination (default stdout); tests capture logs here. */
   logStream?: { write(line: string): void }
+  /** The bundle directory the engine loads (default `opts.model`): /health says whether it has a chat template. */
+  modelDir?: string
 }
 
 export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
@@ -70,7 +73,14 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
   registerErrorHandlers(app, onError)
   // Probes and scrapes every few seconds would drown the request log: at most warn for them.
   const probeLogLevel: LogLevel = ['info', 'debug', 'trace'].includes(opts.logLevel) ? 'warn' : opts.logLevel
-  registerHealthRoutes(app, { engine, control: state, fallback: { model, provider: opts.provider }, logLevel: probeLogLevel })
+  const modelDir = deps.modelDir ?? opts.model
+  registerHealthRoutes(app, {
+    engine,
+    control: state,
+    fallback: { model, provider: opts.provider },
+    logLevel: probeLogLevel,
+    chatTemplate: () => bundleHasChatTemplate(modelDir),
+  })
   registerMetricsRoute(app, metrics, probeLogLevel)
   registerCompletionRoutes(app, { engine, state, metrics })
 

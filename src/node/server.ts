@@ -30,7 +30,7 @@ export async function serveNode(opts: NodeOptions, shutdown: Promise<NodeJS.Sign
   // The pool forwards every worker's step and finish observations to this one observer. Its workers start at
   // engine.ready(), below, so a port that cannot be bound starts none.
   const engine = createEnginePool({ ...toPoolOptions(opts), modelDir }, metrics.observer)
-  const app = buildNode(opts, { engine, metrics })
+  const app = buildNode(opts, { engine, metrics, modelDir })
   try {
     // Listen before the model has loaded, so /health can say `loading` and /health/live answers.
     await app.listen({ port: opts.port, host: opts.host })

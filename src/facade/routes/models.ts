@@ -1,18 +1,36 @@
-// GET /v1/models and /v1/models/{id}: the models of ready nodes, in OpenAI's list shape. Imports: facade parts.
+// GET /v1/models and /v1/models/{id}: the models of ready nodes, in OpenAI's list shape, each with the endpoints
+// that serve it (`endpoints`: "completions", and "chat.completions" unless its bundle has no chat template).
+// Imports: facade parts.
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { Type } from '@sinclair/typebox'
+import { Type, type Static } from '@sinclair/typebox'
 import { clip, OnnxdError } from '../../shared/errors.js'
 import type { FacadeContext } from '../context.js'
 import { ErrorBodySchema } from '../../shared/http-errors.js'
 
-const Model = Type.Object({ id: Type.String(), object: Type.Literal('model'), created: Type.Integer(), owned_by: Type.String() })
+/** The endpoints of /v1 a model can serve, named as OpenAI names the resources. */
+export type ModelEndpoint = 'chat.completions' | 'completions'
+
+const Model = Type.Object({
+  id: Type.String(),
+  object: Type.Literal('model'),
+  created: Type.Integer(),
+  owned_by: Type.String(),
+  endpoints: Type.Array(Type.Union([Type.Literal('chat.completions'), Type.Literal('completions')])),
+})
+type Model = Static<typeof Model>
 const ModelList = Type.Object({ object: Type.Literal('list'), data: Type.Array(Model) })
 
 export function modelsRoutes(app: FastifyInstance, ctx: FacadeContext): void {
   const api = app.withTypeProvider<TypeBoxTypeProvider>()
-  const list = (): { id: string; object: 'model'; created: number; owned_by: string }[] =>
-    ctx.router.readyModels().map((m) => ({ id: m.id, object: 'model' as const, created: m.created, owned_by: 'onnxd' }))
+  const list = (): Model[] =>
+    ctx.router.readyModels().map((m) => ({
+      id: m.id,
+      object: 'model' as const,
+      created: m.created,
+      owned_by: 'onnxd',
+      endpoints: m.chat ? ['chat.completions', 'completions'] : ['completions'],
+    }))
 
   api.get(
     '/models',

@@ -7,9 +7,10 @@ import { HEALTH_PATH, HealthBody } from '../../contract/health.js'
 import type { NodeControl } from '../admission.js'
 
 /** The /health body for a pool health snapshot; the node's own drain state overrides the pool's status. */
-export function healthBody(h: PoolHealth, draining: boolean): HealthBody {
+export function healthBody(h: PoolHealth, draining: boolean, chatTemplate?: boolean): HealthBody {
   const status = draining ? 'draining' : h.status
   return {
+    ...(chatTemplate === undefined ? {} : { chat_template: chatTemplate }),
     status,
     models: h.model ? [h.model] : [],
     provider: h.provider,
@@ -36,14 +37,18 @@ export interface HealthRouteDeps {
   fallback: { model: string; provider: string }
   /** Log level of these routes: probes arrive every few seconds and would drown the request log. */
   logLevel: LogLevel
+  /** Whether the bundle has a chat template (undefined: cannot tell); asked until it can tell, then kept. */
+  chatTemplate?: () => boolean | undefined
 }
 
 export function registerHealthRoutes(app: FastifyInstance, deps: HealthRouteDeps): void {
   const schema = { response: { 200: HealthBody, 503: HealthBody } }
+  let chatTemplate: boolean | undefined
   app.get(HEALTH_PATH, { schema, logLevel: deps.logLevel }, async (request, reply) => {
+    chatTemplate ??= deps.chatTemplate?.()
     let body: HealthBody
     try {
-      body = healthBody(deps.engine.health(), deps.control.draining)
+      body = healthBody(deps.engine.health(), deps.control.draining, chatTemplate)
     } catch (err) {
       // A health() that throws is itself a sign of trouble: say unhealthy rather than answer 500.
       request.log.error({ err }, 'engine health failed')
