@@ -18,6 +18,7 @@ import './request.js'
 import { NodeRouter } from './router.js'
 import { accountRoutes } from './routes/account.js'
 import { chatCompletionsRoute } from './routes/chat-completions/route.js'
+import { completionsRoute } from './routes/completions/route.js'
 import { modelsRoutes } from './routes/models.js'
 import { usageRoute } from './routes/usage.js'
 
@@ -131,6 +132,7 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
       })
       modelsRoutes(v1, ctx)
       chatCompletionsRoute(v1, ctx)
+      completionsRoute(v1, ctx)
       usageRoute(v1, ctx)
       accountRoutes(v1, ctx)
     },

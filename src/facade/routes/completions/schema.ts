@@ -1,0 +1,118 @@
+// Schemas of POST /v1/completions (OpenAI's legacy completions, for base models without a chat template). The route
+// schema checks only the shape (400: unparseable, missing `model`/`prompt`); `parseCompletionParams` checks values
+// (422) and refuses what onnxd cannot honour (../openai-fields.ts). Imports: typebox, shared (errors, sampling
+// field definitions), the OpenAI field table, chat's schema helpers.
+import { Type, type Static } from '@sinclair/typebox'
+import { TypeCompiler } from '@sinclair/typebox/compiler'
+import { OnnxdError, quote } from '../../../shared/errors.js'
+import { samplingOpenAiProperties } from '../../../shared/sampling.js'
+import { firstInvalid } from '../chat-completions/schema.js'
+import { checkStreamOptions, honouredFields, unsupported } from '../openai-fields.js'
+
+/** OpenAI's default max_tokens for legacy completions (chat's is the model's room). */
+export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+/** Prompts one request may carry (each is one choice, run as its own sequence). */
+export const MAX_PROMPTS = 32
+
+/** 400-level: what a body must have to be a completion request at all. */
+export const CompletionBody = Type.Object({ model: Type.String(), prompt: Type.Unknown() }, { additionalProperties: true })
+
+const TokenIds = Type.Array(Type.Integer({ minimum: 0 }), { minItems: 1 })
+
+/** 422-level: values. Bounds the facade can check; the node checks the rest (context length, vocabulary). */
+export const CompletionParams = Type.Object(
+  {
+    model: Type.String({ minLength: 1 }),
+    prompt: Type.Union([
+      Type.String(),
+      Type.Array(Type.String(), { minItems: 1, maxItems: MAX_PROMPTS }),
+      TokenIds,
+      Type.Array(TokenIds, { minItems: 1, maxItems: MAX_PROMPTS }),
+    ]),
+    ...samplingOpenAiProperties(),
+    stream: Type.Optional(Type.Boolean()),
+    // Checked by checkStreamOptions.
+    stream_options: Type.Optional(Type.Object({ include_usage: Type.Optional(Type.Boolean()) })),
+    echo: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false },
+)
+export type CompletionParams = Static<typeof CompletionParams>
+
+/** The fields onnxd acts on; the others are accepted or refused by ../openai-fields.ts. */
+export const HONOURED_FIELDS: ReadonlySet<string> = new Set(Object.keys(CompletionParams.properties))
+
+const checker = TypeCompiler.Compile(CompletionParams)
+
+/** One prompt: text, or token ids. */
+export type Prompt = { text: string } | { ids: number[] }
+
+const isIds = (v: unknown): v is number[] => Array.isArray(v) && v.length > 0 && v.every((x) => typeof x === 'number')
+
+/** The prompts of a request, one per choice: a string, strings, token ids, or lists of token ids (OpenAI's four forms). */
+export function promptsOf(prompt: CompletionParams['prompt']): Prompt[] {
+  if (typeof prompt === 'string') return [{ text: prompt }]
+  if (isIds(prompt)) return [{ ids: prompt }]
+  return (prompt as (string | number[])[]).map((p) => (typeof p === 'string' ? { text: p } : { ids: p }))
+}
+
+/** The prompt's form as one sentence of a 422 (a union's own error says only "expected union value"). */
+function checkPromptForm(prompt: unknown): void {
+  const ok =
+    typeof prompt === 'string' ||
+    (Array.isArray(prompt) &&
+      prompt.length > 0 &&
+      (prompt.every((p) => typeof p === 'string') || prompt.every((p) => typeof p === 'number') || prompt.every((p) => Array.isArray(p))))
+  if (!ok) {
+    throw new OnnxdError(
+      'invalid_value',
+      `Invalid value for 'prompt': expected a string, an array of strings, an array of token ids or an array of such arrays. Given: ${quote(prompt)}`,
+    )
+  }
+  if (Array.isArray(prompt) && !prompt.every((p) => typeof p === 'number') && prompt.length > MAX_PROMPTS) {
+    throw new OnnxdError('invalid_value', `Invalid value for 'prompt': at most ${MAX_PROMPTS} prompts per request. Given: ${prompt.length}`)
+  }
+}
+
+/** Checks values; throws 422 naming the first bad field. Null optional values count as absent, as with OpenAI. */
+export function parseCompletionParams(body: Record<string, unknown>): CompletionParams {
+  const value = honouredFields(body, 'completions', HONOURED_FIELDS)
+  value.stream_options = checkStreamOptions(value.stream_options, value.stream)
+  if (value.stream_options === undefined) delete value.stream_options
+  if (value.prompt === undefined) throw new OnnxdError('invalid_request', "Missing required field 'prompt'")
+  checkPromptForm(value.prompt)
+  if (!checker.Check(value)) throw firstInvalid(checker, value)
+  const p = value as CompletionParams
+  const prompts = promptsOf(p.prompt)
+  if (p.stream === true && prompts.length > 1) {
+    throw unsupported('prompt', 'streaming more than one prompt per request is not supported yet; send one prompt per streamed request', p.prompt)
+  }
+  if (p.echo === true && prompts.some((x) => 'ids' in x)) {
+    throw unsupported('echo', 'echo needs a text prompt; it is not supported with token-id prompts')
+  }
+  return p
+}
+
+const UsageSchema = Type.Object({
+  prompt_tokens: Type.Integer(),
+  completion_tokens: Type.Integer(),
+  total_tokens: Type.Integer(),
+})
+
+/** The non-streaming answer (OpenAI `text_completion`). */
+export const TextCompletionSchema = Type.Object({
+  id: Type.String(),
+  object: Type.Literal('text_completion'),
+  created: Type.Integer(),
+  model: Type.String(),
+  choices: Type.Array(
+    Type.Object({
+      text: Type.String(),
+      index: Type.Integer(),
+      logprobs: Type.Null(),
+      finish_reason: Type.String(),
+    }),
+  ),
+  usage: UsageSchema,
+})
+export type TextCompletion = Static<typeof TextCompletionSchema>
