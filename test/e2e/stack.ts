@@ -16,6 +16,12 @@ export const MODEL = 'onnxd-tiny'
 /** How often the facade polls the node's /health in these suites. */
 export const HEALTH_INTERVAL_MS = 200
 
+/** Which bundle a real node serves (default: the tiny default model as MODEL). */
+export interface Bundle {
+  modelDir?: string
+  modelId?: string
+}
+
 export interface RealNode {
   app: FastifyInstance
   engine: EngineClient
@@ -31,11 +37,13 @@ export interface RealNode {
  * Starts a node on `port` (default: any free one). It listens before its model has loaded, as `onnxd node` does;
  * with `ready: false` the caller calls `engine.ready()` itself, and /health says `loading` until then.
  */
-export async function startRealNode(o: { port?: number; ready?: boolean } = {}): Promise<RealNode> {
+export async function startRealNode(o: { port?: number; ready?: boolean } & Bundle = {}): Promise<RealNode> {
   const finishes: FinishObservation[] = []
-  const metrics = createMetrics(createRegistry(), MODEL, 'cpu')
+  const modelDir = o.modelDir ?? defaultModelDir()
+  const modelId = o.modelId ?? MODEL
+  const metrics = createMetrics(createRegistry(), modelId, 'cpu')
   const engine = createEnginePool(
-    { modelDir: defaultModelDir(), modelId: MODEL, workers: 1, intraOpThreads: 1 },
+    { modelDir, modelId, workers: 1, intraOpThreads: 1 },
     {
       ...metrics.observer,
       onFinish: (f) => {
@@ -44,7 +52,7 @@ export async function startRealNode(o: { port?: number; ready?: boolean } = {}):
       },
     },
   )
-  const app = buildNode(testOptions(), { engine, metrics })
+  const app = buildNode(testOptions({ model: modelDir, modelId }), { engine, metrics, modelDir })
   try {
     await app.listen({ port: o.port ?? 0, host: '127.0.0.1' })
   } catch (e) {
@@ -85,8 +93,8 @@ export interface Stack {
 }
 
 /** A ready real node and a listening facade in front of it that polls its health every HEALTH_INTERVAL_MS. */
-export async function startStack(): Promise<Stack> {
-  const node = await startRealNode()
+export async function startStack(bundle: Bundle = {}): Promise<Stack> {
+  const node = await startRealNode(bundle)
   const f = await facadeFixture({
     nodeUrls: [node.url],
     deps: { pollHealth: true },
