@@ -22,6 +22,19 @@ export interface WeightSpec {
   init: WeightInit
   /** False for buffers that transformers does not count as parameters (the RoPE tables). */
   parameter: boolean
+  /**
+   * The tensors the file stores for this weight, made from its float32 values (a quantized form's packed weight and
+   * scales, or float16 bits: quantize.ts). Default: the values themselves, one float32 tensor under `name`.
+   */
+  store?: (values: Float32Array) => StoredTensor[]
+}
+
+/** One initializer as written: any element type, little-endian bytes. */
+export interface StoredTensor {
+  name: string
+  dims: number[]
+  dataType: number
+  bytes: Uint8Array
 }
 
 export interface DecoderGraph {

@@ -7,16 +7,18 @@
 // engine's ONNX protobuf codec (src/engine/model/onnx-proto.ts: the one definition of the file format it writes).
 import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
-import { mkdir, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises'
+import { copyFile, mkdir, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises'
 import { basename, dirname, join, resolve } from 'node:path'
 import { OnnxdError } from '../shared/errors.js'
 import { gqaGraph } from './gqa-graph.js'
 import { llamaGraph } from './graph.js'
 import { PRESETS, isPresetName, parameterCount, type Preset, type PresetName } from './presets.js'
 import { BOS_ID, EOS_ID, PAD_ID, specialTokensMap, tokenizerConfig, tokenizerJsonText, trainByteLevelBpe } from './tokenizer.js'
+import { variantGraph, WEIGHT_DTYPES, type WeightDtype } from './quantize.js'
 import { writeOnnx } from './write-onnx.js'
+import { DTYPE_FILES, type Dtype } from '../shared/model.js'
 
-export { PRESETS, parameterCount, type Preset, type PresetName }
+export { PRESETS, WEIGHT_DTYPES, parameterCount, type Preset, type PresetName, type WeightDtype }
 
 /** Written into model.onnx's producer_version; bump it when the graph or the weights' generation changes. */
 export const BUILDER_VERSION = '4'
@@ -32,6 +34,11 @@ export interface BuildOptions {
    * Both carry the same weights for the same preset and seed.
    */
   attention?: Attention
+  /**
+   * Weight forms written beside the float32 model.onnx (which is always written), under the file names real
+   * exports use: model_q4.onnx, model_int8.onnx and model_quantized.onnx (the same file), model_fp16.onnx.
+   */
+  dtypes?: WeightDtype[]
 }
 
 export const ATTENTION_FORMS = ['plain', 'gqa'] as const
@@ -146,14 +153,19 @@ export async function buildModel(opts: BuildOptions): Promise<BuildResult> {
   const seed = checkSeed(opts.seed ?? 0)
   const attention = opts.attention ?? 'plain'
   if (!ATTENTION_FORMS.includes(attention)) throw new OnnxdError('config', `attention must be one of ${ATTENTION_FORMS.join(', ')}. Given: ${String(attention)}`)
+  const dtypes = [...new Set(opts.dtypes ?? [])]
+  const badDtype = dtypes.find((d) => !WEIGHT_DTYPES.includes(d))
+  if (badDtype !== undefined) throw new OnnxdError('config', `dtype must be one of ${WEIGHT_DTYPES.join(', ')}. Given: ${String(badDtype)}`)
   const dir = resolve(opts.outDir)
   const gqa = attention === 'gqa'
   await mkdir(gqa ? dir : join(dir, 'onnx'), { recursive: true })
   // A rebuild that dies half-way must not look finished: config.json (genai_config.json for the genai layout)
   // marks a complete bundle, so both go first; so do the other form's model files, or a bundle rebuilt in the
   // other form would carry them (and the engine reads genai_config.json before config.json).
-  const stale = gqa ? ['generation_config.json', 'onnx/model.onnx', 'onnx/model.onnx_data'] : ['model.onnx', 'model.onnx.data']
-  for (const f of ['config.json', 'genai_config.json', ...stale]) await rm(join(dir, f), { force: true })
+  // Every weight form's files go too: a variant of an earlier build (other seed, preset or form) must not outlive it.
+  const variants = Object.values(DTYPE_FILES).flatMap((f) => [`onnx/${f}`, `onnx/${f}_data`, f, `${f}.data`])
+  const stale = gqa ? ['generation_config.json'] : []
+  for (const f of ['config.json', 'genai_config.json', ...stale, ...variants]) await rm(join(dir, f), { force: true })
   // The plain form's onnx/ folder goes too once empty (other files in it are not ours to delete).
   if (gqa) await rmdir(join(dir, 'onnx')).catch(() => {})
 
@@ -171,13 +183,25 @@ export async function buildModel(opts: BuildOptions): Promise<BuildResult> {
         ] as [string, string][])),
   ]
   let bytes = 0
-  bytes += await writeOnnx(gqa ? join(dir, 'model.onnx') : join(dir, 'onnx', 'model.onnx'), gqa ? gqaGraph(p) : llamaGraph(p), {
-    seed,
-    externalData: p.externalData,
-    producerVersion: BUILDER_VERSION,
-    // onnxruntime-genai's builder names the external data model.onnx.data; optimum, model.onnx_data.
-    ...(gqa ? { dataFile: 'model.onnx.data' } : {}),
-  })
+  const graph = gqa ? gqaGraph(p) : llamaGraph(p)
+  // onnxruntime-genai's builder names the external data model.onnx.data; optimum, model.onnx_data.
+  const onnxPath = (dtype: Dtype): string => (gqa ? join(dir, DTYPE_FILES[dtype]) : join(dir, 'onnx', DTYPE_FILES[dtype]))
+  const write = (dtype: 'fp32' | WeightDtype): Promise<number> =>
+    writeOnnx(onnxPath(dtype), dtype === 'fp32' ? graph : variantGraph(graph, dtype), {
+      seed,
+      externalData: p.externalData,
+      producerVersion: BUILDER_VERSION,
+      ...(gqa ? { dataFile: `${DTYPE_FILES[dtype]}.data` } : {}),
+    })
+  bytes += await write('fp32')
+  for (const dtype of dtypes) {
+    bytes += await write(dtype)
+    if (dtype === 'int8') {
+      // onnx-community ships 8-bit weights under both names; the copy reads model_int8's external data, if any.
+      await copyFile(onnxPath('int8'), onnxPath('quantized'))
+      bytes += (await stat(onnxPath('quantized'))).size
+    }
+  }
   for (const [name, text] of files) {
     await writeFile(join(dir, name), text)
     bytes += Buffer.byteLength(text)

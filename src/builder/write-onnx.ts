@@ -3,7 +3,7 @@
 import { open, rm, writeFile } from 'node:fs/promises'
 import { endianness } from 'node:os'
 import { basename, dirname, join } from 'node:path'
-import type { DecoderGraph, WeightSpec } from './graph.js'
+import type { DecoderGraph, StoredTensor, WeightSpec } from './graph.js'
 import { DataLocation, DataType, encodeModel, type Tensor } from '../engine/model/onnx-proto.js'
 import { Rng } from '../shared/prng.js'
 
@@ -58,6 +58,14 @@ function makeWeight(w: WeightSpec, seed: number): Float32Array {
 
 const bytesOf = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength)
 
+/** What the file holds for a weight: its `store` tensors, or its float32 values as they are. */
+function storedTensors(w: WeightSpec, seed: number): StoredTensor[] {
+  const values = makeWeight(w, seed)
+  return w.store ? w.store(values) : [{ name: w.name, dims: w.dims, dataType: DataType.FLOAT, bytes: bytesOf(values) }]
+}
+
+const inline = (t: StoredTensor): Tensor => ({ name: t.name, dims: t.dims, data_type: t.dataType, raw_data: t.bytes })
+
 /** Writes `path` (and `path` + `_data` in external mode). Returns the bytes written. */
 export async function writeOnnx(path: string, graph: DecoderGraph, opts: WriteOptions): Promise<number> {
   // raw_data is little-endian by the ONNX spec; Float32Array bytes are the host's order.
@@ -69,28 +77,28 @@ export async function writeOnnx(path: string, graph: DecoderGraph, opts: WriteOp
     const fh = await open(dataPath, 'w')
     try {
       for (const w of graph.weights) {
-        const values = makeWeight(w, opts.seed)
-        const bytes = bytesOf(values)
-        if (bytes.length < EXTERNAL_MIN_BYTES) {
-          initializer.push({ name: w.name, dims: w.dims, data_type: DataType.FLOAT, raw_data: bytes })
-          continue
+        for (const t of storedTensors(w, opts.seed)) {
+          if (t.bytes.length < EXTERNAL_MIN_BYTES) {
+            initializer.push(inline(t))
+            continue
+          }
+          const pad = (EXTERNAL_ALIGN - (dataBytes % EXTERNAL_ALIGN)) % EXTERNAL_ALIGN
+          if (pad) await fh.write(new Uint8Array(pad))
+          const offset = dataBytes + pad
+          await fh.write(t.bytes)
+          dataBytes = offset + t.bytes.length
+          initializer.push({
+            name: t.name,
+            dims: t.dims,
+            data_type: t.dataType,
+            external_data: [
+              { key: 'location', value: basename(dataPath) },
+              { key: 'offset', value: String(offset) },
+              { key: 'length', value: String(t.bytes.length) },
+            ],
+            data_location: DataLocation.EXTERNAL,
+          })
         }
-        const pad = (EXTERNAL_ALIGN - (dataBytes % EXTERNAL_ALIGN)) % EXTERNAL_ALIGN
-        if (pad) await fh.write(new Uint8Array(pad))
-        const offset = dataBytes + pad
-        await fh.write(bytes)
-        dataBytes = offset + bytes.length
-        initializer.push({
-          name: w.name,
-          dims: w.dims,
-          data_type: DataType.FLOAT,
-          external_data: [
-            { key: 'location', value: basename(dataPath) },
-            { key: 'offset', value: String(offset) },
-            { key: 'length', value: String(bytes.length) },
-          ],
-          data_location: DataLocation.EXTERNAL,
-        })
       }
     } finally {
       await fh.close()
@@ -98,9 +106,7 @@ export async function writeOnnx(path: string, graph: DecoderGraph, opts: WriteOp
   } else {
     // A stale data file from an earlier external build would sit in the bundle unused.
     await rm(dataPath, { force: true })
-    for (const w of graph.weights) {
-      initializer.push({ name: w.name, dims: w.dims, data_type: DataType.FLOAT, raw_data: bytesOf(makeWeight(w, opts.seed)) })
-    }
+    for (const w of graph.weights) for (const t of storedTensors(w, opts.seed)) initializer.push(inline(t))
   }
   const model = encodeModel({
     ir_version: IR_VERSION,

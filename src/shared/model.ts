@@ -15,6 +15,15 @@ export type Provider = (typeof PROVIDERS)[number]
 export const DTYPES = ['fp32', 'fp16', 'q4', 'int8', 'quantized'] as const
 export type Dtype = (typeof DTYPES)[number]
 
+/** The ONNX file name for each `dtype`, as optimum / transformers.js / onnx-community name their variants. */
+export const DTYPE_FILES: Record<Dtype, string> = {
+  fp32: 'model.onnx',
+  fp16: 'model_fp16.onnx',
+  q4: 'model_q4.onnx',
+  int8: 'model_int8.onnx',
+  quantized: 'model_quantized.onnx',
+}
+
 /** The id a bundle is served under: `id` if configured, else the bundle's folder name. */
 export function modelIdFor(dir: string, id?: string): string {
   return id ?? basename(resolve(dir))

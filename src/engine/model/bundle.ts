@@ -3,18 +3,12 @@
 import { existsSync, readFileSync, statSync, openSync, readSync, closeSync } from 'node:fs'
 import { join } from 'node:path'
 import { OnnxdError } from '../../shared/errors.js'
-import { modelIdFor, type Dtype } from '../../shared/model.js'
+import { DTYPE_FILES, modelIdFor, type Dtype } from '../../shared/model.js'
 
 export type Layout = 'hf' | 'genai'
 
-/** The ONNX file name for each `dtype`, as optimum / transformers.js / onnx-community name their variants. */
-export const VARIANTS: Record<Dtype, string> = {
-  fp32: 'model.onnx',
-  fp16: 'model_fp16.onnx',
-  q4: 'model_q4.onnx',
-  int8: 'model_int8.onnx',
-  quantized: 'model_quantized.onnx',
-}
+/** The ONNX file name for each `dtype` (defined in shared/model.ts, which the builder writes them by). */
+export const VARIANTS = DTYPE_FILES
 
 export interface Bundle {
   /** Model id: the folder name unless the caller names it. */
@@ -107,7 +101,10 @@ export function readBundle(dir: string, opts: BundleOptions = {}): Bundle {
     const model = (g.model ?? {}) as Record<string, unknown>
     const decoder = (model.decoder ?? {}) as Record<string, unknown>
     if (typeof decoder.filename !== 'string') fail(`${genaiPath}: model.decoder.filename is missing`)
-    onnxPath = join(dir, decoder.filename as string)
+    // genai_config.json names the float32 decoder; another dtype is its variant file beside it (onnxd's builder
+    // writes model_q4.onnx etc. there), never silently the float32 one.
+    onnxPath = dtype === 'fp32' ? join(dir, decoder.filename as string) : join(dir, VARIANTS[dtype])
+    if (!existsSync(onnxPath)) fail(`${onnxPath}: file not found (dtype ${dtype})`)
     contextLength = typeof model.context_length === 'number' ? model.context_length : undefined
     eos = ids(model.eos_token_id)
   } else if (existsSync(hfConfigPath)) {

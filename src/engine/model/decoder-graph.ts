@@ -192,7 +192,10 @@ export function lastPositionLogits(model: Uint8Array, logits: string): Uint8Arra
   const raw = new Uint8Array(BigInt64Array.of(-1n).buffer)
   const constant = { name: '/onnxd/last_position/Constant', op_type: 'Constant', input: [], output: [index], attribute: [{ name: 'value', type: AttrType.TENSOR, t: { name: index, dims: [1], data_type: DataType.INT64, raw_data: raw } }] }
   const gather = { name: '/onnxd/last_position/Gather', op_type: 'Gather', input: [node.input[0], index], output: [last], attribute: [{ name: 'axis', type: AttrType.INT, i: 1 }] }
-  return writeGraph(model, v, (f) => (f === field ? [encodeNode(constant), encodeNode(gather), encodeNode({ ...node, input: [last, ...node.input.slice(1)] })] : undefined))
+  // Re-encoded from a decode without defaults: the view's nodes carry every attribute field filled in, which ORT
+  // refuses on a node with attributes (MatMulNBits' K, N, ...) as a type/data mismatch.
+  const asExported = NodeProto.toObject(NodeProto.decode(field.data!), { longs: Number }) as Node
+  return writeGraph(model, v, (f) => (f === field ? [encodeNode(constant), encodeNode(gather), encodeNode({ ...asExported, input: [last, ...asExported.input.slice(1)] })] : undefined))
 }
 
 /** The output greedyTokens() adds: each row's argmax over the last position's logits, int64 [batch, 1]. */

@@ -131,7 +131,7 @@ export const NodeProto = root.lookupType('onnx.NodeProto')
 export const ValueInfoProto = root.lookupType('onnx.ValueInfoProto')
 
 /** TensorProto.DataType values the builder uses. */
-export const DataType = { FLOAT: 1, INT64: 7, BOOL: 9 } as const
+export const DataType = { FLOAT: 1, UINT8: 2, INT8: 3, INT32: 6, INT64: 7, BOOL: 9, FLOAT16: 10 } as const
 
 /** TensorProto.DataLocation: EXTERNAL means the bytes live in the file named by `external_data`. */
 export const DataLocation = { DEFAULT: 0, EXTERNAL: 1 } as const

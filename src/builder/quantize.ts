@@ -1,0 +1,242 @@
+// The builder's weight forms beyond float32, as passes over a decoder graph (graph.ts or gqa-graph.ts), the way
+// ONNX Runtime's quantizers rewrite an exported model, in the layouts onnx-community's files use:
+// - q4 (model_q4.onnx): every linear layer, the LM head included, as com.microsoft MatMulNBits (bits 4, blocks of
+//   32 along K, symmetric: no zero points, so the kernel's default 8; one float scale per block). The token
+//   embedding's Gather stays float32 (MatMulNBits quantizes MatMuls only). A tied head reads the embedding: its
+//   [vocab, hidden] rows are already MatMulNBits' [N, K] layout, so the head is packed from the same values.
+// - int8 (model_int8.onnx; model_quantized.onnx is the same file): the decoder layers' linear weights as
+//   onnxruntime.quantization.quantize_dynamic writes them: DynamicQuantizeLinear of the activation, MatMulInteger
+//   with a per-tensor symmetric int8 weight (zero point 0), Cast and the two scales' product. The embedding and the
+//   LM head stay float32: the engine computes the head for the last position only (decoder-graph.ts), which needs a
+//   head it can find, and the head is the layer most sensitive to quantization.
+// - fp16 (model_fp16.onnx): every float tensor as float16, the KV cache and logits included, as onnx-community's
+//   fp16 exports (the engine reads float16 caches and logits: model/fp16.ts).
+// Imports: graph.ts (the graph and weight types) and the engine's ONNX protobuf codec (element types).
+import { AttrType, DataType, type Node, type Tensor, type ValueInfo } from '../engine/model/onnx-proto.js'
+import { attrI, type DecoderGraph, type StoredTensor, type WeightSpec } from './graph.js'
+
+export const WEIGHT_DTYPES = ['q4', 'int8', 'fp16'] as const
+export type WeightDtype = (typeof WEIGHT_DTYPES)[number]
+
+const MS_DOMAIN = 'com.microsoft'
+export const Q4_BLOCK = 32
+/** MatMulNBits accuracy_level 4: activations quantized to int8 per block for the dot products (onnxruntime-genai's CPU default). */
+const Q4_ACCURACY_LEVEL = 4
+const FLOAT16_MAX = 65504
+
+const f32 = new Float32Array(1)
+const u32 = new Uint32Array(f32.buffer)
+
+/** IEEE half-precision bits of `x`, rounded to nearest even (overflow to infinity, as a cast does). */
+export function floatToHalf(x: number): number {
+  f32[0] = x
+  const b = u32[0]
+  const sign = (b >>> 16) & 0x8000
+  const exp = (b >>> 23) & 0xff
+  const man = b & 0x7fffff
+  if (exp === 0xff) return sign | 0x7c00 | (man ? 0x200 : 0)
+  const e = exp - 127 + 15
+  if (e >= 31) return sign | 0x7c00
+  if (e <= 0) {
+    if (e < -10) return sign
+    const m = man | 0x800000
+    const shift = 14 - e
+    let h = m >>> shift
+    const rem = m & ((1 << shift) - 1)
+    const half = 1 << (shift - 1)
+    if (rem > half || (rem === half && h & 1)) h++
+    return sign | h
+  }
+  let h = (e << 10) | (man >>> 13)
+  const rem = man & 0x1fff
+  if (rem > 0x1000 || (rem === 0x1000 && h & 1)) h++ // a carry into the exponent is the right rounding too
+  return sign | h
+}
+
+function toHalfBytes(v: Float32Array, clamp = false): Uint8Array {
+  const out = new Uint16Array(v.length)
+  for (let i = 0; i < v.length; i++) out[i] = floatToHalf(clamp ? Math.max(-FLOAT16_MAX, Math.min(FLOAT16_MAX, v[i])) : v[i])
+  return new Uint8Array(out.buffer)
+}
+
+const bytes = (a: Float32Array | Int8Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength)
+
+export interface Q4Weight {
+  /** [N, blocks, Q4_BLOCK / 2]: block b of column n, element 2j in byte j's low nibble, 2j + 1 in its high one. */
+  packed: Uint8Array
+  /** [N * blocks]: column n's block b at n * blocks + b. */
+  scales: Float32Array
+  blocks: number
+}
+
+/**
+ * 4-bit symmetric block quantization of the K x N matrix `at(k, n)`, as ONNX Runtime's MLAS does it: per block of
+ * 32 along K, scale = (the value of largest magnitude) / -8 and q = clamp(floor(v / scale + 8.5), 0, 15), so that
+ * value maps to 0 exactly; dequantized value = (q - 8) * scale. K past the matrix (a last partial block) is zeros.
+ */
+export function quantizeQ4(K: number, N: number, at: (k: number, n: number) => number): Q4Weight {
+  const blocks = Math.ceil(K / Q4_BLOCK)
+  const blob = Q4_BLOCK / 2
+  const packed = new Uint8Array(N * blocks * blob)
+  const scales = new Float32Array(N * blocks)
+  const q = new Uint8Array(Q4_BLOCK)
+  for (let n = 0; n < N; n++) {
+    for (let b = 0; b < blocks; b++) {
+      const k0 = b * Q4_BLOCK
+      const len = Math.min(Q4_BLOCK, K - k0)
+      let amax = 0
+      let max = 0
+      for (let l = 0; l < len; l++) {
+        const v = at(k0 + l, n)
+        if (Math.abs(v) > amax) {
+          amax = Math.abs(v)
+          max = v
+        }
+      }
+      const scale = max ? Math.fround(max / -8) : 0
+      const recip = scale ? Math.fround(1 / scale) : 0
+      q.fill(8)
+      for (let l = 0; l < len; l++) q[l] = Math.min(15, Math.max(0, Math.floor(Math.fround(at(k0 + l, n) * recip) + 8.5)))
+      scales[n * blocks + b] = scale
+      const base = (n * blocks + b) * blob
+      for (let j = 0; j < blob; j++) packed[base + j] = q[2 * j] | (q[2 * j + 1] << 4)
+    }
+  }
+  return { packed, scales, blocks }
+}
+
+/** Per-tensor symmetric int8 as quantize_dynamic does for QInt8 weights: scale = max|v| / 127, q = round-half-even(v / scale). */
+export function quantizeInt8(v: Float32Array): { q: Int8Array; scale: number } {
+  let amax = 0
+  for (let i = 0; i < v.length; i++) amax = Math.max(amax, Math.abs(v[i]))
+  const scale = Math.fround(amax / 127) || 1
+  const q = new Int8Array(v.length)
+  for (let i = 0; i < v.length; i++) {
+    const x = v[i] / scale
+    let r = Math.round(x)
+    if (r - x === 0.5 && r % 2 !== 0) r -= 1 // numpy rounds halves to even
+    q[i] = Math.max(-127, Math.min(127, r))
+  }
+  return { q, scale }
+}
+
+const q4Tensors = (name: string, N: number, w: Q4Weight): StoredTensor[] => [
+  { name: `${name}_Q4`, dims: [N, w.blocks, Q4_BLOCK / 2], dataType: DataType.UINT8, bytes: w.packed },
+  { name: `${name}_scales`, dims: [N * w.blocks], dataType: DataType.FLOAT, bytes: bytes(w.scales) },
+]
+
+const matMulNBits = (node: Node, a: string, weight: string, K: number, N: number): Node => ({
+  name: `${node.name}_Q4`,
+  op_type: 'MatMulNBits',
+  domain: MS_DOMAIN,
+  input: [a, `${weight}_Q4`, `${weight}_scales`],
+  output: node.output,
+  attribute: [attrI('K', K), attrI('N', N), attrI('bits', 4), attrI('block_size', Q4_BLOCK), attrI('accuracy_level', Q4_ACCURACY_LEVEL)],
+})
+
+/** The graph's MatMuls whose second input is a 2-D weight ([K, N]), and the node producing `logits` (the LM head). */
+function linearLayers(graph: DecoderGraph): { byWeight: Map<string, WeightSpec>; head: Node | undefined } {
+  const byWeight = new Map(graph.weights.filter((w) => w.dims.length === 2).map((w) => [w.name, w]))
+  return { byWeight, head: graph.nodes.find((n) => n.output.includes('logits')) }
+}
+
+function q4Graph(graph: DecoderGraph): DecoderGraph {
+  const { byWeight, head } = linearLayers(graph)
+  const producer = new Map(graph.nodes.flatMap((n) => n.output.map((o) => [o, n] as const)))
+  const weights = new Map(graph.weights.map((w) => [w.name, { ...w }]))
+  const dropped = new Set<Node>()
+  const nodes = graph.nodes.map((node) => {
+    if (node.op_type !== 'MatMul') return node
+    const [a, b] = node.input
+    const w = byWeight.get(b)
+    if (w) {
+      const [K, N] = w.dims
+      weights.get(b)!.store = (v) => q4Tensors(b, N, quantizeQ4(K, N, (k, n) => v[k * N + n]))
+      return matMulNBits(node, a, b, K, N)
+    }
+    // A tied head: MatMul(hidden, Transpose(embedding)); the embedding [vocab, hidden] is already [N, K].
+    const t = producer.get(b)
+    const embed = t && t.op_type === 'Transpose' ? byWeight.get(t.input[0]) : undefined
+    if (node === head && embed && t) {
+      const [N, K] = embed.dims
+      const spec = weights.get(embed.name)!
+      spec.store = (v) => [
+        { name: embed.name, dims: embed.dims, dataType: DataType.FLOAT, bytes: bytes(v) },
+        ...q4Tensors(`${embed.name}_head`, N, quantizeQ4(K, N, (k, n) => v[n * K + k])),
+      ]
+      dropped.add(t)
+      return matMulNBits(node, a, `${embed.name}_head`, K, N)
+    }
+    return node
+  })
+  return { ...graph, nodes: nodes.filter((n) => !dropped.has(n)), weights: [...weights.values()], extraOpsets: withMsOpset(graph) }
+}
+
+function int8Graph(graph: DecoderGraph): DecoderGraph {
+  const { byWeight, head } = linearLayers(graph)
+  const weights = new Map(graph.weights.map((w) => [w.name, { ...w }]))
+  const quantizedInputs = new Set<string>()
+  const nodes = graph.nodes.flatMap((node): Node[] => {
+    const [a, b] = node.input
+    const w = node.op_type === 'MatMul' && node !== head ? byWeight.get(b) : undefined
+    if (!w) return [node]
+    weights.get(b)!.store = (v) => {
+      const { q, scale } = quantizeInt8(v)
+      return [
+        { name: `${b}_quantized`, dims: w.dims, dataType: DataType.INT8, bytes: bytes(q) },
+        { name: `${b}_scale`, dims: [], dataType: DataType.FLOAT, bytes: bytes(Float32Array.of(scale)) },
+        { name: `${b}_zero_point`, dims: [], dataType: DataType.INT8, bytes: new Uint8Array(1) },
+      ]
+    }
+    const out = node.output[0]
+    const added: Node[] = []
+    // One DynamicQuantizeLinear per activation, shared by every MatMul reading it (q/k/v, gate/up).
+    if (!quantizedInputs.has(a)) {
+      quantizedInputs.add(a)
+      added.push({ name: `${a}_QuantizeLinear`, op_type: 'DynamicQuantizeLinear', input: [a], output: [`${a}_quantized`, `${a}_scale`, `${a}_zero_point`] })
+    }
+    added.push(
+      { name: `${node.name}_quant`, op_type: 'MatMulInteger', input: [`${a}_quantized`, `${b}_quantized`, `${a}_zero_point`, `${b}_zero_point`], output: [`${out}_quantized`] },
+      { name: `${node.name}_quant_output_scale_cast`, op_type: 'Cast', input: [`${out}_quantized`], output: [`${out}_quantized_cast_output`], attribute: [attrI('to', DataType.FLOAT)] },
+      { name: `${node.name}_quant_scales_mul`, op_type: 'Mul', input: [`${a}_scale`, `${b}_scale`], output: [`${out}_scales_mul`] },
+      { name: `${node.name}_quant_output_scale_mul`, op_type: 'Mul', input: [`${out}_quantized_cast_output`, `${out}_scales_mul`], output: [out] },
+    )
+    return added
+  })
+  return { ...graph, nodes, weights: [...weights.values()] }
+}
+
+function fp16Graph(graph: DecoderGraph): DecoderGraph {
+  const half = (v: ValueInfo): ValueInfo => {
+    const t = v.type?.tensor_type
+    return t?.elem_type === DataType.FLOAT ? { ...v, type: { tensor_type: { ...t, elem_type: DataType.FLOAT16 } } } : v
+  }
+  const constants = graph.constants.map((c): Tensor => {
+    if (c.data_type !== DataType.FLOAT || !c.raw_data) return c
+    const v = new Float32Array(Uint8Array.from(c.raw_data).buffer)
+    // float32's lowest (the attention mask's fill) becomes float16's.
+    return { ...c, data_type: DataType.FLOAT16, raw_data: toHalfBytes(v, true) }
+  })
+  const nodes = graph.nodes.map((n) =>
+    n.op_type === 'Cast' && n.attribute?.some((a) => a.name === 'to' && a.i === DataType.FLOAT)
+      ? { ...n, attribute: n.attribute.map((a) => (a.name === 'to' ? { ...a, type: AttrType.INT, i: DataType.FLOAT16 } : a)) }
+      : n,
+  )
+  const weights = graph.weights.map((w) => ({ ...w, store: (v: Float32Array): StoredTensor[] => [{ name: w.name, dims: w.dims, dataType: DataType.FLOAT16, bytes: toHalfBytes(v) }] }))
+  return { ...graph, nodes, constants, weights, inputs: graph.inputs.map(half), outputs: graph.outputs.map(half) }
+}
+
+const withMsOpset = (graph: DecoderGraph): { domain: string; version: number }[] =>
+  graph.extraOpsets?.some((o) => o.domain === MS_DOMAIN) ? graph.extraOpsets : [...(graph.extraOpsets ?? []), { domain: MS_DOMAIN, version: 1 }]
+
+/** The decoder graph with its weights in `dtype`'s form (the float32 graph is the one its builder returns). */
+export function variantGraph(graph: DecoderGraph, dtype: WeightDtype): DecoderGraph {
+  switch (dtype) {
+    case 'q4':
+      return q4Graph(graph)
+    case 'int8':
+      return int8Graph(graph)
+    case 'fp16':
+      return fp16Graph(graph)
+  }
+}

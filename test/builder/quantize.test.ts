@@ -1,0 +1,82 @@
+// The builder's weight encodings, on known values: float16 bits (round to nearest even, subnormals, overflow),
+// 4-bit blocks as MatMulNBits reads them (symmetric, scale = largest-magnitude value / -8, low nibble first,
+// a partial last block), and per-tensor int8 as quantize_dynamic writes it (round half to even).
+import { describe, expect, it } from 'vitest'
+import { floatToHalf, quantizeInt8, quantizeQ4, Q4_BLOCK } from '../../src/builder/quantize.js'
+import { halfToFloat } from '../../src/engine/model/fp16.js'
+
+describe('floatToHalf', () => {
+  it('gives the known bit patterns', () => {
+    expect(floatToHalf(1)).toBe(0x3c00)
+    expect(floatToHalf(-2)).toBe(0xc000)
+    expect(floatToHalf(65504)).toBe(0x7bff)
+    expect(floatToHalf(65520)).toBe(0x7c00) // rounds up past the largest half: infinity
+    expect(floatToHalf(-Infinity)).toBe(0xfc00)
+    expect(floatToHalf(2 ** -24)).toBe(0x0001) // smallest subnormal
+    expect(floatToHalf(2 ** -26)).toBe(0x0000)
+    expect(floatToHalf(1 + 2 ** -11)).toBe(0x3c00) // a tie rounds to the even mantissa
+    expect(floatToHalf(1 + 3 * 2 ** -11)).toBe(0x3c02)
+    expect(Number.isNaN(halfToFloat(floatToHalf(NaN)))).toBe(true)
+  })
+
+  it('round-trips every finite half through the engine decoder', () => {
+    for (let h = 0; h < 0x10000; h++) {
+      if ((h & 0x7c00) === 0x7c00) continue
+      expect(floatToHalf(halfToFloat(h)) === h || (h === 0x8000 && floatToHalf(-0) === 0x8000)).toBe(true)
+    }
+  })
+})
+
+describe('quantizeQ4', () => {
+  it('packs a block low nibble first with scale = the largest-magnitude value / -8', () => {
+    // K = 32, N = 1: values k * 0.1 - 1.6 (largest magnitude -1.6 at k = 0).
+    const v = Array.from({ length: Q4_BLOCK }, (_, k) => k * 0.1 - 1.6)
+    const q = quantizeQ4(Q4_BLOCK, 1, (k) => v[k])
+    expect(q.blocks).toBe(1)
+    expect(q.scales[0]).toBeCloseTo(0.2, 6)
+    // q = floor(v / 0.2 + 8.5): k = 0 -> 0, k = 1 -> floor(-7.5 + 8.5) = 1, k = 2 -> 1, k = 3 -> floor(-6.5 + 8.5) = 2.
+    expect(q.packed[0]).toBe(0 | (1 << 4))
+    expect(q.packed[1]).toBe(1 | (2 << 4))
+    // Every value dequantizes to within half a step.
+    for (let k = 0; k < Q4_BLOCK; k++) {
+      const nib = (q.packed[k >> 1] >> ((k & 1) * 4)) & 15
+      expect(Math.abs((nib - 8) * q.scales[0] - v[k])).toBeLessThanOrEqual(0.1 + 1e-6)
+    }
+  })
+
+  it('lays out [N, blocks, 16] with a zero-padded last block, column by column', () => {
+    const K = 40
+    const N = 3
+    const at = (k: number, n: number): number => (n + 1) * (k % 2 === 0 ? 1 : -1) * (k + 1)
+    const q = quantizeQ4(K, N, at)
+    expect(q.blocks).toBe(2)
+    expect(q.packed.length).toBe(N * 2 * 16)
+    expect(q.scales.length).toBe(N * 2)
+    for (let n = 0; n < N; n++) {
+      // Block 0 of column n: largest magnitude is k = 31 (odd, negative): scale = 32(n+1) / 8 = 4(n + 1).
+      expect(q.scales[n * 2]).toBeCloseTo(4 * (n + 1), 5)
+      // Block 1: k = 32..39, largest magnitude at k = 39 (negative).
+      expect(q.scales[n * 2 + 1]).toBeCloseTo((40 * (n + 1)) / 8, 5)
+      // Past K the block holds 8 (zero after dequantization).
+      const last = (n * 2 + 1) * 16
+      for (let j = 4; j < 16; j++) expect(q.packed[last + j]).toBe(0x88)
+    }
+  })
+
+  it('gives scale 0 and all 8s for an all-zero block', () => {
+    const q = quantizeQ4(Q4_BLOCK, 1, () => 0)
+    expect(q.scales[0]).toBe(0)
+    expect([...q.packed]).toEqual(Array(16).fill(0x88))
+  })
+})
+
+describe('quantizeInt8', () => {
+  it('scales by max|v| / 127 and rounds halves to even', () => {
+    const { q, scale } = quantizeInt8(Float32Array.of(-127, 2.5, 3.5, -2.5, 0.4, 100))
+    expect(scale).toBe(1)
+    expect([...q]).toEqual([-127, 2, 4, -2, 0, 100])
+    const r = quantizeInt8(Float32Array.of(0.5, -0.25))
+    expect(r.scale).toBeCloseTo(0.5 / 127, 9)
+    expect([...r.q]).toEqual([127, -64]) // -63.5 rounds to the even -64
+  })
+})
