@@ -1,16 +1,25 @@
-// `onnxd model build <preset> [--out DIR] [--seed N] [--attention plain|gqa]`: writes the embedded default model
-// bundle and prints a one-line JSON summary (preset, attention, dir, parameters, bytes, seconds).
+// `onnxd model build <preset> [--out DIR] [--seed N] [--attention plain|gqa] [--dtype q4,int8,fp16]`: writes the
+// embedded default model bundle and prints a one-line JSON summary (preset, attention, dtypes, dir, parameters,
+// bytes, seconds). `onnxd model quality ...` is model-quality.ts.
 import { parseArgs } from 'node:util'
 import { join } from 'node:path'
-import { ATTENTION_FORMS, PRESETS, buildModel, type Attention } from '../builder/index.js'
+import { ATTENTION_FORMS, PRESETS, WEIGHT_DTYPES, buildModel, type Attention, type WeightDtype } from '../builder/index.js'
+import { clip } from '../shared/errors.js'
+import * as quality from './model-quality.js'
 
-const USAGE = `usage: onnxd model build <preset> [--out DIR] [--seed N] [--attention plain|gqa]
+const USAGE = `usage: onnxd model build <preset> [--out DIR] [--seed N] [--attention plain|gqa] [--dtype q4,int8,fp16]
+       onnxd model quality DIR --dtype q4|int8|fp16 [--prompts N] [--tokens M] [--json]
 
 Builds the embedded default model (Llama architecture, seeded random weights, byte-level BPE tokenizer). DIR
 defaults to models/onnxd-<preset> (models/onnxd-<preset>-gqa for gqa); N (default 0) seeds the weights.
 --attention plain (default): the Hugging Face ONNX export layout, attention in plain ONNX ops.
 --attention gqa: the onnxruntime-genai layout (genai_config.json, model.onnx), attention in com.microsoft
   GroupQueryAttention with rotary fused. Both forms carry the same weights for the same preset and seed.
+--dtype: weight forms written beside the float32 model.onnx (always written), comma-separated, served by
+  \`onnxd serve --dtype\`: q4 (model_q4.onnx: com.microsoft MatMulNBits, 4-bit blocks of 32, symmetric, LM head
+  included), int8 (model_int8.onnx and the same file as model_quantized.onnx: quantize_dynamic's
+  MatMulInteger form, per-tensor int8 weights; embedding and LM head stay float32), fp16 (model_fp16.onnx:
+  float16 weights, cache and logits).
 
 presets:
 ${Object.entries(PRESETS)
@@ -19,12 +28,13 @@ ${Object.entries(PRESETS)
 `
 
 export async function run(argv: string[]): Promise<number | void> {
+  if (argv[0] === 'quality') return quality.run(argv.slice(1))
   let parsed
   try {
     parsed = parseArgs({
       args: argv,
       allowPositionals: true,
-      options: { out: { type: 'string' }, seed: { type: 'string' }, attention: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      options: { out: { type: 'string' }, seed: { type: 'string' }, attention: { type: 'string' }, dtype: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
     })
   } catch (e) {
     // parseArgs throws a TypeError for unknown or malformed options: that is a usage error, not a crash.
@@ -54,10 +64,16 @@ export async function run(argv: string[]): Promise<number | void> {
     process.stderr.write(`onnxd model: --attention must be one of ${ATTENTION_FORMS.join(', ')}. Given: ${values.attention}\n`)
     return 2
   }
+  const dtypes = (values.dtype ?? '').split(',').filter((d) => d !== '') as WeightDtype[]
+  const badDtype = dtypes.find((d) => !WEIGHT_DTYPES.includes(d))
+  if (badDtype !== undefined || (values.dtype !== undefined && dtypes.length === 0)) {
+    process.stderr.write(`onnxd model: --dtype must be one or more of ${WEIGHT_DTYPES.join(', ')}, comma-separated. Given: ${clip(values.dtype ?? '')}\n`)
+    return 2
+  }
   const started = performance.now()
   const outDir = values.out ?? join('models', `onnxd-${preset}${attention === 'gqa' ? '-gqa' : ''}`)
-  const r = await buildModel({ preset, outDir, seed, attention })
+  const r = await buildModel({ preset, outDir, seed, attention, dtypes })
   const seconds = Math.round((performance.now() - started) / 10) / 100
-  process.stdout.write(JSON.stringify({ preset, attention, dir: r.dir, parameters: r.parameters, bytes: r.bytes, seconds }) + '\n')
+  process.stdout.write(JSON.stringify({ preset, attention, dtypes: ['fp32', ...new Set(dtypes)], dir: r.dir, parameters: r.parameters, bytes: r.bytes, seconds }) + '\n')
   return 0
 }

@@ -1,0 +1,81 @@
+// `onnxd model quality DIR --dtype q4|int8|fp16 [--prompts N] [--tokens M] [--prompt-tokens P] [--seed S] [--json]`:
+// the quantized form's greedy token agreement with the bundle's float32 model and the mean KL divergence of their
+// next-token distributions (src/bench/quality.ts), printed as a line of text or as JSON.
+import { parseArgs } from 'node:util'
+import { measureQuality } from '../bench/quality.js'
+import { clip, OnnxdError } from '../shared/errors.js'
+import { DTYPES, type Dtype } from '../shared/model.js'
+
+const USAGE = `usage: onnxd model quality DIR --dtype q4|int8|fp16|quantized [--prompts N] [--tokens M] [--prompt-tokens P] [--seed S] [--json]
+
+Runs N prompts of P seeded random token ids (default 8 and 16) through the bundle's float32 model, takes its greedy
+continuation of M tokens (default 32), then feeds prompt and continuation to both the float32 and the --dtype model
+(teacher forcing) and reports, over the M positions of each prompt: the share where the --dtype model's argmax is
+the float32 greedy token (agreement), and the mean KL(p_fp32 || p_dtype) of their next-token distributions in nats.
+`
+
+const INT_FLAGS = { prompts: [1, 10_000], tokens: [1, 4096], 'prompt-tokens': [1, 4096], seed: [0, Number.MAX_SAFE_INTEGER] } as const
+
+export async function run(argv: string[]): Promise<number> {
+  let parsed
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        dtype: { type: 'string' },
+        prompts: { type: 'string' },
+        tokens: { type: 'string' },
+        'prompt-tokens': { type: 'string' },
+        seed: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    })
+  } catch (e) {
+    process.stderr.write(`onnxd model quality: ${(e as Error).message}\n\n${USAGE}`)
+    return 2
+  }
+  const { values, positionals } = parsed
+  if (values.help) {
+    process.stdout.write(USAGE)
+    return 0
+  }
+  if (positionals.length !== 1 || values.dtype === undefined) {
+    process.stderr.write(USAGE)
+    return 2
+  }
+  const dtype = values.dtype as Dtype
+  if (!DTYPES.includes(dtype) || dtype === 'fp32') {
+    process.stderr.write(`onnxd model quality: --dtype must be one of ${DTYPES.filter((d) => d !== 'fp32').join(', ')}. Given: ${clip(values.dtype)}\n`)
+    return 2
+  }
+  const ints: Partial<Record<keyof typeof INT_FLAGS, number>> = {}
+  for (const [flag, [min, max]] of Object.entries(INT_FLAGS) as [keyof typeof INT_FLAGS, readonly [number, number]][]) {
+    const v = values[flag]
+    if (v === undefined) continue
+    const n = Number(v)
+    if (!/^\d+$/.test(v) || n < min || n > max) {
+      process.stderr.write(`onnxd model quality: --${flag} must be an integer in [${min}, ${max}]. Given: ${clip(v)}\n`)
+      return 2
+    }
+    ints[flag] = n
+  }
+  try {
+    const r = await measureQuality(positionals[0], { dtype, prompts: ints.prompts, tokens: ints.tokens, promptTokens: ints['prompt-tokens'], seed: ints.seed })
+    if (values.json) process.stdout.write(JSON.stringify(r) + '\n')
+    else {
+      process.stdout.write(
+        `${r.dtype} vs fp32 on ${r.dir}: greedy agreement ${(r.agreement * 100).toFixed(1)}% over ${r.positions} positions ` +
+          `(${r.prompts} prompts of ${r.promptTokens} tokens, ${r.tokens} generated), mean KL ${r.meanKl.toExponential(3)} nats\n`,
+      )
+    }
+    return 0
+  } catch (e) {
+    if (e instanceof OnnxdError) {
+      process.stderr.write(`onnxd model quality: ${e.message}\n`)
+      return 1
+    }
+    throw e
+  }
+}
