@@ -2,6 +2,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import type { PoolHealth } from '../../src/engine/index.js'
 import { testNode, type TestNode } from './helpers.js'
+import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures.js'
 
 let node: TestNode | null = null
 afterEach(async () => {
@@ -85,5 +86,24 @@ describe('GET /health/live', () => {
     const res = await node.app.inject({ method: 'GET', url: '/health/live' })
     expect(res.statusCode).toBe(200)
     expect(res.json()).toEqual({ status: 'alive' })
+  })
+})
+
+describe('GET /health: chat_template', () => {
+  const chatTemplate = async (modelDir: string): Promise<unknown> => {
+    node = testNode({}, { deps: { modelDir } })
+    return (await node.app.inject({ method: 'GET', url: '/health' })).json().chat_template
+  }
+
+  it('says whether the served bundle has a chat template (the facade lists chat for it only then)', async () => {
+    expect(await chatTemplate(defaultModelDir())).toBe(true)
+  })
+
+  it.skipIf(!haveFixtures)('is false for a base model without one (stories260K-hf)', async () => {
+    expect(await chatTemplate(fixture('stories260K-hf'))).toBe(false)
+  })
+
+  it('is left out when the bundle cannot be read', async () => {
+    expect(await chatTemplate('/nonexistent/bundle')).toBeUndefined()
   })
 })

@@ -31,6 +31,8 @@ export function testNode(
   const app = buildNode(options, {
     engine,
     metrics,
+    // A fake engine serves no bundle: /health cannot tell whether it has a chat template (unless a test gives one).
+    modelDir: '/nonexistent/onnxd-test-bundle',
     ...(o.captureLogs ? { logStream: { write: (line: string) => void logs.push(line) } } : {}),
     ...o.deps,
   })
