@@ -26,7 +26,8 @@ export function chartPoints(r: BenchReport, model: ModelInfo | null, len: Length
   for (const s of r.scenarios) {
     if (isSkipped(s)) continue
     for (const l of s.levels) {
-      const series = NAMES[s.name]
+      // Several onnxd targets in one run: a line each, named by its form and runtime.
+      const series = s.name === 'onnxd' && s.target && r.baseline ? s.target : NAMES[s.name]
       const at = { series, concurrency: l.max_concurrency, reference: false, lowerBound: false }
       if (l.output_throughput > 0) pts.push({ ...at, panel: 'throughput', value: l.output_throughput })
       if (l.p99_ttft_ms > 0) pts.push({ ...at, panel: 'ttft', value: l.p99_ttft_ms, lowerBound: l.ttft_censored > 0 })
@@ -44,6 +45,11 @@ export function chartPoints(r: BenchReport, model: ModelInfo | null, len: Length
   return pts
 }
 
+/** Colours past the fixed series' (one per extra onnxd target). */
+const COLORS_ALL = [...COLORS, '#9467bd', '#8c564b', '#e377c2', '#bcbd22', '#17becf']
+/** The fixed series in their order, then any onnxd targets. */
+const seriesOf = (values: Point[]): string[] => [...SERIES, ...new Set(values.map((v) => v.series).filter((x) => !SERIES.includes(x)))]
+
 /** One panel (a vega-lite unit spec): a line per series over concurrency, log-log, references dashed. */
 function panel(values: Point[], which: Point['panel'], title: string, yTitle: string): Record<string, unknown> {
   return {
@@ -59,7 +65,7 @@ function panel(values: Point[], which: Point['panel'], title: string, yTitle: st
     encoding: {
       x: { field: 'concurrency', type: 'quantitative', title: 'concurrent streams', scale: { type: 'log', base: 2 }, axis: { values: [...new Set(values.map((v) => v.concurrency))].sort((a, b) => a - b) } },
       y: { field: 'value', type: 'quantitative', title: yTitle, scale: { type: 'log' } },
-      color: { field: 'series', type: 'nominal', scale: { domain: SERIES, range: COLORS }, legend: { title: null, orient: 'bottom', columns: 3, labelLimit: 320 } },
+      color: { field: 'series', type: 'nominal', scale: { domain: seriesOf(values), range: COLORS_ALL }, legend: { title: null, orient: 'bottom', columns: 3, labelLimit: 320 } },
       strokeDash: { field: 'reference', type: 'nominal', scale: { domain: [false, true], range: [[1, 0], [6, 4]] }, legend: null },
       tooltip: [{ field: 'series' }, { field: 'concurrency' }, { field: 'value', format: '.1f' }],
     },

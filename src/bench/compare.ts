@@ -49,12 +49,14 @@ const row = (where: string, figure: string, a: number, b: number, higherIsBetter
 export function compareReports(a: BenchReport, b: BenchReport): CompareRow[] {
   const rows: CompareRow[] = []
   for (const sa of a.scenarios) {
-    const sb = b.scenarios.find((s) => s.name === sa.name)
+    // Matched by target (`onnxd gqa/capi`); reports of schema 2 name one onnxd target 'onnxd'.
+    const key = (s: (typeof a.scenarios)[number]): string => (isSkipped(s) ? s.name : (s.target ?? s.name))
+    const sb = b.scenarios.find((s) => key(s) === key(sa)) ?? (a.baseline || b.baseline ? undefined : b.scenarios.find((s) => s.name === sa.name))
     if (isSkipped(sa) || !sb || isSkipped(sb)) continue
     for (const la of sa.levels) {
       const lb = sb.levels.find((l) => l.max_concurrency === la.max_concurrency)
       if (!lb) continue
-      for (const { key, higherIsBetter } of COMPARED) rows.push(row(`${sa.name} c=${la.max_concurrency}`, key, la[key] as number, lb[key] as number, higherIsBetter))
+      for (const { key, higherIsBetter } of COMPARED) rows.push(row(`${sa.target ?? sa.name} c=${la.max_concurrency}`, key, la[key] as number, lb[key] as number, higherIsBetter))
     }
   }
   const ca = a.references.ort_ceiling

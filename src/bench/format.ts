@@ -1,6 +1,6 @@
 // The report as text: the per-level tables (throughput, latency, where the time goes), the reference lines, and a
 // fixed-width table formatter shared with `onnxd bench compare`. Pure over a BenchReport.
-import { isSkipped, type BenchReport } from './report.js'
+import { isSkipped, type BenchReport, type CeilingReference, type Skipped } from './report.js'
 
 const f = (v: number, d = 1): string => (Number.isFinite(v) ? v.toFixed(d) : '-')
 
@@ -16,7 +16,7 @@ export function tables(r: BenchReport): { throughput: Record<string, string | nu
     for (const l of s.levels) {
       const errs = Object.entries(l.errors_by_status).map(([k, n]) => `${k}:${n}`).join(' ')
       throughput.push({
-        target: s.name,
+        target: s.target ?? s.name,
         conc: l.max_concurrency,
         'ok/fail/cut': `${l.completed}/${l.failed}/${l.cut}`,
         'dur s': f(l.duration),
@@ -26,7 +26,7 @@ export function tables(r: BenchReport): { throughput: Record<string, string | nu
         errors: errs || '-',
       })
       latency.push({
-        target: s.name,
+        target: s.target ?? s.name,
         conc: l.max_concurrency,
         'TTFT mean': f(l.mean_ttft_ms),
         'TTFT p50': f(l.median_ttft_ms),
@@ -56,7 +56,7 @@ export function timeTable(r: BenchReport): Record<string, string | number>[] {
       if (!e) continue
       const ort = ceil?.decode.find((d) => d.batch === l.max_concurrency)
       rows.push({
-        target: s.name,
+        target: s.target ?? s.name,
         conc: l.max_concurrency,
         'wall s': f(l.duration),
         'in forward': `${(e.forward_fraction * 100).toFixed(0)}%`,
@@ -75,16 +75,42 @@ export function timeTable(r: BenchReport): Record<string, string | number>[] {
 
 export function referenceLines(r: BenchReport): string[] {
   const out: string[] = []
-  const c = r.references.ort_ceiling
-  if (isSkipped(c)) out.push(`ORT decode ceiling: skipped (${c.reason})`)
-  else {
-    out.push(`ORT decode ceiling (session.run of one decode step, past ${c.past}): ` + c.decode.map((d) => `B=${d.batch} ${d.ms.toFixed(1)} ms -> ${d.tokens_per_s.toFixed(1)} tok/s`).join('; '))
-    out.push(`ORT prefill of ${c.prefill.rows} x ${c.prefill.prompt}-token prompts in one run: ${c.prefill.ms.toFixed(1)} ms (${c.prefill.tokens_per_s.toFixed(0)} tok/s)`)
+  const ceilings: [string, CeilingReference | Skipped][] = r.references.ort_ceiling_by_form ? Object.entries(r.references.ort_ceiling_by_form).map(([f, c]) => [` (${f} graph)`, c]) : [['', r.references.ort_ceiling]]
+  for (const [what, c] of ceilings) {
+    if (isSkipped(c)) out.push(`ORT decode ceiling${what}: skipped (${c.reason})`)
+    else {
+      out.push(`ORT decode ceiling${what} (${c.api ?? 'session.run'}, one decode step, past ${c.past}): ` + c.decode.map((d) => `B=${d.batch} ${d.ms.toFixed(1)} ms -> ${d.tokens_per_s.toFixed(1)} tok/s`).join('; '))
+      out.push(`ORT prefill${what} of ${c.prefill.rows} x ${c.prefill.prompt}-token prompts in one run: ${c.prefill.ms.toFixed(1)} ms (${c.prefill.tokens_per_s.toFixed(0)} tok/s)`)
+    }
   }
   const m = r.references.matmul_peak
   if (isSkipped(m)) out.push(`matmul peak: skipped (${m.reason})`)
   else out.push(`matmul peak through ORT: ${m.gflops.toFixed(1)} GFLOP/s (` + m.points.map((p) => `${p.size}: ${p.gflops.toFixed(1)}`).join(', ') + ')')
   return out
+}
+
+/** Per level, each onnxd target's output tok/s, its ratio to the baseline and to ORT alone on its graph, and its
+ * TTFT and TPOT beside them. Empty with one target. */
+export function targetTable(r: BenchReport): Record<string, string | number>[] {
+  const rows: Record<string, string | number>[] = []
+  for (const t of r.target_ratios ?? []) {
+    for (const [name, tps] of Object.entries(t.output_throughput)) {
+      const s = r.scenarios.find((x) => !isSkipped(x) && x.target === name)
+      const l = s && !isSkipped(s) ? s.levels.find((v) => v.max_concurrency === t.concurrency) : undefined
+      const ratio = (v: number | null | undefined): string => (v == null ? '-' : `${v.toFixed(2)}x`)
+      rows.push({
+        conc: t.concurrency,
+        target: name,
+        'out tok/s': f(tps),
+        [`vs ${t.baseline}`]: ratio(t.vs_baseline[name]),
+        'vs ORT same work': ratio(t.vs_ort_same_work[name]),
+        'TTFT mean': l ? `${l.ttft_censored ? '>=' : ''}${f(l.mean_ttft_ms)}` : '-',
+        'TPOT mean': l ? f(l.mean_tpot_ms) : '-',
+        'ok/cut': l ? `${l.completed}/${l.cut}` : '-',
+      })
+    }
+  }
+  return rows
 }
 
 /** Rows as a fixed-width text table: text columns left-aligned, numeric ones right-aligned. */

@@ -1,5 +1,6 @@
 // What the benchmark needs to know about a model bundle: its decoder file, vocabulary size and shape (from
-// config.json), and the forward FLOPs per token it implies, for efficiency against the matmul peak.
+// config.json, or an onnxruntime-genai bundle's genai_config.json), and the forward FLOPs per token it implies, for
+// efficiency against the matmul peak.
 import { existsSync, readFileSync } from 'node:fs'
 import { basename, join } from 'node:path'
 
@@ -23,11 +24,37 @@ export interface ModelInfo {
 
 const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null)
 
-/** Reads config.json of a Hugging Face-layout bundle. Throws when it is missing or lacks a decoder's shape. */
-export function readModelInfo(dir: string): ModelInfo {
+/**
+ * config.json of a Hugging Face-layout bundle, else the decoder shape of an onnxruntime-genai bundle's
+ * genai_config.json in config.json's names (genai's has no intermediate size: `fallback`'s, e.g. the preset's
+ * config.json, else 4 x hidden).
+ */
+function readConfig(dir: string, fallback?: Record<string, unknown>): { path: string; c: Record<string, unknown> } {
   const cfgPath = join(dir, 'config.json')
-  if (!existsSync(cfgPath)) throw new Error(`${dir}: no config.json (not a model bundle)`)
-  const c = JSON.parse(readFileSync(cfgPath, 'utf8')) as Record<string, unknown>
+  if (existsSync(cfgPath)) return { path: cfgPath, c: JSON.parse(readFileSync(cfgPath, 'utf8')) as Record<string, unknown> }
+  const genaiPath = join(dir, 'genai_config.json')
+  if (!existsSync(genaiPath)) throw new Error(`${dir}: no config.json or genai_config.json (not a model bundle)`)
+  const m = (JSON.parse(readFileSync(genaiPath, 'utf8')) as { model?: Record<string, unknown> }).model ?? {}
+  const d = (m.decoder ?? {}) as Record<string, unknown>
+  return {
+    path: genaiPath,
+    c: {
+      hidden_size: d.hidden_size,
+      num_hidden_layers: d.num_hidden_layers,
+      num_attention_heads: d.num_attention_heads,
+      num_key_value_heads: d.num_key_value_heads,
+      head_dim: d.head_size,
+      vocab_size: m.vocab_size,
+      hidden_act: fallback?.hidden_act ?? 'silu',
+      intermediate_size: fallback?.intermediate_size,
+      onnxd_builder: fallback?.onnxd_builder,
+    },
+  }
+}
+
+/** Reads a bundle's decoder shape (see readConfig). Throws when there is no config or it lacks a decoder's shape. */
+export function readModelInfo(dir: string, fallback?: Record<string, unknown>): ModelInfo {
+  const { path: cfgPath, c } = readConfig(dir, fallback)
   const hidden = num(c.hidden_size) ?? num(c.n_embd)
   const layers = num(c.num_hidden_layers) ?? num(c.n_layer)
   const heads = num(c.num_attention_heads) ?? num(c.n_head)

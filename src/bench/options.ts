@@ -1,13 +1,44 @@
 // `onnxd bench` options: flags parsed once into a frozen BenchConfig, every problem named with its flag. The
 // defaults are the issue's standard run (135m preset, concurrency 1,4,16,64, fixed lengths with ignore_eos, closed
-// loop, every reference); --smoke is the same on the tiny preset, small enough for the test suite.
+// loop, every reference); --scenario long is issue 12's long-prompt serving run; --smoke is either on the tiny
+// preset, small enough for the test suite. --attention and --runtime list the onnxd targets (graph form x step
+// runtime) the bench starts, each compared with the --baseline target.
 import { parseArgs } from 'node:util'
 import { resolve } from 'node:path'
+import { ATTENTION_FORMS, type Attention } from '../builder/index.js'
+import { RUNTIMES, type Runtime } from '../engine/model/runtime.js'
 import { OnnxdError } from '../shared/errors.js'
 import type { ProgressMode } from './progress.js'
 import { formatLength, parseLength, readPromptFile, type LengthDist, type PromptFile } from './workload.js'
 
+export type ScenarioKind = 'standard' | 'long'
+
+/** One onnxd target the bench starts: a preset built in one graph form, served with one step runtime. */
+export interface TargetSpec {
+  attention: Attention
+  runtime: Runtime
+  /** `onnxd <attention>/<runtime>`. */
+  name: string
+}
+
+/**
+ * The onnxd targets a run starts unless --attention/--runtime say otherwise, per scenario: one constant, which the
+ * lead sets by measurement. Standard: today's path (the node's default form and runtime). Long: the issue's
+ * comparison, the new runtime against today's path on the GroupQueryAttention graph.
+ */
+export const DEFAULT_TARGETS: Record<ScenarioKind, { attention: Attention[]; runtime: Runtime[]; baseline: string }> = {
+  standard: { attention: ['plain'], runtime: ['js'], baseline: 'plain/js' },
+  long: { attention: ['gqa'], runtime: ['js', 'capi'], baseline: 'gqa/js' },
+}
+
+export const targetName = (attention: Attention, runtime: Runtime): string => `onnxd ${attention}/${runtime}`
+
 export interface BenchConfig {
+  scenario: ScenarioKind
+  /** The onnxd targets the bench starts (empty for --url / --facade, whose one target is the given server). */
+  targets: TargetSpec[]
+  /** The target whose output tok/s every target's is divided by, per level; null with fewer than two targets. */
+  baseline: string | null
   /** Where load goes: a node it starts itself, an existing node, or a facade. */
   target:
     | { kind: 'spawn'; model: string | null; preset: string | null }
@@ -18,9 +49,10 @@ export interface BenchConfig {
   concurrency: number[]
   /** Requests/s with Poisson arrivals; Infinity = closed loop. */
   requestRate: number
-  /** Requests per level; null = max(minRequests, 2 × concurrency). */
+  /** Requests per level; null = max(minRequests, 2 × concurrency), or one wave (= concurrency) when `wave`. */
   numRequests: number | null
   minRequests: number
+  wave: boolean
   /** Per-level deadline (s) for the target under test; null = none. */
   durationS: number | null
   /** Per-level deadline (s) for the unbatched node and the peer, which serve one request at a time. */
@@ -49,12 +81,23 @@ export interface BenchConfig {
 }
 
 export const USAGE = `usage: onnxd bench [options]
+       onnxd bench context [options]        (the context sweep; onnxd bench context --help)
        onnxd bench compare A.json B.json [--json]
 
 Benchmarks a node (one it starts itself, or --url / --facade) with a concurrency sweep and reports vLLM's
 standard serving figures, next to references measured in the same run: the raw ONNX Runtime decode ceiling, the
 machine's matmul peak, the same node unbatched (max one running sequence) and transformers.js serving the same
 bundle. Prints a table, writes JSON and an SVG chart (see bench/README.md).
+
+scenario:
+  --scenario NAME        standard (default: prompt 128, output 128, concurrency 1,4,16,64, every reference) or
+                         long (prompt 1024, output 256, concurrency 1,16,64, one wave of requests = concurrency per
+                         level, each level cut after --duration (default 240 s); targets gqa/js and gqa/capi)
+
+targets (each a node the bench starts on the preset; at each level they run one after another, alternating order):
+  --attention LIST       graph forms to build and serve: plain, gqa (default: plain; long: gqa)
+  --runtime LIST         step runtimes: js, capi (default: js; long: js,capi)
+  --baseline FORM/RT     the target every target's output tok/s is divided by (default plain/js; long: gqa/js)
 
 target (default: start a node on --preset 135m):
   --model DIR            bundle to start a node on (with --url/--facade: the bundle it serves, for the references)
@@ -69,7 +112,7 @@ load:
   --concurrency LIST     concurrent streams per level (default 1,4,16,64)
   --request-rate R       Poisson arrivals at R req/s, capped by the level's concurrency (default inf: closed loop)
   --num-requests N       requests per level (default max(4, 2 x concurrency))
-  --duration S           cut each level of the target after S seconds
+  --duration S           cut each level of the targets after S seconds (long: default 240)
   --ref-duration S       cut each level of the unbatched node and the peer after S seconds (default 30)
   --warmup N             untimed requests before each target's sweep (default 2)
   --prompt-len N|A:B     prompt tokens, fixed or uniform (default 128)
@@ -91,6 +134,13 @@ output:
   --quiet, -q            nothing on stderr
   --smoke                a sub-minute run on the tiny preset (the test suite runs it)
 `
+
+const parseList = <T extends string>(flag: string, text: string, allowed: readonly T[], problems: string[]): T[] => {
+  const xs = [...new Set(text.split(',').map((s) => s.trim()))]
+  const bad = xs.filter((x) => !allowed.includes(x as T))
+  if (!xs.length || bad.length) problems.push(`--${flag} must be a comma-separated list of ${allowed.join(', ')}. Given: ${text.slice(0, 64)}`)
+  return xs.filter((x) => allowed.includes(x as T)) as T[]
+}
 
 const OPTIONS = {
   model: { type: 'string' },
@@ -124,6 +174,10 @@ const OPTIONS = {
   'no-progress': { type: 'boolean' },
   quiet: { type: 'boolean', short: 'q' },
   smoke: { type: 'boolean' },
+  scenario: { type: 'string' },
+  attention: { type: 'string' },
+  runtime: { type: 'string' },
+  baseline: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const
 
@@ -171,6 +225,24 @@ export function benchConfig(argv: string[]): BenchConfig {
   if (v.url && v.facade) problems.push('--url and --facade are exclusive')
   if (v.facade && !v['api-key']) problems.push('--facade needs --api-key')
   if (v.model && v.preset) problems.push('--model and --preset are exclusive')
+  const scenario = (v.scenario ?? 'standard') as ScenarioKind
+  if (!(scenario in DEFAULT_TARGETS)) problems.push(`--scenario must be one of ${Object.keys(DEFAULT_TARGETS).join(', ')}. Given: ${v.scenario!.slice(0, 32)}`)
+  const long = scenario === 'long'
+  const defaults = DEFAULT_TARGETS[long ? 'long' : 'standard']
+  const remote = Boolean(v.url || v.facade)
+  if (remote && (v.attention || v.runtime || v.baseline)) problems.push('--attention, --runtime and --baseline choose the nodes the bench starts: not with --url or --facade')
+  if (v.model && v.attention) problems.push('--attention builds the preset in each form: not with --model (pass --preset)')
+  const forms = v.attention ? parseList('attention', v.attention, ATTENTION_FORMS, problems) : defaults.attention
+  const runtimes = v.runtime ? parseList('runtime', v.runtime, RUNTIMES, problems) : defaults.runtime
+  const targets: TargetSpec[] = remote ? [] : forms.flatMap((attention) => runtimes.map((runtime) => ({ attention, runtime, name: targetName(attention, runtime) })))
+  let baseline: string | null = null
+  if (targets.length > 1) {
+    const want = v.baseline ?? defaults.baseline
+    const hit = targets.find((t) => `${t.attention}/${t.runtime}` === want)
+    if (hit) baseline = hit.name
+    else if (v.baseline) problems.push(`--baseline must be one of the targets (${targets.map((t) => `${t.attention}/${t.runtime}`).join(', ')}). Given: ${v.baseline.slice(0, 32)}`)
+    else baseline = targets[0].name
+  }
   const preset = v.preset ?? (v.model || v.url || v.facade ? null : smoke ? 'tiny' : '135m')
   const model = v.model ? resolve(v.model) : null
   const target: BenchConfig['target'] = v.facade
@@ -178,7 +250,7 @@ export function benchConfig(argv: string[]): BenchConfig {
     : v.url
       ? { kind: 'node', url: v.url.replace(/\/+$/, ''), model }
       : { kind: 'spawn', model, preset }
-  const concurrency = list('concurrency', v.concurrency, smoke ? [1, 4, 16] : [1, 4, 16, 64])
+  const concurrency = list('concurrency', v.concurrency, long ? (smoke ? [1, 4] : [1, 16, 64]) : smoke ? [1, 4, 16] : [1, 4, 16, 64])
   let prompts: PromptFile | null = null
   if (v.prompts) {
     try {
@@ -190,23 +262,30 @@ export function benchConfig(argv: string[]): BenchConfig {
   const temperature = v.temperature === undefined ? 0 : Number(v.temperature)
   if (!(temperature >= 0)) problems.push(`--temperature must be >= 0. Given: ${v.temperature}`)
   const cfg: BenchConfig = {
+    scenario,
+    targets,
+    baseline,
     target,
     modelsDir: resolve(v['models-dir'] ?? '.cache/models'),
     servedModel: v['served-model'] ?? null,
     concurrency,
     requestRate: pos('request-rate', v['request-rate'], Infinity),
     numRequests: v['num-requests'] === undefined ? null : int('num-requests', v['num-requests'], 0, 1),
-    minRequests: smoke ? 2 : 4,
-    durationS: v.duration === undefined ? null : pos('duration', v.duration, 0),
+    // The long scenario sends one wave: as many requests as the level's concurrency.
+    minRequests: long ? 1 : smoke ? 2 : 4,
+    wave: long,
+    durationS: v.duration === undefined ? (long ? (smoke ? 30 : 240) : null) : pos('duration', v.duration, 0),
     refDurationS: pos('ref-duration', v['ref-duration'], smoke ? 3 : 30),
     warmup: int('warmup', v.warmup, smoke ? 1 : 2),
-    promptLen: length('prompt-len', v['prompt-len'], smoke ? '16' : '128'),
-    outputLen: length('output-len', v['output-len'], smoke ? '16' : '128'),
+    promptLen: length('prompt-len', v['prompt-len'], long ? (smoke ? '64' : '1024') : smoke ? '16' : '128'),
+    outputLen: length('output-len', v['output-len'], long ? (smoke ? '32' : '256') : smoke ? '16' : '128'),
     prompts,
     seed: int('seed', v.seed, 0),
     temperature,
     ignoreEos: v['no-ignore-eos'] !== true,
-    references: { ceiling: !v['no-ceiling'], matmul: !v['no-matmul'], unbatched: !v['no-unbatched'] && target.kind === 'spawn', peer: !v['no-peer'] },
+    // The long scenario compares the targets with each other and with ORT on their graph; the one-request-at-a-time
+    // references would take hours at these lengths.
+    references: { ceiling: !v['no-ceiling'], matmul: !v['no-matmul'] && !long, unbatched: !v['no-unbatched'] && target.kind === 'spawn' && !long, peer: !v['no-peer'] && !long },
     peerConcurrency: list('peer-concurrency', v['peer-concurrency'], concurrency),
     matmulSizes: smoke ? [128, 256] : [512, 1024, 2048],
     refBudget: smoke ? { warmup: 1, minRuns: 2, minSeconds: 0.1, maxRuns: 5 } : { warmup: 2, minRuns: 5, minSeconds: 2, maxRuns: 50 },
@@ -226,11 +305,14 @@ export function benchConfig(argv: string[]): BenchConfig {
 /** The configuration as the report records it (lengths written as on the command line). */
 export function describeConfig(c: BenchConfig): Record<string, unknown> {
   return {
+    scenario: c.scenario,
+    targets: c.targets.map((t) => t.name),
+    baseline: c.baseline,
     target: c.target.kind === 'facade' ? { ...c.target, apiKey: '[redacted]' } : c.target,
     served_model: c.servedModel,
     concurrency: c.concurrency,
     request_rate: Number.isFinite(c.requestRate) ? c.requestRate : 'inf',
-    num_requests: c.numRequests ?? `max(${c.minRequests}, 2 x concurrency)`,
+    num_requests: c.numRequests ?? (c.wave ? 'concurrency (one wave)' : `max(${c.minRequests}, 2 x concurrency)`),
     duration_s: c.durationS,
     ref_duration_s: c.refDurationS,
     warmup: c.warmup,
@@ -256,4 +338,4 @@ export function redactArgv(argv: string[]): string[] {
 }
 
 /** Requests of one level. */
-export const requestsFor = (c: BenchConfig, concurrency: number): number => c.numRequests ?? Math.max(c.minRequests, 2 * concurrency)
+export const requestsFor = (c: BenchConfig, concurrency: number): number => c.numRequests ?? (c.wave ? concurrency : Math.max(c.minRequests, 2 * concurrency))

@@ -9,7 +9,7 @@ import type { DecodeCeiling, MatmulPoint, PrefillTiming } from './refs/ort.js'
 import type { SystemInfo } from './system.js'
 
 export const REPORT_KIND = 'onnxd-bench'
-export const REPORT_SCHEMA = 2
+export const REPORT_SCHEMA = 3
 
 export type ScenarioName = 'onnxd' | 'unbatched' | 'peer'
 
@@ -23,6 +23,11 @@ export type LevelResult = LevelFigures & { engine?: EngineTime }
 
 export interface ScenarioResult {
   name: ScenarioName
+  /** Which target: `onnxd <form>/<runtime>` for a node the bench started, else the name (reports of schema 2 lack it). */
+  target?: string
+  /** The graph form and the step runtime the node reported serving with (/health), for onnxd targets the bench started. */
+  attention?: string | null
+  runtime?: string | null
   /** What was driven, in words. */
   label: string
   url: string
@@ -35,6 +40,8 @@ export interface ScenarioResult {
 
 export interface CeilingReference {
   threads: number
+  /** How the steps were run: onnxruntime-node's session.run, or ORT's C API with presents bound onto the past. */
+  api?: string
   /** Past length of the timed decode steps: mean prompt + half the mean output (the mean context while decoding). */
   past: number
   /** The better of the measurements before and after the sweep, per figure. */
@@ -94,16 +101,36 @@ export interface TargetCheck {
   bound?: number | null
 }
 
+/** Per level, every onnxd target's output tok/s over the baseline target's, and over ORT alone on its own graph. */
+export interface TargetRatios {
+  concurrency: number
+  baseline: string
+  output_throughput: Record<string, number>
+  /** Output tok/s over the baseline target's at this level (1 for the baseline itself). */
+  vs_baseline: Record<string, number | null>
+  /** Output tok/s over ORT alone doing this level's prefill and decode work on the target's graph form (its ceiling). */
+  vs_ort_same_work: Record<string, number | null>
+}
+
 export interface BenchReport {
   bench: typeof REPORT_KIND
   schema: typeof REPORT_SCHEMA
+  /** standard: prompt 128 / output 128 and every reference; long: issue 12's long-prompt serving run. */
+  scenario: string
+  /** The target the ratios divide by (null with one target). */
+  baseline: string | null
+  target_ratios: TargetRatios[]
+  /** What the reader must know to read the figures: per-level cuts, how throughput counts unfinished requests. */
+  notes: string[]
   created: string
   config: Record<string, unknown>
   machine: SystemInfo & { provider: string; loadavg_start: number[]; loadavg_end: number[] }
   versions: Record<string, string | null>
   model: { id: string; dir: string | null; preset: string | null; builder_version: string | null; vocab: number | null; matmul_params: number | null; flops_per_output_token: number | null }
   scenarios: (ScenarioResult | (Skipped & { name: ScenarioName; label: string }))[]
-  references: { ort_ceiling: CeilingReference | Skipped; matmul_peak: MatmulReference | Skipped }
+  /** ort_ceiling is the baseline target's graph form's; ort_ceiling_by_form has every form the targets serve (a
+   * GroupQueryAttention form's through ORT's C API with presents on the past, refs/capi.ts). */
+  references: { ort_ceiling: CeilingReference | Skipped; matmul_peak: MatmulReference | Skipped; ort_ceiling_by_form?: Record<string, CeilingReference | Skipped> }
   efficiency: Efficiency[]
   targets: TargetCheck[]
   summary: string[]
@@ -164,7 +191,41 @@ export function bestOf(a: BenchReport['references'], b: BenchReport['references'
     const best = b.matmul_peak.gflops > a.matmul_peak.gflops ? b.matmul_peak : a.matmul_peak
     matmul_peak = { ...best, runs: { ...a.matmul_peak.runs, ...b.matmul_peak.runs } }
   }
-  return { ort_ceiling, matmul_peak }
+  const forms = { ...a.ort_ceiling_by_form }
+  for (const [f, y] of Object.entries(b.ort_ceiling_by_form ?? {})) {
+    const x = forms[f]
+    forms[f] = x ? bestOf({ ort_ceiling: x, matmul_peak: a.matmul_peak }, { ort_ceiling: y, matmul_peak: a.matmul_peak }).ort_ceiling : y
+  }
+  return { ort_ceiling, matmul_peak, ...(a.ort_ceiling_by_form || b.ort_ceiling_by_form ? { ort_ceiling_by_form: forms } : {}) }
+}
+
+/** Output tok/s of ORT alone doing a level's work: `c` prompts prefilled (as many per run as the ceiling's prefill
+ * rows), then `output` decode steps at batch c. Null without a decode timing at batch c. */
+export function ortSameWork(ceil: CeilingReference | null, c: number, len: Lengths): number | null {
+  const step = ceil?.decode.find((d) => d.batch === c) ?? null
+  return step && ceil ? (c * len.output) / (((c * ceil.prefill.ms) / ceil.prefill.rows + len.output * step.ms) / 1000) : null
+}
+
+/** Per level, each onnxd target against the baseline and against ORT alone on its graph form. */
+export function targetRatios(r: Pick<BenchReport, 'scenarios' | 'references'>, baseline: string | null, len: Lengths): TargetRatios[] {
+  if (!baseline) return []
+  const runs = r.scenarios.filter((s): s is ScenarioResult => s.name === 'onnxd' && !isSkipped(s))
+  const base = runs.find((s) => s.target === baseline)
+  if (!base) return []
+  return base.levels.map((bl) => {
+    const c = bl.max_concurrency
+    const out: TargetRatios = { concurrency: c, baseline, output_throughput: {}, vs_baseline: {}, vs_ort_same_work: {} }
+    for (const s of runs) {
+      const l = level(s, c)
+      const key = s.target ?? s.name
+      if (!l) continue
+      const ceil = s.attention ? r.references.ort_ceiling_by_form?.[s.attention] : undefined
+      out.output_throughput[key] = l.output_throughput
+      out.vs_baseline[key] = ratio(l.output_throughput, bl.output_throughput)
+      out.vs_ort_same_work[key] = ratio(l.output_throughput, ortSameWork(ceil && !isSkipped(ceil) ? ceil : null, c, len))
+    }
+    return out
+  })
 }
 
 /** Efficiency of each onnxd level against every reference measured. */
@@ -178,7 +239,7 @@ export function efficiency(r: Pick<BenchReport, 'scenarios' | 'references'>, mod
   return on.levels.map((l) => {
     const c = l.max_concurrency
     const step = ceil?.decode.find((d) => d.batch === c) ?? null
-    const withPrefill = step && ceil ? (c * len.output) / (((c * ceil.prefill.ms) / ceil.prefill.rows + len.output * step.ms) / 1000) : null
+    const withPrefill = ortSameWork(ceil, c, len)
     const inputRate = l.total_input_tokens / l.duration
     const gflops = model
       ? (l.output_throughput * flopsPerToken(model, len.prompt + len.output / 2) + inputRate * flopsPerToken(model, len.prompt / 2)) / 1e9
@@ -270,8 +331,8 @@ export function summaryLines(eff: Efficiency[], tg: TargetCheck[], r: Pick<Bench
   ]
 }
 
-/** Writes the report as JSON; returns the path. */
-export function writeJson(r: BenchReport, path: string): string {
+/** Writes a report (this or the context sweep's) as JSON; returns the path. */
+export function writeJson(r: object, path: string): string {
   mkdirSync(join(path, '..'), { recursive: true })
   writeFileSync(path, JSON.stringify(r, null, 2) + '\n')
   return path

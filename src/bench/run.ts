@@ -1,20 +1,24 @@
-// One `onnxd bench` run: resolves the model, measures the ORT references, drives onnxd, the unbatched node and the
-// transformers.js peer through the same levels, then builds the report, the chart and the printed tables.
-// Imports: every bench module; the engine's model builder (to build presets).
+// One `onnxd bench` run: builds or resolves the bundles (one per graph form the targets serve), measures the ORT
+// references on each form, drives the onnxd targets (form x runtime) level by level, then the unbatched node and the
+// transformers.js peer through the same levels, and builds the report, the chart and the printed tables.
+// Imports: every bench module; the builder (to build presets).
 import { loadavg } from 'node:os'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Agent } from 'undici'
 import { DEFAULT_BATCHER } from '../engine/engine.js'
-import { BUILDER_VERSION, ensureDefaultModel, presetOf } from '../builder/index.js'
+import { existsSync } from 'node:fs'
+import { BUILDER_VERSION, configJson, presetOf, type Attention } from '../builder/index.js'
+import { ensureBundle } from './bundles.js'
 import { chartSpec, renderSvg } from './chart.js'
 import { createAgent, getJson, type Endpoint, type Sampling } from './client.js'
 import { engineTime, scrapeStepTotals } from './engine-metrics.js'
 import { runLevel } from './loadgen.js'
 import { levelFigures } from './metrics.js'
 import { flopsPerToken, readModelInfo, type ModelInfo } from './model-info.js'
-import { describeConfig, requestsFor, type BenchConfig } from './options.js'
+import { describeConfig, requestsFor, type BenchConfig, type TargetSpec } from './options.js'
 import { Progress } from './progress.js'
+import { measureCapiCeiling, usesGroupQueryAttention } from './refs/capi.js'
 import { measureCeiling, measureMatmulPeak } from './refs/ort.js'
 import {
   REPORT_KIND,
@@ -22,9 +26,12 @@ import {
   efficiency,
   summaryLines,
   hostDrift,
+  isSkipped,
+  targetRatios,
   targets,
   writeJson,
   type BenchReport,
+  type CeilingReference,
   type Lengths,
   type LevelResult,
   type ScenarioName,
@@ -44,27 +51,43 @@ export interface BenchResult {
 
 const skipped = (reason: string): Skipped => ({ skipped: true, reason })
 
-/** The bundle directory the run uses: built from a preset, given, or none (a remote target without --model). */
-async function modelDir(cfg: BenchConfig, log: Progress): Promise<{ dir: string | null; preset: string | null }> {
+/** A bundle the run serves: its directory and graph form (null: a remote target without --model). */
+interface Bundle {
+  dir: string | null
+  form: Attention | null
+  model: ModelInfo | null
+}
+
+/** The bundles the run uses, by graph form: built from the preset in each form the targets ask, or the one given. */
+async function bundles(cfg: BenchConfig, log: Progress): Promise<{ byForm: Map<Attention | null, Bundle>; preset: string | null }> {
   const t = cfg.target
+  const byForm = new Map<Attention | null, Bundle>()
   if (t.kind === 'spawn' && t.preset) {
-    presetOf(t.preset)
-    const dir = join(cfg.modelsDir, `onnxd-${t.preset}`)
-    log.step(`model: preset ${t.preset} in ${dir} (built on first use)`)
-    return { dir: await ensureDefaultModel(dir, t.preset), preset: t.preset }
+    const shape = configJson(presetOf(t.preset), { preset: t.preset, seed: 0 })
+    const forms = [...new Set(cfg.targets.map((x) => x.attention))]
+    for (const form of forms) {
+      const dir = await ensureBundle(cfg.modelsDir, t.preset, form, (s) => log.step(s))
+      log.step(`model: preset ${t.preset} (${form} attention) in ${dir}`)
+      byForm.set(form, { dir, form, model: readModelInfo(dir, shape) })
+    }
+    return { byForm, preset: t.preset }
   }
-  return { dir: t.model, preset: null }
+  const dir = t.model
+  const form: Attention | null = dir ? (existsSync(join(dir, 'genai_config.json')) && !existsSync(join(dir, 'config.json')) ? 'gqa' : 'plain') : null
+  byForm.set(null, { dir, form, model: dir ? readModelInfo(dir) : null })
+  return { byForm, preset: null }
 }
 
 interface Driven {
   ep: Endpoint
-  /** The execution provider the target reports in /health (null when it does not say). */
+  /** The execution provider and step runtime the target reports in /health (null when it does not say). */
   provider: string | null
+  runtime: string | null
   stop(): Promise<void>
 }
 
 /** Starts (or reaches) one target and learns the model id it serves. */
-async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, agent: Agent): Promise<Driven> {
+async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, agent: Agent, runtime: string | null): Promise<Driven> {
   let child: Child | null = null
   let url: string
   const t = cfg.target
@@ -74,7 +97,7 @@ async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, a
     url = child.url
   } else if (t.kind === 'spawn' || kind === 'unbatched') {
     const port = await freePort()
-    const args = ['--model', dir!, '--port', String(port), '--host', '127.0.0.1', '--log-level', 'warn', ...cfg.nodeArgs]
+    const args = ['--model', dir!, '--port', String(port), '--host', '127.0.0.1', '--log-level', 'warn', ...(runtime ? ['--runtime', runtime] : []), ...cfg.nodeArgs]
     if (kind === 'unbatched') args.push('--max-running', '1')
     child = await spawnTarget({ entry: './node-main', args, what: kind === 'unbatched' ? 'the unbatched node' : 'the onnxd node', readyTimeoutS: cfg.readyTimeoutS, agent, port })
     url = child.url
@@ -82,7 +105,7 @@ async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, a
   const protocol = t.kind === 'facade' && kind === 'onnxd' ? 'openai' : 'node'
   const apiKey = t.kind === 'facade' && kind === 'onnxd' ? t.apiKey : undefined
   let model = cfg.servedModel
-  const health = protocol === 'node' ? ((await getJson(agent, `${url}/health`))?.body as { models?: string[]; provider?: string } | undefined) : undefined
+  const health = protocol === 'node' ? ((await getJson(agent, `${url}/health`))?.body as { models?: string[]; provider?: string; runtime?: string } | undefined) : undefined
   model ??= health?.models?.[0] ?? null
   if (!model && protocol === 'openai') {
     const m = await getJson(agent, `${url}/v1/models`, { authorization: `Bearer ${apiKey}` })
@@ -92,7 +115,7 @@ async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, a
     await child?.stop()
     throw new Error(`${url}: cannot tell which model it serves; pass --served-model`)
   }
-  return { ep: { url, protocol, model, ...(apiKey ? { apiKey } : {}) }, provider: health?.provider ?? null, stop: async () => void (await child?.stop()) }
+  return { ep: { url, protocol, model, ...(apiKey ? { apiKey } : {}) }, provider: health?.provider ?? null, runtime: health?.runtime ?? null, stop: async () => void (await child?.stop()) }
 }
 
 const LABELS: Record<ScenarioName, string> = {
@@ -101,37 +124,104 @@ const LABELS: Record<ScenarioName, string> = {
   peer: 'transformers.js pipeline behind node:http, one request at a time',
 }
 
-/** Drives one target through its levels. */
-async function drive(kind: ScenarioName, cfg: BenchConfig, dir: string | null, form: PromptForm, log: Progress): Promise<ScenarioResult> {
-  const levels = kind === 'peer' ? cfg.peerConcurrency : cfg.concurrency
+/** One target, started (and warmed up), ready to run levels. */
+interface Running {
+  kind: ScenarioName
+  d: Driven
+  agent: Agent
+  out: ScenarioResult
+}
+
+interface Load {
+  cfg: BenchConfig
+  form: PromptForm
+  log: Progress
+}
+
+/** Starts one target and sends it its untimed warm-up requests. */
+async function start(kind: ScenarioName, x: Load, dir: string | null, spec: TargetSpec | null, levels: number[]): Promise<Running> {
+  const { cfg, form, log } = x
   const agent = createAgent(Math.max(...levels, cfg.warmup))
-  const spec: WorkloadSpec = { promptLen: cfg.promptLen, outputLen: cfg.outputLen, file: cfg.prompts ?? undefined, seed: cfg.seed }
-  const sampling: Sampling = { temperature: cfg.temperature, ignoreEos: cfg.ignoreEos }
-  const deadline = kind === 'onnxd' ? cfg.durationS : cfg.refDurationS
-  log.step(`${kind}: starting`)
-  const d = await reach(kind, cfg, dir, agent)
-  const label = kind === 'onnxd' ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? 'started by the bench' : d.ep.url})` : LABELS[kind]
+  const name = spec?.name ?? kind
+  log.step(`${name}: starting`)
+  let d: Driven
   try {
+    d = await reach(kind, cfg, dir, agent, spec?.runtime ?? null)
+  } catch (e) {
+    await agent.close()
+    throw e
+  }
+  try {
+    if (spec && d.runtime && d.runtime !== spec.runtime) log.step(`warning: ${name} asked for runtime ${spec.runtime}, the node serves with ${d.runtime}`)
     if (cfg.warmup > 0) {
-      const warm = makeWorkload({ ...spec, seed: cfg.seed + 7919 }, form, cfg.warmup)
-      await runLevel(agent, d.ep, warm, sampling, { concurrency: cfg.warmup, requestRate: Infinity, deadlineS: null, seed: cfg.seed }, {}, `${kind}-warmup`)
+      const warm = makeWorkload({ ...workloadSpec(cfg), seed: cfg.seed + 7919 }, form, cfg.warmup)
+      await runLevel(agent, d.ep, warm, sampling(cfg), { concurrency: cfg.warmup, requestRate: Infinity, deadlineS: null, seed: cfg.seed }, {}, `${kind}-warmup`)
     }
-    const out: ScenarioResult = { name: kind, label, url: d.ep.url, provider: d.provider, deadline_s: deadline, levels: [] }
-    for (const c of [...levels].sort((a, b) => a - b)) {
-      const items = makeWorkload(spec, form, requestsFor(cfg, c))
-      const bar = log.level(`${kind} c=${c}`, items.length, deadline)
-      const before = d.ep.protocol === 'node' ? await scrapeStepTotals(agent, d.ep.url) : null
-      const run = await runLevel(agent, d.ep, items, sampling, { concurrency: c, requestRate: cfg.requestRate, deadlineS: deadline, seed: cfg.seed }, bar, `${kind}-c${c}`)
-      const after = before ? await scrapeStepTotals(agent, d.ep.url) : null
-      const fig: LevelResult = levelFigures(run.records, run.durationS, c, cfg.requestRate)
-      if (before && after) fig.engine = engineTime(before, after, run.durationS)
-      bar.done(`${fig.completed} ok, ${fig.failed} failed, ${fig.cut} cut in ${fig.duration.toFixed(1)} s; ${fig.output_throughput.toFixed(1)} out tok/s; TTFT p99 ${fig.p99_ttft_ms.toFixed(0)} ms; TPOT mean ${fig.mean_tpot_ms.toFixed(1)} ms`)
-      out.levels.push(fig)
-    }
-    return out
-  } finally {
+  } catch (e) {
     await d.stop()
     await agent.close()
+    throw e
+  }
+  const label = kind === 'onnxd' ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? `started by the bench${spec ? `: ${spec.attention} attention, runtime ${spec.runtime}` : ''}` : d.ep.url})` : LABELS[kind]
+  const deadline = kind === 'onnxd' ? cfg.durationS : cfg.refDurationS
+  const out: ScenarioResult = { name: kind, target: name, ...(spec ? { attention: spec.attention, runtime: d.runtime ?? spec.runtime } : {}), label, url: d.ep.url, provider: d.provider, deadline_s: deadline, levels: [] }
+  return { kind, d, agent, out }
+}
+
+const workloadSpec = (cfg: BenchConfig): WorkloadSpec => ({ promptLen: cfg.promptLen, outputLen: cfg.outputLen, file: cfg.prompts ?? undefined, seed: cfg.seed })
+const sampling = (cfg: BenchConfig): Sampling => ({ temperature: cfg.temperature, ignoreEos: cfg.ignoreEos })
+
+/** Runs one level on a started target and records its figures. */
+async function level(r: Running, c: number, x: Load): Promise<void> {
+  const { cfg, form, log } = x
+  const { d, agent, out } = r
+  const items = makeWorkload(workloadSpec(cfg), form, requestsFor(cfg, c))
+  const bar = log.level(`${out.target} c=${c}`, items.length, out.deadline_s)
+  const before = d.ep.protocol === 'node' ? await scrapeStepTotals(agent, d.ep.url) : null
+  const run = await runLevel(agent, d.ep, items, sampling(cfg), { concurrency: c, requestRate: cfg.requestRate, deadlineS: out.deadline_s, seed: cfg.seed }, bar, `${r.kind}-c${c}`)
+  const after = before ? await scrapeStepTotals(agent, d.ep.url) : null
+  const fig: LevelResult = levelFigures(run.records, run.durationS, c, cfg.requestRate)
+  if (before && after) fig.engine = engineTime(before, after, run.durationS)
+  bar.done(`${fig.completed} ok, ${fig.failed} failed, ${fig.cut} cut in ${fig.duration.toFixed(1)} s; ${fig.output_throughput.toFixed(1)} out tok/s; TTFT p99 ${fig.p99_ttft_ms.toFixed(0)} ms; TPOT mean ${fig.mean_tpot_ms.toFixed(1)} ms`)
+  out.levels.push(fig)
+}
+
+async function stopAll(rs: Running[]): Promise<void> {
+  for (const r of rs) {
+    await r.d.stop()
+    await r.agent.close()
+  }
+}
+
+/** Drives one reference target (unbatched node, peer) through its levels. */
+async function drive(kind: ScenarioName, x: Load, dir: string | null): Promise<ScenarioResult> {
+  const levels = kind === 'peer' ? x.cfg.peerConcurrency : x.cfg.concurrency
+  const r = await start(kind, x, dir, null, levels)
+  try {
+    for (const c of [...levels].sort((a, b) => a - b)) await level(r, c, x)
+    return r.out
+  } finally {
+    await stopAll([r])
+  }
+}
+
+/**
+ * Drives the onnxd targets: all started up front (idle ones only hold memory), then at each level one after
+ * another, never together, in alternating order from level to level so that neither always runs first on a host
+ * whose speed drifts.
+ */
+async function driveTargets(x: Load, dirOf: (spec: TargetSpec | null) => string | null): Promise<ScenarioResult[]> {
+  const specs: (TargetSpec | null)[] = x.cfg.targets.length ? x.cfg.targets : [null]
+  const running: Running[] = []
+  try {
+    for (const spec of specs) running.push(await start('onnxd', x, dirOf(spec), spec, x.cfg.concurrency))
+    const levels = [...x.cfg.concurrency].sort((a, b) => a - b)
+    for (let i = 0; i < levels.length; i++) {
+      for (const r of i % 2 === 0 ? running : [...running].reverse()) await level(r, levels[i], x)
+    }
+    return running.map((r) => r.out)
+  } finally {
+    await stopAll(running)
   }
 }
 
@@ -146,27 +236,56 @@ function lengths(cfg: BenchConfig, form: PromptForm): Lengths {
 
 type References = BenchReport['references']
 
-async function measureReferences(cfg: BenchConfig, model: ModelInfo | null, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<References> {
-  let ceiling: References['ort_ceiling'] = skipped('disabled by --no-ceiling')
-  if (cfg.references.ceiling && !model) ceiling = skipped('no local model bundle: pass --model DIR')
-  else if (cfg.references.ceiling && model) {
-    // Prefill is timed as the engine runs it: as many prompts per run as its default token budget holds.
-    const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
-    log.step(`ORT ceiling (${when} the sweep): decode steps at batch ${cfg.concurrency.join(', ')} over a past of ${past}, prefill of ${prefillRows} x ${len.prompt}`)
-    try {
-      const c = await measureCeiling({ onnxPath: model.onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s) => log.step(`  ${s}`) })
-      ceiling = { threads: cfg.threads, past, ...c, runs: { [when]: { decode: c.decode, prefill: c.prefill } } }
-    } catch (e) {
-      ceiling = skipped(`failed: ${(e as Error).message}`)
-    }
+/** The ORT decode ceiling of one bundle: through the C API with presents on the past for a GroupQueryAttention
+ * graph (refs/capi.ts), else through onnxruntime-node (refs/ort.ts). */
+async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<CeilingReference | Skipped> {
+  if (!cfg.references.ceiling) return skipped('disabled by --no-ceiling')
+  if (!model) return skipped('no local model bundle: pass --model DIR')
+  // Prefill is timed as the engine runs it: as many prompts per run as its default token budget holds.
+  const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
+  const capi = usesGroupQueryAttention(model.onnxPath)
+  const api = capi ? "ORT's C API, presents bound onto the past" : 'onnxruntime-node session.run'
+  log.step(`ORT ceiling of ${model.id} (${when} the sweep, ${api}): decode steps at batch ${cfg.concurrency.join(', ')} over a past of ${past}, prefill of ${prefillRows} x ${len.prompt}`)
+  try {
+    const o = { onnxPath: model.onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
+    const c = capi ? await measureCapiCeiling(o) : await measureCeiling(o)
+    return { threads: cfg.threads, past, api, ...c, runs: { [when]: { decode: c.decode, prefill: c.prefill } } }
+  } catch (e) {
+    return skipped(`failed: ${(e as Error).message}`)
   }
-  let matmul: References['matmul_peak'] = skipped('disabled by --no-matmul')
+}
+
+async function measureReferences(cfg: BenchConfig, base: ModelInfo | null, byForm: Map<Attention | null, Bundle>, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<References> {
+  const forms: Record<string, CeilingReference | Skipped> = {}
+  let ceiling: References['ort_ceiling'] | null = null
+  for (const [form, b] of byForm) {
+    const c = await ceilingOf(cfg, b.model, len, past, when, log)
+    if (form) forms[form] = c
+    if (b.model === base) ceiling = c
+  }
+  ceiling ??= await ceilingOf(cfg, base, len, past, when, log)
+  let matmul: References['matmul_peak'] = skipped(cfg.scenario === 'long' ? 'not part of --scenario long' : 'disabled by --no-matmul')
   if (cfg.references.matmul) {
     log.step(`matmul peak (${when} the sweep): square MatMul ${cfg.matmulSizes.join(', ')} through ORT`)
     const m = await measureMatmulPeak(cfg.matmulSizes, cfg.threads, cfg.refBudget, (s) => log.step(`  ${s}`))
     matmul = { threads: cfg.threads, ...m, runs: { [when]: m.gflops } }
   }
-  return { ort_ceiling: ceiling, matmul_peak: matmul }
+  return { ort_ceiling: ceiling, matmul_peak: matmul, ...(cfg.targets.length > 1 ? { ort_ceiling_by_form: forms } : {}) }
+}
+
+/** What a reader must know: how throughput counts requests a deadline cut, and every level that was cut. */
+function cutNotes(scenarios: BenchReport['scenarios'], cfg: BenchConfig): string[] {
+  const notes: string[] = []
+  const cuts: string[] = []
+  for (const s of scenarios) {
+    if (isSkipped(s)) continue
+    for (const l of s.levels)
+      if (l.cut > 0)
+        cuts.push(`${s.target ?? s.name} c=${l.max_concurrency}: cut at the ${s.deadline_s} s cap with ${l.cut} of ${l.completed + l.failed + l.cut} requests unfinished (${l.cut_output_tokens} tokens they streamed counted${l.ttft_censored ? `; ${l.ttft_censored} had no first token, TTFT a lower bound` : ''})`)
+  }
+  if (cfg.wave) notes.push(`one wave per level: as many requests as the level's concurrency, each level capped at ${cfg.durationS ?? 'no'} s`)
+  if (cuts.length || cfg.wave) notes.push('output throughput = output tokens received / elapsed, counting the streamed tokens of requests a cap cut')
+  return [...notes, ...cuts]
 }
 
 export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
@@ -174,26 +293,33 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
   const created = new Date()
   const loadStart = loadavg()
   const sys = systemInfo()
-  const { dir, preset } = await modelDir(cfg, log)
-  const model: ModelInfo | null = dir ? readModelInfo(dir) : null
+  const { byForm, preset } = await bundles(cfg, log)
+  const baseSpec = cfg.targets.find((t) => t.name === cfg.baseline) ?? cfg.targets[0] ?? null
+  const dirOf = (spec: TargetSpec | null): string | null => (byForm.get(spec && byForm.has(spec.attention) ? spec.attention : null) ?? [...byForm.values()][0]).dir
+  const base = byForm.get(baseSpec && byForm.has(baseSpec.attention) ? baseSpec.attention : null) ?? [...byForm.values()][0]
+  const { dir, model } = base
   if (model && preset && model.builderVersion !== BUILDER_VERSION) {
     log.step(`warning: ${dir} was built by builder version ${model.builderVersion ?? '1 or older'}, not ${BUILDER_VERSION}: delete it to benchmark the current graph`)
   }
   const form: PromptForm = cfg.target.kind === 'facade' ? { kind: 'chat' } : model ? { kind: 'ids', vocab: model.vocab } : { kind: 'text' }
   const len = lengths(cfg, form)
   const past = len.prompt + Math.round(len.output / 2)
+  const x: Load = { cfg, form, log }
 
   // References measured through ORT in this process while nothing else runs: before the sweep and again after it.
   // A ceiling is the best ORT can do, and load from elsewhere on the machine only slows it, so each figure keeps the
   // better of the two (both are in the report).
-  const refs = (when: 'before' | 'after'): Promise<References> => measureReferences(cfg, model, len, past, when, log)
+  const refs = (when: 'before' | 'after'): Promise<References> => measureReferences(cfg, model, byForm, len, past, when, log)
   const before = await refs('before')
-  const main = await drive('onnxd', cfg, dir, form, log)
-  const scenarios: BenchReport['scenarios'] = [main]
+  const runs = await driveTargets(x, dirOf)
+  // The baseline first: the efficiency figures, targets and summary read the first onnxd scenario.
+  runs.sort((a, b) => Number(b.target === cfg.baseline) - Number(a.target === cfg.baseline))
+  const scenarios: BenchReport['scenarios'] = [...runs]
+  const main = runs[0]
   const reference = async (kind: 'unbatched' | 'peer', on: boolean, off: string): Promise<void> => {
     if (!on) return void scenarios.push({ name: kind, label: LABELS[kind], ...skipped(off) })
     try {
-      scenarios.push(await drive(kind, cfg, dir, form, log))
+      scenarios.push(await drive(kind, x, dir))
     } catch (e) {
       const msg = (e as Error).message
       const reason = /transformers\.js is not installed/.test(msg) ? 'transformers.js (@huggingface/transformers) is not installed' : `failed: ${msg.split('\n').slice(0, 6).join(' | ')}`
@@ -201,18 +327,23 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
       scenarios.push({ name: kind, label: LABELS[kind], ...skipped(reason) })
     }
   }
-  await reference('unbatched', cfg.references.unbatched, cfg.target.kind === 'spawn' ? 'disabled by --no-unbatched' : 'only when the bench starts the node itself')
-  await reference('peer', cfg.references.peer && dir !== null, cfg.references.peer ? 'no local model bundle: pass --model DIR' : 'disabled by --no-peer')
+  const long = cfg.scenario === 'long' ? 'not part of --scenario long' : null
+  await reference('unbatched', cfg.references.unbatched, long ?? (cfg.target.kind === 'spawn' ? 'disabled by --no-unbatched' : 'only when the bench starts the node itself'))
+  await reference('peer', cfg.references.peer && dir !== null, long ?? (cfg.references.peer ? 'no local model bundle: pass --model DIR' : 'disabled by --no-peer'))
 
   const references = bestOf(before, await refs('after'))
   const eff = efficiency({ scenarios, references }, model, len)
   const tg = targets(eff, { scenarios, references })
-  const name = cfg.name || `onnxd-bench${cfg.smoke ? '-smoke' : ''}-${stamp(created)}`
+  const name = cfg.name || `onnxd-bench${cfg.scenario === 'long' ? '-long' : ''}${cfg.smoke ? '-smoke' : ''}-${stamp(created)}`
   const jsonPath = join(cfg.outDir, `${name}.json`)
   const chartPath = join(cfg.outDir, `${name}.svg`)
   const report: BenchReport = {
     bench: REPORT_KIND,
     schema: REPORT_SCHEMA,
+    scenario: cfg.scenario,
+    baseline: cfg.baseline,
+    target_ratios: targetRatios({ scenarios, references }, cfg.baseline, len),
+    notes: cutNotes(scenarios, cfg),
     created: created.toISOString(),
     config: describeConfig(cfg),
     machine: { ...sys, provider: main.provider ?? 'unknown', loadavg_start: loadStart.map((x) => Math.round(x * 100) / 100), loadavg_end: loadavg().map((x) => Math.round(x * 100) / 100) },

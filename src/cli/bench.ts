@@ -1,9 +1,11 @@
 // `onnxd bench [options]`: the serving benchmark (src/bench): a concurrency sweep with the standard figures, the
-// references in the same run, a table on stdout, JSON and an SVG chart on disk. `onnxd bench compare A.json
-// B.json [--json]` prints the ratios B/A.
+// references in the same run, a table on stdout, JSON and an SVG chart on disk. `onnxd bench context [options]`:
+// the context sweep (decode step time and bytes per step by form, runtime, batch and context). `onnxd bench compare
+// A.json B.json [--json]` prints the ratios B/A.
+import { CONTEXT_USAGE, contextOptions, formatSweep, runContextCommand } from '../bench/context.js'
 import { caveats, compareReports, formatComparison, readReport } from '../bench/compare.js'
 import { USAGE, benchConfig, parseFlags } from '../bench/options.js'
-import { formatTable, referenceLines, tables, timeTable } from '../bench/format.js'
+import { formatTable, referenceLines, tables, targetTable, timeTable } from '../bench/format.js'
 import type { BenchReport } from '../bench/report.js'
 import { runBench } from '../bench/run.js'
 import { systemLine } from '../bench/system.js'
@@ -29,11 +31,14 @@ function print(r: BenchReport): void {
   const out = process.stdout
   out.write(`\n${systemLine(r.machine)}; provider ${r.machine.provider}; load average ${r.machine.loadavg_start.join(' ')} -> ${r.machine.loadavg_end.join(' ')}\n`)
   const c = r.config
-  out.write(`model ${r.model.id}${r.model.preset ? ` (preset ${r.model.preset})` : ''}; prompt ${c.prompt_len ?? c.prompts_file} tokens, output ${c.output_len}${c.ignore_eos ? ' (ignore_eos)' : ''}; request rate ${c.request_rate}; seed ${c.seed}\n\n`)
+  out.write(`scenario ${r.scenario}; model ${r.model.id}${r.model.preset ? ` (preset ${r.model.preset})` : ''}; prompt ${c.prompt_len ?? c.prompts_file} tokens, output ${c.output_len}${c.ignore_eos ? ' (ignore_eos)' : ''}; request rate ${c.request_rate}; seed ${c.seed}\n\n`)
   for (const l of referenceLines(r)) out.write(`${l}\n`)
   const t = tables(r)
   out.write(`\nthroughput\n${formatTable(t.throughput)}`)
   out.write(`\nlatency, ms (vLLM's definitions; ">=" marks a TTFT lower bound from requests cut at the deadline)\n${formatTable(t.latency)}`)
+  const byTarget = targetTable(r)
+  if (byTarget.length) out.write(`\ntargets, per level (baseline ${r.baseline}; TTFT and TPOT mean, ms)\n${formatTable(byTarget)}`)
+  for (const n of r.notes) out.write(`note: ${n}\n`)
   const time = timeTable(r)
   if (time.length) out.write(`\nwhere the time goes (the node's /metrics: time inside forward passes, per level)\n${formatTable(time)}`)
   out.write('\n')
@@ -48,8 +53,20 @@ function print(r: BenchReport): void {
   out.write(`\nJSON:  ${r.files.json}\nchart: ${r.files.chart}\n`)
 }
 
+async function context(argv: string[]): Promise<number> {
+  const o = contextOptions(argv)
+  if (!o) {
+    process.stdout.write(CONTEXT_USAGE)
+    return 0
+  }
+  const { report, path } = await runContextCommand({ ...o, log: o.quiet ? () => {} : undefined })
+  process.stdout.write(`\n${systemLine(report.system)}\npreset ${report.preset} (builder ${report.builderVersion})\n\n${formatSweep(report)}\nJSON: ${path}\n`)
+  return 0
+}
+
 export async function run(argv: string[]): Promise<number> {
   if (argv[0] === 'compare') return compare(argv.slice(1))
+  if (argv[0] === 'context') return context(argv.slice(1))
   const { values, positionals } = parseFlags(argv)
   if (values.help) {
     process.stdout.write(USAGE)

@@ -40,6 +40,10 @@ export function fakeReport(over: Partial<BenchReport> = {}): BenchReport {
   return {
     bench: REPORT_KIND,
     schema: REPORT_SCHEMA,
+    scenario: 'standard',
+    baseline: null,
+    target_ratios: [],
+    notes: [],
     created: '2026-01-01T00:00:00.000Z',
     config: { prompt_len: '20', output_len: '10', request_rate: 'inf', seed: 0, ignore_eos: true },
     machine: { node: 'v20', os: 'linux', cpu: 'test cpu', cores: 2, memoryGiB: 8, cpuFlags: [], onnxruntime: '1.30.0', onnxd: '0.1.0', provider: 'cpu', loadavg_start: [0, 0, 0], loadavg_end: [0, 0, 0] },

@@ -51,7 +51,7 @@ export interface TimingBudget {
   maxRuns: number
 }
 
-async function time(run: () => Promise<unknown>, b: TimingBudget): Promise<StepTiming> {
+export async function time(run: () => Promise<unknown>, b: TimingBudget): Promise<StepTiming> {
   for (let i = 0; i < b.warmup; i++) await run()
   const xs: number[] = []
   let total = 0
@@ -193,4 +193,37 @@ export async function measureMatmulPeak(sizes: number[], threads: number, budget
     }
   }
   return { gflops: Math.max(...points.map((p) => p.gflops)), points }
+}
+
+/** What one or more session.run calls moved: bytes of each input fed and of every output returned, by name. */
+export interface JsTraffic {
+  fed: Record<string, number>
+  fetched: Record<string, number>
+}
+
+/**
+ * Records what every onnxruntime-node session.run in this process feeds and gets back, until `restore()`: the
+ * context sweep's count of the bytes crossing JS<->ORT on the JS path, taken from the call itself rather than from
+ * a list of the inputs the engine is believed to feed.
+ */
+export function probeJsRuns(): { take(): JsTraffic; restore(): void } {
+  // InferenceSession is a class at run time; its type only declares the factory.
+  const proto = (ort.InferenceSession as unknown as { prototype: ort.InferenceSession }).prototype
+  const orig = proto.run
+  let t: JsTraffic = { fed: {}, fetched: {} }
+  const bytes = (v: unknown): number => ((v as ort.Tensor | undefined)?.data as ArrayBufferView | undefined)?.byteLength ?? 0
+  proto.run = async function (this: ort.InferenceSession, ...args: Parameters<typeof orig>) {
+    for (const [name, v] of Object.entries(args[0])) t.fed[name] = (t.fed[name] ?? 0) + bytes(v)
+    const out = await orig.apply(this, args)
+    for (const [name, v] of Object.entries(out)) t.fetched[name] = (t.fetched[name] ?? 0) + bytes(v)
+    return out
+  } as typeof orig
+  return {
+    take: () => {
+      const r = t
+      t = { fed: {}, fetched: {} }
+      return r
+    },
+    restore: () => void (proto.run = orig),
+  }
 }

@@ -1,0 +1,145 @@
+// The decode ceiling of a GroupQueryAttention graph: ORT alone through its C API (src/engine/model/ort-capi.ts),
+// past and present bound to one buffer (onnxruntime-genai's past_present_share_buffer), so a step writes only its
+// new rows and nothing is copied out but the next tokens. That is the best ORT does on such a graph; timing it
+// through onnxruntime-node would add the full-cache copies its JS API makes on every output. Same figures and
+// timing rules as refs/ort.ts. The inputs fed are the graph's own (read from its input list after
+// prepareDecoderGraph): whatever of input_ids, attention_mask, position_ids, seqlens_k, total_sequence_length and
+// past_key_values.* it takes. Imports: the engine's graph preparation, C API and runner (its per-thread API).
+import { readFileSync } from 'node:fs'
+import { dirname } from 'node:path'
+import { loadCApi } from '../../engine/model/capi-session.js'
+import { prepareDecoderGraph } from '../../engine/model/decoder-graph.js'
+import { ModelProto, type ValueInfo } from '../../engine/model/onnx-proto.js'
+import { NativeBuffer, type CSession, type ElementType, type Tensor } from '../../engine/model/ort-capi.js'
+import { time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
+
+const ELEM: Record<number, ElementType> = { 1: 'float32', 6: 'int32', 7: 'int64', 10: 'float16' }
+
+interface Input {
+  name: string
+  type: ElementType
+  dims: (number | null)[]
+}
+
+/** The graph's inputs with their element types and dims (null where symbolic). */
+function inputsOf(model: Uint8Array): Input[] {
+  const m = ModelProto.toObject(ModelProto.decode(model), { longs: Number, defaults: true }) as { graph: { input: ValueInfo[] } }
+  return m.graph.input.map((v) => {
+    const type = ELEM[v.type.tensor_type.elem_type]
+    if (!type) throw new Error(`input ${v.name}: element type ${v.type.tensor_type.elem_type} is not supported by the ceiling`)
+    return { name: v.name, type, dims: v.type.tensor_type.shape.dim.map((d) => ('dim_value' in d && d.dim_value ? Number(d.dim_value) : null)) }
+  })
+}
+
+/** Whether `onnxPath` is a GroupQueryAttention graph (the ceiling then runs here, not in refs/ort.ts). */
+export function usesGroupQueryAttention(onnxPath: string): boolean {
+  return /GroupQueryAttention/.test(readFileSync(onnxPath).subarray(0, 4 << 20).toString('latin1'))
+}
+
+/** One step's tensors: `batch` rows, `seq` new tokens each, over `past` cached positions in a cache `cap` wide. */
+function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: number; seq: number; past: number; nextToken: string | null; greedy: boolean }) {
+  const { batch, seq, past } = o
+  const shared = past > 0
+  const cap = shared ? past + seq : 0
+  const tensors: Tensor[] = []
+  const b = s.binding()
+  const alloc = <T extends ElementType>(type: T, dims: number[]): Tensor<T> => {
+    const t = s.alloc(type, dims)
+    tensors.push(t)
+    return t
+  }
+  const int = (inp: Input, dims: number[], value: (i: number) => number): Tensor => {
+    const n = dims.reduce((a, c) => a * c, 1)
+    if (inp.type === 'int64') {
+      const t = alloc('int64', dims)
+      for (let i = 0; i < n; i++) t.data[i] = BigInt(value(i))
+      return t
+    }
+    if (inp.type !== 'int32') throw new Error(`input ${inp.name}: expected an integer type, found ${inp.type}`)
+    const t = alloc('int32', dims)
+    for (let i = 0; i < n; i++) t.data[i] = value(i)
+    return t
+  }
+  try {
+    for (const inp of inputs) {
+      const kv = /^past_key_values\.(\d+)\.(key|value)$/.exec(inp.name)
+      if (kv) {
+        const [, heads, , headDim] = inp.dims
+        if (!heads || !headDim) throw new Error(`${inp.name}: heads and head size must be fixed in the graph`)
+        const present = `present.${kv[1]}.${kv[2]}`
+        if (!outputs.includes(present)) throw new Error(`${inp.name}: the graph has no output ${present}`)
+        if (inp.type !== 'float32' && inp.type !== 'float16') throw new Error(`${inp.name}: cache type ${inp.type} is not supported`)
+        if (shared) {
+          // One buffer for past and present: the step writes its new rows at each row's length (past).
+          const t = alloc(inp.type, [batch, heads, cap, headDim])
+          t.data.fill(inp.type === 'float32' ? 0.1 : 0x2e66) // 0.1 (fp16: its bit pattern)
+          b.bindInput(inp.name, t).bindOutput(present, t)
+        } else {
+          const empty = s.tensor(new NativeBuffer(0), inp.type, [batch, heads, 0, headDim])
+          tensors.push(empty)
+          b.bindInput(inp.name, empty)
+          b.bindOutput(present, alloc(inp.type, [batch, heads, seq, headDim]))
+        }
+        continue
+      }
+      if (inp.name === 'input_ids') b.bindInput(inp.name, int(inp, [batch, seq], (i) => 3 + ((i * 7919) % 251)))
+      else if (inp.name === 'attention_mask') b.bindInput(inp.name, int(inp, [batch, past + seq], () => 1))
+      else if (inp.name === 'position_ids') b.bindInput(inp.name, int(inp, [batch, seq], (i) => past + (i % seq)))
+      // GroupQueryAttention's per-row length: the total (past + new) minus one.
+      else if (/(^|_)seqlens_k$/.test(inp.name)) b.bindInput(inp.name, int(inp, [batch], () => past + seq - 1))
+      else if (/(^|_)total_sequence_length$/.test(inp.name)) b.bindInput(inp.name, int(inp, inp.dims.length ? [1] : [], () => past + seq))
+      else throw new Error(`the graph's input ${inp.name} is not one a decoder step feeds`)
+    }
+    // What the engine fetches: each row's next token when greedy and the graph has it, else the logits.
+    const want = o.greedy && o.nextToken ? o.nextToken : 'logits'
+    if (want === o.nextToken) {
+      b.bindOutput(want, alloc('int64', [batch, 1]))
+    } else b.bindOutputToCpu(want)
+  } catch (e) {
+    b.dispose()
+    for (const t of tensors) t.dispose()
+    throw e
+  }
+  return {
+    run: () => b.run(),
+    dispose: () => {
+      b.dispose()
+      for (const t of tensors) t.dispose()
+    },
+  }
+}
+
+/** The decode ceiling (and one prefill) of a GroupQueryAttention graph through the C API, presents on the past. */
+export async function measureCapiCeiling(o: CeilingOptions): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming }> {
+  const api = loadCApi()
+  if (!api) throw new Error("ORT's C API cannot load here (see the warning above)")
+  const g = prepareDecoderGraph(readFileSync(o.onnxPath))
+  const inputs = inputsOf(g.model)
+  const s = api.createSession(g.model, {
+    intraOpThreads: o.threads,
+    graphOptimization: 'all',
+    config: { 'session.model_external_initializers_file_folder_path': dirname(o.onnxPath) },
+  })
+  try {
+    const timed = async (batch: number, seq: number, past: number): Promise<StepTiming> => {
+      const st = step(s, inputs, s.outputNames, { batch, seq, past, nextToken: g.nextToken, greedy: o.greedy })
+      try {
+        return await time(async () => st.run(), o.budget)
+      } finally {
+        st.dispose()
+      }
+    }
+    o.onStep?.(`prefill ${o.prefillRows} x ${o.prompt} (C API)`)
+    const p = await timed(o.prefillRows, o.prompt, 0)
+    const prefill: PrefillTiming = { prompt: o.prompt, rows: o.prefillRows, ...p, tokens_per_s: (o.prefillRows * o.prompt) / (p.ms / 1000) }
+    const decode: DecodeCeiling[] = []
+    for (const batch of o.batches) {
+      o.onStep?.(`decode batch ${batch} (C API, presents on the past)`)
+      const t = await timed(batch, 1, o.past)
+      decode.push({ batch, past: o.past, ...t, tokens_per_s: batch / (t.ms / 1000) })
+    }
+    return { decode, prefill }
+  } finally {
+    s.dispose()
+  }
+}
