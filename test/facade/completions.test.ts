@@ -80,6 +80,31 @@ describe('POST /v1/completions', () => {
     expect(chunks.at(-1).usage).toEqual({ prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 })
   })
 
+  it('streams several prompts as one answer: each choice’s deltas under its index, then the finishes and the summed usage', async () => {
+    const res = await post({ model: MODEL, prompt: ['a', 'b c'], max_tokens: 2, stream: true, echo: true, stream_options: { include_usage: true } })
+    expect(res.statusCode).toBe(200)
+    const chunks = sseEvents(res.body).slice(0, -1).map((e) => JSON.parse(e))
+    const text = (i: number): string => chunks.flatMap((c) => c.choices.filter((x: { index: number }) => x.index === i).map((x: { text: string }) => x.text)).join('')
+    expect([text(0), text(1)]).toEqual(['aHello,', 'b cHello,'])
+    const finishes = chunks.flatMap((c) => c.choices.filter((x: { finish_reason: string | null }) => x.finish_reason !== null))
+    expect(finishes).toEqual([
+      { text: '', index: 0, logprobs: null, finish_reason: 'length' },
+      { text: '', index: 1, logprobs: null, finish_reason: 'length' },
+    ])
+    expect(chunks.at(-1).usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 })
+  })
+
+  it('one prompt the node refuses fails the whole request with the node’s 422, and nothing stays in flight', async () => {
+    f.nodes[0]!.failNext({ status: 422, message: 'prompt tokens + max_tokens must be <= 2048. Given: 4000 + 16' })
+    for (const stream of [true, false]) {
+      if (!stream) f.nodes[0]!.failNext({ status: 422, message: 'prompt tokens + max_tokens must be <= 2048. Given: 4000 + 16' })
+      const res = await post({ model: MODEL, prompt: ['a', 'b'], max_tokens: 2, stream })
+      expect(res.statusCode).toBe(422)
+      expect(res.json().error).toEqual({ message: expect.stringMatching(/must be <= 2048/), type: 'invalid_request_error', code: 422 })
+    }
+    expect(f.app.facade.router.nodes.map((n) => n.inflight)).toEqual([0])
+  })
+
   it('streams through the openai client without usage unless asked', async () => {
     const stream = await client.completions.create({ model: MODEL, prompt: 'Hi', max_tokens: 4, stream: true })
     let text = ''

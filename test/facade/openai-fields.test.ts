@@ -100,9 +100,14 @@ describe('/v1/chat/completions accepts what it honours or takes as information',
 
   it('what the node is sent has only the fields it acts on', async () => {
     const before = f.nodes[0]!.requests.length
-    await expectAccepted('/v1/chat/completions', chatBody({ user: 'u', tools: [], response_format: { type: 'text' }, max_tokens: 2, seed: 1 }))
+    await expectAccepted(
+      '/v1/chat/completions',
+      chatBody({ user: 'u', tools: [], response_format: { type: 'text' }, max_tokens: 2, seed: 1, messages: [{ role: 'user', name: 'ann', content: 'hi' }] }),
+    )
     const sent = f.nodes[0]!.requests[before]!
     expect(Object.keys(sent).sort()).toEqual(['max_tokens', 'messages', 'model', 'request_id', 'seed'])
+    // A message's name goes to the chat template, as transformers passes it.
+    expect(sent.messages).toEqual([{ role: 'user', name: 'ann', content: 'hi' }])
   })
 })
 
@@ -115,7 +120,6 @@ describe('/v1/completions refuses what it cannot honour', () => {
     ['n', { n: 2 }, /only one choice/],
     ['logit_bias', { logit_bias: { '1': 5 } }, /logit_bias/],
     ['echo', { echo: true, prompt: [1, 2, 3] }, /token-id prompts/],
-    ['prompt', { stream: true, prompt: ['a', 'b'] }, /more than one prompt/],
     ['prompt', { prompt: { text: 'x' } }, /expected a string/],
     ['prompt', { prompt: [] }, /expected a string/],
     ['prompt', { prompt: Array.from({ length: 33 }, () => 'x') }, /at most 32 prompts/],

@@ -25,12 +25,12 @@ export const openAiUsage = (u: Usage): OpenAiUsage => ({
   total_tokens: u.prompt_tokens + u.completion_tokens,
 })
 
-/** The SSE frames of one streamed answer, in the route's shape. */
+/** The SSE frames of one streamed answer, in the route's shape; `index` is the choice's. */
 export interface ChunkFormat {
-  /** Frames before the first delta (chat: the role; completions: the echoed prompt). */
-  start(): string[]
-  content(text: string): string
-  finish(reason: FinishReason): string
+  /** Frames before the choice's first delta (chat: the role; completions: the echoed prompt). */
+  start(index: number): string[]
+  content(index: number, text: string): string
+  finish(index: number, reason: FinishReason): string
   /** The usage frame (with `stream_options.include_usage`), else null. */
   usage(u: Usage): string | null
 }
@@ -40,7 +40,7 @@ export interface CompletionJob<A> {
   id: string
   model: string
   principal: KeyPrincipal
-  /** One node request per choice (request ids are set here). A stream has exactly one. */
+  /** One node request per choice (request ids are set here); a stream interleaves their deltas. */
   requests: CompletionRequest[]
   /** Streams with these frames; JSON without. */
   chunks?: ChunkFormat
@@ -70,7 +70,10 @@ export async function runCompletion<A>(
   reply.raw.on('close', onClose)
   if (request.raw.socket?.destroyed === true) gone.abort(new Error('client disconnected'))
   try {
-    const settled = await Promise.allSettled(job.requests.map((r) => ctx.router.dispatch(r, gone.signal)))
+    // Ends the other choices' node requests when one fails (or the client leaves).
+    const cancel = new AbortController()
+    const signal = AbortSignal.any([gone.signal, cancel.signal])
+    const settled = await Promise.allSettled(job.requests.map((r) => ctx.router.dispatch(r, signal)))
     const ok = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []))
     const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected')
     if (failed && gone.signal.aborted) {
@@ -78,10 +81,11 @@ export async function runCompletion<A>(
       request.log.info({ id: job.id }, 'client disconnected before the node answered')
       return reply.hijack()
     }
-    if (job.chunks && ok.length === 1 && ok[0]!.reply.kind === 'stream') {
-      await streamCompletion(request, reply, ctx, job, job.chunks, ok[0]!, gone)
+    if (job.chunks && !failed) {
+      await streamCompletion(request, reply, ctx, job, job.chunks, ok, { gone, cancel })
       return reply
     }
+    if (failed) cancel.abort(new Error('another choice of the request failed'))
     try {
       // What the nodes answered is billed, even when another choice of the request failed.
       const bodies = ok.flatMap((d) => (d.reply.kind === 'json' ? [d.reply.body] : []))
@@ -105,57 +109,81 @@ export async function runCompletion<A>(
 type FinalEvent = Extract<StreamEvent, { finish_reason: unknown }>
 type ErrorEvent = Extract<StreamEvent, { error: unknown }>
 
+/** What one choice's node stream delivered. */
+interface ChoiceState {
+  deltas: number
+  seen: Partial<Usage> | null
+  final: FinalEvent | null
+}
+
+const promptOf = (c: ChoiceState): number => c.final?.usage.prompt_tokens ?? c.seen?.prompt_tokens ?? 0
+const completionOf = (c: ChoiceState): number => c.final?.usage.completion_tokens ?? Math.max(c.seen?.completion_tokens ?? 0, c.deltas)
+
+/**
+ * The node streams of one request as one SSE answer: each choice's deltas as they come, billed as they are
+ * delivered (one Tab for the request); then, once every choice has finished, their finish frames and the usage. An
+ * error in any choice ends the answer with the error object (the others are cancelled); what was produced is billed.
+ */
 async function streamCompletion(
   request: FastifyRequest,
   reply: FastifyReply,
   ctx: FacadeContext,
   job: CompletionJob<unknown>,
   out: ChunkFormat,
-  d: Dispatched,
-  gone: AbortController,
+  ds: Dispatched[],
+  { gone, cancel }: { gone: AbortController; cancel: AbortController },
 ): Promise<void> {
-  if (d.reply.kind !== 'stream') return
   const raw = reply.raw
   reply.hijack()
   const sse = new SseWriter(raw, reply.getHeaders() as OutgoingHttpHeaders, undefined, (err) => request.log.debug({ err }, 'stream write failed'))
   const tab = ctx.meter.open(job.id, job.principal.account, job.principal.key, job.model)
-
-  let deltas = 0
-  let seen: Partial<Usage> | null = null
-  let final: FinalEvent | null = null
+  const choices: ChoiceState[] = ds.map(() => ({ deltas: 0, seen: null, final: null }))
   let failure: ErrorEvent['error'] | null = null
-  try {
-    for (const frame of out.start()) await sse.write(frame)
-    for await (const ev of d.reply.events) {
-      // Usage the node reports before its final event (with an error event, or running on deltas) wins over counting.
-      const u = (ev as { usage?: Partial<Usage> }).usage
-      if (u) seen = u
-      if ('error' in ev) {
-        failure = ev.error
-        break
-      }
-      if ('finish_reason' in ev && ev.finish_reason) {
-        final = ev
-        continue
-      }
-      // Deltas carry their token ids; a delta without ids counts as one token.
-      deltas += Array.isArray((ev as { ids?: unknown }).ids) ? (ev as { ids: unknown[] }).ids.length : ev.text ? 1 : 0
-      if (ev.text) await sse.write(out.content(ev.text))
-      tab.progress({ promptTokens: seen?.prompt_tokens ?? 0, completionTokens: Math.max(seen?.completion_tokens ?? 0, deltas) })
-      if (gone.signal.aborted) break
-    }
-  } catch (e) {
-    if (!gone.signal.aborted) {
-      request.log.warn({ id: job.id, node: d.node.url, err: e }, 'node stream broke')
-      failure = errorBody('internal', 'The inference backend stream was interrupted; it is safe to retry').error
-    }
-  } finally {
-    d.release()
-  }
+  const progress = (): void =>
+    tab.progress({
+      promptTokens: choices.reduce((n, c) => n + (c.seen?.prompt_tokens ?? 0), 0),
+      completionTokens: choices.reduce((n, c) => n + Math.max(c.seen?.completion_tokens ?? 0, c.deltas), 0),
+    })
 
-  // Bill what was produced: the node's final usage, else the last usage it reported, else what was streamed.
-  const promptTokens = final?.usage.prompt_tokens ?? seen?.prompt_tokens ?? 0
-  const completionTokens = final?.usage.completion_tokens ?? Math.max(seen?.completion_tokens ?? 0, deltas)
+  const run = async (d: Dispatched, index: number): Promise<void> => {
+    const c = choices[index]!
+    try {
+      if (d.reply.kind !== 'stream') throw new Error('a node answered a streamed request with JSON')
+      for (const frame of out.start(index)) await sse.write(frame)
+      for await (const ev of d.reply.events) {
+        // Usage the node reports before its final event (with an error event, or running on deltas) wins over counting.
+        const u = (ev as { usage?: Partial<Usage> }).usage
+        if (u) c.seen = u
+        if ('error' in ev) {
+          failure ??= ev.error
+          break
+        }
+        if ('finish_reason' in ev && ev.finish_reason) {
+          c.final = ev
+          continue
+        }
+        // Deltas carry their token ids; a delta without ids counts as one token.
+        c.deltas += Array.isArray((ev as { ids?: unknown }).ids) ? (ev as { ids: unknown[] }).ids.length : ev.text ? 1 : 0
+        if (ev.text) await sse.write(out.content(index, ev.text))
+        progress()
+        if (gone.signal.aborted || failure !== null) break
+      }
+    } catch (e) {
+      if (!gone.signal.aborted && !cancel.signal.aborted) {
+        request.log.warn({ id: job.id, node: d.node.url, err: e }, 'node stream broke')
+        failure ??= errorBody('internal', 'The inference backend stream was interrupted; it is safe to retry').error
+      }
+    } finally {
+      d.release()
+      // One choice failed: the others' node requests end now rather than at their next delta.
+      if (failure !== null && ds.length > 1) cancel.abort(new Error('another choice of the request failed'))
+    }
+  }
+  await Promise.all(ds.map(run))
+
+  // Bill what was produced: each node's final usage, else the last usage it reported, else what was streamed.
+  const promptTokens = choices.reduce((n, c) => n + promptOf(c), 0)
+  const completionTokens = choices.reduce((n, c) => n + completionOf(c), 0)
   try {
     await tab.settle({ promptTokens, completionTokens })
   } catch (e) {
@@ -166,12 +194,12 @@ async function streamCompletion(
     request.log.info({ id: job.id, promptTokens, completionTokens }, 'client left during the stream')
     return
   }
-  if (final) {
-    await sse.write(out.finish(final.finish_reason))
-    const usage = out.usage(final.usage)
+  if (failure === null && choices.every((c) => c.final !== null)) {
+    for (const [i, c] of choices.entries()) await sse.write(out.finish(i, c.final!.finish_reason))
+    const usage = out.usage({ prompt_tokens: promptTokens, completion_tokens: completionTokens })
     if (usage !== null) await sse.write(usage)
   } else {
-    const f = failure ?? errorBody('internal', 'The inference backend ended the stream early').error
+    const f: ErrorEvent['error'] = failure ?? errorBody('internal', 'The inference backend ended the stream early').error
     const code = codeForStatus(typeof f.code === 'number' ? f.code : 500)
     const message = errorStatus(code) >= 500 ? 'The inference backend failed during the stream; it is safe to retry' : f.message
     await sse.data(JSON.stringify(errorBody(code, message)))

@@ -27,7 +27,8 @@ export const ChatMessageParam = Type.Object(
   {
     role: Type.Union(ROLES.map((r) => Type.Literal(r))),
     content: Type.Union([Type.String(), Type.Array(TextPart)]),
-    name: Type.Optional(Type.String()),
+    // Passed to the chat template with the message; OpenAI's bound.
+    name: Type.Optional(Type.String({ maxLength: 64 })),
   },
   { additionalProperties: true },
 )

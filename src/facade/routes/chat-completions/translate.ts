@@ -22,9 +22,11 @@ export function samplingFields(given: Record<string, unknown>): Partial<Completi
 
 /** The node request: the contract is closed (additionalProperties: false), so only its own fields are copied. */
 export function toNodeRequest(p: ChatParams, requestId: string): CompletionRequest {
+  // `name` goes to the chat template with the message, as transformers' apply_chat_template passes it.
   const messages: ChatMessage[] = p.messages.map((m) => ({
     role: m.role === 'developer' ? 'system' : m.role,
     content: contentText(m.content),
+    ...(m.name !== undefined ? { name: m.name } : {}),
   }))
   const req: CompletionRequest = { model: p.model, messages, request_id: requestId, ...samplingFields(p as Record<string, unknown>) }
   if (p.stream === true) req.stream = true
@@ -58,16 +60,16 @@ export class ChunkWriter implements ChunkFormat {
     return sseFrame(JSON.stringify(c))
   }
 
-  start(): string[] {
-    return [this.chunk([{ index: 0, delta: { role: 'assistant' }, logprobs: null, finish_reason: null }])]
+  start(index: number): string[] {
+    return [this.chunk([{ index, delta: { role: 'assistant' }, logprobs: null, finish_reason: null }])]
   }
 
-  content(text: string): string {
-    return this.chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }])
+  content(index: number, text: string): string {
+    return this.chunk([{ index, delta: { content: text }, logprobs: null, finish_reason: null }])
   }
 
-  finish(reason: FinishReason): string {
-    return this.chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: reason }])
+  finish(index: number, reason: FinishReason): string {
+    return this.chunk([{ index, delta: {}, logprobs: null, finish_reason: reason }])
   }
 
   usage(u: Usage): string | null {

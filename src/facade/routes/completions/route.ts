@@ -25,8 +25,7 @@ export function completionsRoute(app: FastifyInstance, ctx: FacadeContext): void
       const { prompts, requests } = toNodeRequests(params)
       const id = `cmpl-${randomBase62(24)}`
       const created = Math.floor(ctx.now() / 1000)
-      const first = prompts[0]!
-      const echo = params.echo === true && 'text' in first ? first.text : null
+      const echo = prompts.map((x) => (params.echo === true && 'text' in x ? x.text : null))
       return runCompletion(request, reply, ctx, {
         id,
         model: params.model,

@@ -83,11 +83,7 @@ export function parseCompletionParams(body: Record<string, unknown>): Completion
   checkPromptForm(value.prompt)
   if (!checker.Check(value)) throw firstInvalid(checker, value)
   const p = value as CompletionParams
-  const prompts = promptsOf(p.prompt)
-  if (p.stream === true && prompts.length > 1) {
-    throw unsupported('prompt', 'streaming more than one prompt per request is not supported yet; send one prompt per streamed request', p.prompt)
-  }
-  if (p.echo === true && prompts.some((x) => 'ids' in x)) {
+  if (p.echo === true && promptsOf(p.prompt).some((x) => 'ids' in x)) {
     throw unsupported('echo', 'echo needs a text prompt; it is not supported with token-id prompts')
   }
   return p

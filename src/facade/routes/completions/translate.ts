@@ -48,8 +48,8 @@ export class TextChunkWriter implements ChunkFormat {
     private readonly model: string,
     /** With `stream_options.include_usage`, every chunk carries `usage: null` and a last chunk carries usage. */
     private readonly includeUsage: boolean,
-    /** The prompt to send first (`echo`), or null. */
-    private readonly echo: string | null,
+    /** Per choice, the prompt to send first (`echo`), or null. */
+    private readonly echo: readonly (string | null)[],
   ) {}
 
   private chunk(choices: unknown[], usage?: Usage): string {
@@ -58,20 +58,21 @@ export class TextChunkWriter implements ChunkFormat {
     return sseFrame(JSON.stringify(c))
   }
 
-  private choice(text: string, finish: FinishReason | null): unknown {
-    return { text, index: 0, logprobs: null, finish_reason: finish }
+  private choice(index: number, text: string, finish: FinishReason | null): unknown {
+    return { text, index, logprobs: null, finish_reason: finish }
   }
 
-  start(): string[] {
-    return this.echo ? [this.chunk([this.choice(this.echo, null)])] : []
+  start(index: number): string[] {
+    const echo = this.echo[index]
+    return echo ? [this.chunk([this.choice(index, echo, null)])] : []
   }
 
-  content(text: string): string {
-    return this.chunk([this.choice(text, null)])
+  content(index: number, text: string): string {
+    return this.chunk([this.choice(index, text, null)])
   }
 
-  finish(reason: FinishReason): string {
-    return this.chunk([this.choice('', reason)])
+  finish(index: number, reason: FinishReason): string {
+    return this.chunk([this.choice(index, '', reason)])
   }
 
   usage(u: Usage): string | null {
