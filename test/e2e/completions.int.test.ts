@@ -58,6 +58,19 @@ describe('/v1/completions on the tiny default model', () => {
     expect(before - after).toBe(2 * defaultCostMicros(d.usage))
   })
 
+  it('several prompts: one choice each, the node’s own text per prompt, JSON and streamed', async () => {
+    const prompts = ['The sea is', 'Once there was']
+    const direct = await Promise.all(prompts.map((prompt) => nodeCompletion(s.node, { prompt, max_tokens: 6, temperature: 0 })))
+    const texts = direct.map((d) => (d.body as unknown as Direct).text)
+    const r = await client.completions.create({ model: MODEL, prompt: prompts, max_tokens: 6, temperature: 0 })
+    expect(r.choices.map((c) => [c.index, c.text])).toEqual([[0, texts[0]], [1, texts[1]]])
+    const got = ['', '']
+    for await (const c of await client.completions.create({ model: MODEL, prompt: prompts, max_tokens: 6, temperature: 0, stream: true })) {
+      for (const ch of c.choices) got[ch.index] += ch.text
+    }
+    expect(got).toEqual(texts)
+  })
+
   it('lists both endpoints for a model with a chat template', async () => {
     const page = await client.models.list()
     expect((page.data[0] as unknown as { endpoints: string[] }).endpoints).toEqual(['chat.completions', 'completions'])
