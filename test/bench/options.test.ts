@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { benchConfig, describeConfig, redactArgv, requestsFor } from '../../src/bench/options.js'
+import { DEFAULT_TARGETS, benchConfig, describeConfig, redactArgv, requestsFor } from '../../src/bench/options.js'
 
 describe('benchConfig', () => {
   it("defaults to the issue's standard run", () => {
@@ -41,5 +41,37 @@ describe('benchConfig', () => {
     const d = describeConfig(benchConfig(argv))
     expect(JSON.stringify(d)).not.toContain('sk-svc-secret')
     expect(redactArgv(['--api-key=sk-1', '-q'])).toEqual(['--api-key=[redacted]', '-q'])
+  })
+
+  it('starts one target by default, the DEFAULT_TARGETS constant, and a target per form x runtime when asked', () => {
+    const c = benchConfig([])
+    expect(c.targets.map((t) => t.name)).toEqual(DEFAULT_TARGETS.standard.attention.flatMap((a) => DEFAULT_TARGETS.standard.runtime.map((r) => `onnxd ${a}/${r}`)))
+    expect(c.baseline).toBeNull()
+    const m = benchConfig(['--attention', 'plain,gqa', '--runtime', 'js,capi'])
+    expect(m.targets.map((t) => t.name)).toEqual(['onnxd plain/js', 'onnxd plain/capi', 'onnxd gqa/js', 'onnxd gqa/capi'])
+    expect(m.baseline).toBe('onnxd plain/js')
+    expect(benchConfig(['--attention', 'gqa', '--runtime', 'js,capi', '--baseline', 'gqa/capi']).baseline).toBe('onnxd gqa/capi')
+    // A default baseline that is not among the targets: the first target.
+    expect(benchConfig(['--attention', 'gqa', '--runtime', 'capi,js']).baseline).toBe('onnxd gqa/capi')
+  })
+
+  it('makes --scenario long the long-prompt run: one wave per level, capped, gqa js vs capi, no one-at-a-time references', () => {
+    const c = benchConfig(['--scenario', 'long'])
+    expect(c).toMatchObject({ scenario: 'long', promptLen: { kind: 'fixed', value: 1024 }, outputLen: { kind: 'fixed', value: 256 }, concurrency: [1, 16, 64], durationS: 240, wave: true })
+    expect(c.targets.map((t) => t.name)).toEqual(['onnxd gqa/js', 'onnxd gqa/capi'])
+    expect(c.baseline).toBe('onnxd gqa/js')
+    expect([1, 16, 64].map((n) => requestsFor(c, n))).toEqual([1, 16, 64])
+    expect(c.references).toEqual({ ceiling: true, matmul: false, unbatched: false, peer: false })
+    expect(describeConfig(c)).toMatchObject({ scenario: 'long', targets: ['onnxd gqa/js', 'onnxd gqa/capi'], num_requests: 'concurrency (one wave)' })
+    expect(benchConfig(['--scenario', 'long', '--duration', '60', '--attention', 'plain,gqa', '--runtime', 'js']).durationS).toBe(60)
+  })
+
+  it('refuses target flags it cannot honour, naming each', () => {
+    expect(() => benchConfig(['--attention', 'plain,mha', '--runtime', 'cuda', '--scenario', 'short'])).toThrow(
+      /--scenario must be one of standard, long[\s\S]*--attention must be a comma-separated list of plain, gqa\. Given: plain,mha[\s\S]*--runtime must be a comma-separated list of js, capi/,
+    )
+    expect(() => benchConfig(['--attention', 'gqa', '--runtime', 'js,capi', '--baseline', 'plain/js'])).toThrow(/--baseline must be one of the targets \(gqa\/js, gqa\/capi\)\. Given: plain\/js/)
+    expect(() => benchConfig(['--url', 'http://n:1', '--runtime', 'capi'])).toThrow(/not with --url or --facade/)
+    expect(() => benchConfig(['--model', 'm', '--attention', 'gqa'])).toThrow(/not with --model/)
   })
 })

@@ -33,7 +33,7 @@ describe('onnxd bench --smoke', () => {
     expect(existsSync(chartPath!) && readFileSync(chartPath!, 'utf8').startsWith('<svg')).toBe(true)
 
     const r: BenchReport = report
-    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 2, model: { id: 'onnxd-tiny', preset: 'tiny' } })
+    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 3, scenario: 'standard', baseline: null, target_ratios: [], model: { id: 'onnxd-tiny', preset: 'tiny' } })
     expect(r.machine).toMatchObject({ provider: 'cpu' })
     expect(r.machine.cores).toBeGreaterThan(0)
     expect(r.machine.cpu.length).toBeGreaterThan(0)

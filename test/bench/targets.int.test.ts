@@ -1,0 +1,73 @@
+// `onnxd bench --smoke` with several onnxd targets (graph form x step runtime) and with --scenario long, on the tiny
+// preset: the report carries every target with the runtime its node says it serves, each level's ratios to the
+// baseline and to ORT alone on the target's graph (a GroupQueryAttention graph's ceiling through the C API), and,
+// when a level's cap cuts requests, a note saying so and how throughput counts them.
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { benchConfig } from '../../src/bench/options.js'
+import { isSkipped, type ScenarioResult } from '../../src/bench/report.js'
+import { runBench } from '../../src/bench/run.js'
+
+const common = ['--smoke', '--quiet', '--no-peer', '--no-unbatched', '--no-matmul', '--models-dir', join(process.cwd(), '.cache/models')]
+const out = (): string[] => ['--out', mkdtempSync(join(tmpdir(), 'onnxd-bench-targets-'))]
+const runs = (s: { name: string }[]): ScenarioResult[] => s.filter((x): x is ScenarioResult => x.name === 'onnxd' && !isSkipped(x as ScenarioResult))
+
+describe('onnxd bench: several targets', () => {
+  it('runs plain and gqa x js and capi, each level as ratios to the baseline and to ORT on its graph', async () => {
+    const { report: r } = await runBench(benchConfig([...common, ...out(), '--attention', 'plain,gqa', '--runtime', 'js,capi', '--baseline', 'gqa/js', '--concurrency', '1,2']))
+    const names = ['onnxd gqa/js', 'onnxd plain/js', 'onnxd plain/capi', 'onnxd gqa/capi']
+    expect(r.baseline).toBe('onnxd gqa/js')
+    // The baseline first (the standard figures read it), then the others in the order asked.
+    expect(runs(r.scenarios).map((s) => s.target)).toEqual(names)
+    for (const s of runs(r.scenarios)) {
+      // The node says which runtime serves: the one asked (no silent fallback to js).
+      expect(`onnxd ${s.attention}/${s.runtime}`).toBe(s.target)
+      expect(s.levels.map((l) => l.max_concurrency)).toEqual([1, 2])
+      for (const l of s.levels) expect(l).toMatchObject({ failed: 0, cut: 0 })
+    }
+    expect(r.target_ratios.map((t) => t.concurrency)).toEqual([1, 2])
+    for (const t of r.target_ratios) {
+      expect(Object.keys(t.output_throughput).sort()).toEqual([...names].sort())
+      expect(t.vs_baseline['onnxd gqa/js']).toBe(1)
+      for (const n of names) {
+        const s = runs(r.scenarios).find((x) => x.target === n)!
+        const l = s.levels.find((x) => x.max_concurrency === t.concurrency)!
+        const base = runs(r.scenarios)[0].levels.find((x) => x.max_concurrency === t.concurrency)!
+        expect(t.vs_baseline[n]).toBeCloseTo(l.output_throughput / base.output_throughput, 9)
+        expect(t.vs_ort_same_work[n]).toBeGreaterThan(0)
+      }
+    }
+    const forms = r.references.ort_ceiling_by_form!
+    expect(Object.keys(forms).sort()).toEqual(['gqa', 'plain'])
+    for (const f of Object.values(forms)) if (isSkipped(f)) throw new Error(`ceiling skipped: ${f.reason}`)
+    expect(forms.gqa).toMatchObject({ api: expect.stringMatching(/C API, presents bound onto the past/) })
+    expect(forms.plain).toMatchObject({ api: expect.stringMatching(/onnxruntime-node/) })
+    // The standard figures are the baseline's: its form's ceiling.
+    expect(r.references.ort_ceiling).toEqual(forms.gqa)
+    expect(r.notes).toEqual([])
+  }, 90_000)
+
+  it('--scenario long: gqa/js and gqa/capi, one wave per level, a capped level cut with a note', async () => {
+    // Outputs far longer than the cap lets the tiny model stream: every level is cut.
+    const { report: r } = await runBench(benchConfig([...common, ...out(), '--scenario', 'long', '--output-len', '1900', '--duration', '0.4']))
+    expect(r.scenario).toBe('long')
+    expect(r.config).toMatchObject({ prompt_len: '64', output_len: '1900', concurrency: [1, 4], duration_s: 0.4, num_requests: 'concurrency (one wave)' })
+    expect(runs(r.scenarios).map((s) => s.target)).toEqual(['onnxd gqa/js', 'onnxd gqa/capi'])
+    expect(r.baseline).toBe('onnxd gqa/js')
+    expect(r.scenarios.filter((s) => s.name !== 'onnxd').every((s) => isSkipped(s as ScenarioResult))).toBe(true)
+    for (const s of runs(r.scenarios))
+      for (const l of s.levels) {
+        expect(l.completed + l.failed + l.cut).toBe(l.max_concurrency)
+        expect(l.cut).toBeGreaterThan(0)
+        // Throughput counts what the cut requests streamed.
+        expect(l.cut_output_tokens).toBeGreaterThan(0)
+        expect(l.output_throughput).toBeCloseTo((l.total_output_tokens + l.cut_output_tokens) / l.duration, 6)
+        expect(r.notes.some((n) => n.startsWith(`${s.target} c=${l.max_concurrency}: cut at the 0.4 s cap`))).toBe(true)
+      }
+    expect(r.notes).toContain('output throughput = output tokens received / elapsed, counting the streamed tokens of requests a cap cut')
+    expect(r.target_ratios.map((t) => Object.keys(t.vs_baseline))).toEqual([['onnxd gqa/js', 'onnxd gqa/capi'], ['onnxd gqa/js', 'onnxd gqa/capi']])
+    expect(isSkipped(r.references.ort_ceiling) ? r.references.ort_ceiling.reason : r.references.ort_ceiling.api).toMatch(/C API/)
+  }, 90_000)
+})
