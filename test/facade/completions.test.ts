@@ -136,6 +136,18 @@ describe('POST /v1/completions', () => {
     expect(u.total).toMatchObject({ requests: 2, prompt_tokens: pt, completion_tokens: ct, cost_micros: pt + 2 * ct })
   })
 
+  it('counts against the key’s rate limit as chat does (429 with Retry-After, the rate-limit headers)', async () => {
+    const key = await f.newKey(f.account.id, 1)
+    const send = () => f.app.inject({ method: 'POST', url: '/v1/completions', headers: bearer(key), payload: { model: MODEL, prompt: 'x', max_tokens: 1 } })
+    const ok = await send()
+    expect(ok.statusCode).toBe(200)
+    expect(ok.headers['x-ratelimit-limit-requests']).toBe('1')
+    const refused = await send()
+    expect(refused.statusCode).toBe(429)
+    expect(refused.headers['retry-after']).toMatch(/^\d+$/)
+    expect(refused.json().error).toMatchObject({ type: 'rate_limit_error', code: 429 })
+  })
+
   it('checks credential, model and balance as chat does', async () => {
     expect((await f.app.inject({ method: 'POST', url: '/v1/completions', payload: { model: MODEL, prompt: 'x' } })).statusCode).toBe(401)
     const unknown = await post({ model: 'gpt-9', prompt: 'x' })
