@@ -25,6 +25,20 @@ describe('compareReports', () => {
     expect(get('matmul peak', 'gflops').ratio).toBe(1)
   })
 
+  it('matches several onnxd targets by name, and a single-target run with a report that names none', () => {
+    const t = (target: string, k: number) => ({ ...scenarioOf('onnxd', [1, 4], (c) => k * c), target })
+    const x = fakeReport({ baseline: 'onnxd gqa/js', scenarios: [t('onnxd gqa/js', 10), t('onnxd gqa/capi', 20)] })
+    const y = fakeReport({ baseline: 'onnxd gqa/js', scenarios: [t('onnxd gqa/capi', 30), t('onnxd gqa/js', 10)] })
+    const rows = compareReports(x, y)
+    const get = (where: string) => rows.find((r) => r.where === where && r.figure === 'output_throughput')!
+    expect(get('onnxd gqa/capi c=4').ratio).toBeCloseTo(1.5, 10)
+    expect(get('onnxd gqa/js c=1').ratio).toBeCloseTo(1, 10)
+    // Schema 2 (no target names) against a one-target run of schema 3: the onnxd scenarios still pair up.
+    const old = fakeReport({ scenarios: [scenarioOf('onnxd', [1], () => 10)] })
+    const one = fakeReport({ scenarios: [t('onnxd plain/js', 20)] })
+    expect(compareReports(old, one).find((r) => r.figure === 'output_throughput')!.ratio).toBeCloseTo(2, 10)
+  })
+
   it('prints a table with the ratios', () => {
     const text = formatComparison(compareReports(a, b), 'a.json', 'b.json')
     expect(text).toMatch(/^A: a\.json\nB: b\.json/)
