@@ -36,7 +36,7 @@ const tool = { type: 'function', function: { name: 'get_weather', parameters: { 
 
 describe('/v1/chat/completions refuses what it cannot honour', () => {
   it.each([
-    ['tools', { tools: [tool] }, /tool calls are not supported/],
+    ['tools', { tools: [tool] }, /^Unsupported parameter 'tools': tool calls are not supported yet; only \[\] is accepted. Given: an array of 1 items$/],
     ['tool_choice', { tool_choice: 'required' }, /tool calls/],
     ['tool_choice', { tool_choice: { type: 'function', function: { name: 'get_weather' } } }, /tool calls/],
     ['functions', { functions: [tool.function] }, /tool calls/],
@@ -56,8 +56,8 @@ describe('/v1/chat/completions refuses what it cannot honour', () => {
     ['web_search_options', { web_search_options: {} }, /web search/],
     ['store', { store: true }, /not stored/],
     ['service_tier', { service_tier: 'priority' }, /one service tier/],
-    ['metadata', { metadata: { a: 1 } }, /string values/],
-    ['user', { user: 42 }, /string/],
+    ['metadata', { metadata: { a: 1 } }, /Invalid value for 'metadata': it must be an object of string values/],
+    ['user', { user: 42 }, /Invalid value for 'user': it must be a string. Given: 42/],
     ['stream_options.include_obfuscation', { stream: true, stream_options: { include_obfuscation: true } }, /obfuscation/],
     ['stream_options.foo', { stream: true, stream_options: { foo: 1 } }, /Unrecognized/],
     ['best_of', { best_of: 1 }, /Unrecognized/],

@@ -11,6 +11,8 @@ interface Passive {
   accepts(v: unknown): boolean
   /** Why other values are refused, and what is accepted instead (ends the 422's message). */
   why: string
+  /** Other values are malformed rather than unsupported ("Invalid value for …"). */
+  malformed?: true
 }
 
 const isString = (v: unknown): boolean => typeof v === 'string'
@@ -22,7 +24,7 @@ const NO_TOOLS = 'tool calls are not supported yet'
 
 /** Fields both endpoints know. */
 const COMMON: Readonly<Record<string, Passive>> = {
-  user: { accepts: isString, why: 'it must be a string' },
+  user: { accepts: isString, why: 'it must be a string', malformed: true },
   n: { accepts: (v) => v === 1, why: 'only one choice per request is supported; only 1 is accepted' },
   logit_bias: { accepts: (v) => isObject(v) && Object.keys(v).length === 0, why: 'logit_bias is not supported; only {} is accepted' },
 }
@@ -30,11 +32,12 @@ const COMMON: Readonly<Record<string, Passive>> = {
 /** Chat's own (OpenAI's chat completions request). */
 const CHAT: Readonly<Record<string, Passive>> = {
   // Information only.
-  safety_identifier: { accepts: isString, why: 'it must be a string' },
-  prompt_cache_key: { accepts: isString, why: 'it must be a string (prefix caching is automatic)' },
+  safety_identifier: { accepts: isString, why: 'it must be a string', malformed: true },
+  prompt_cache_key: { accepts: isString, why: 'it must be a string (prefix caching is automatic)', malformed: true },
   metadata: {
     accepts: (v) => isObject(v) && Object.values(v).every(isString),
     why: 'it must be an object of string values',
+    malformed: true,
   },
   store: { accepts: (v) => v === false, why: 'completions are not stored; only false is accepted' },
   service_tier: {
@@ -59,7 +62,7 @@ const CHAT: Readonly<Record<string, Passive>> = {
   functions: { accepts: emptyArray, why: `${NO_TOOLS}; only [] is accepted` },
   tool_choice: { accepts: (v) => v === 'none' || v === 'auto', why: `${NO_TOOLS}; only 'none' or 'auto' is accepted` },
   function_call: { accepts: (v) => v === 'none' || v === 'auto', why: `${NO_TOOLS}; only 'none' or 'auto' is accepted` },
-  parallel_tool_calls: { accepts: (v) => typeof v === 'boolean', why: 'it must be a boolean' },
+  parallel_tool_calls: { accepts: (v) => typeof v === 'boolean', why: 'it must be a boolean', malformed: true },
   // Not supported at all.
   audio: { accepts: never, why: 'audio output is not supported' },
   prediction: { accepts: never, why: 'predicted outputs are not supported' },
@@ -103,7 +106,9 @@ export function honouredFields(body: Record<string, unknown>, endpoint: Endpoint
     const table = PASSIVE_FIELDS[endpoint]
     const p = Object.hasOwn(table, k) ? table[k] : undefined
     if (p) {
-      if (!p.accepts(v)) throw unsupported(k, p.why, v)
+      if (!p.accepts(v)) {
+        throw p.malformed ? new OnnxdError('invalid_value', `Invalid value for '${clip(k)}': ${p.why}. Given: ${quote(v)}`) : unsupported(k, p.why, v)
+      }
       continue
     }
     throw new OnnxdError('invalid_value', `Unrecognized request argument supplied: '${clip(k)}'; onnxd refuses fields it cannot honour`)
