@@ -67,6 +67,37 @@ for (const m of MODELS) {
       else expect(shared).toBe(0)
     })
 
+    it('gives the JS path greedy tokens when rows join and leave while others decode', async () => {
+      const V = js.model.vocab
+      // Each request starts when the previous one has produced a few tokens: the batch changes every few steps.
+      const staggered = async (e: Engine): Promise<number[][]> => {
+        const lens = [9, 2, 17, 5, 12]
+        const runs: Array<Promise<{ ids: number[] }>> = []
+        const start = (i: number): void => {
+          runs.push(runRequest(e, { input_ids: prompt(lens[i], i + 5, V), max_tokens: 8 + 5 * ((i * 3) % 4), temperature: 0, ignore_eos: true }, (k) => k === 3 && i + 1 < lens.length && start(i + 1)))
+        }
+        start(0)
+        const out: number[][] = []
+        for (let i = 0; i < runs.length; i++) out.push((await runs[i]).ids)
+        return out
+      }
+      const want = await staggered(js)
+      const got = await staggered(capi)
+      expect(got).toHaveLength(5)
+      expect(got).toEqual(want)
+    })
+
+    it('makes no tensor in steady decode steps: what stays bound stays bound', async () => {
+      const runner = (capi.model.session as unknown as { capi: { tensorsMade: number } }).capi
+      const V = capi.model.vocab
+      const made: number[] = []
+      // 6 + 40 tokens stay within one KV chunk (64 slots): the cache's buffers and dims do not change.
+      const r = await runRequest(capi, { input_ids: prompt(6, 2, V), max_tokens: 40, temperature: 0, ignore_eos: true }, () => made.push(runner.tensorsMade))
+      expect(r.end.type).toBe('done')
+      expect(made.length).toBeGreaterThan(30)
+      expect(made[made.length - 1]).toBe(made[2])
+    })
+
     it('gives the JS path logits for a prefill and a decode step over the engine cache (forward)', async () => {
       const a = js.model.session
       const b = capi.model.session

@@ -1,14 +1,20 @@
 // Step-by-step decoding through the engine's KV cache (rows read in place, holes masked, only new rows fetched)
 // must give the logits of one full forward pass without it.
-import { describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { readBundle } from '../../../src/engine/model/bundle.js'
 import { DecoderSession } from '../../../src/engine/model/session.js'
 import { KvCache, kvShapeOf } from '../../../src/engine/scheduler/kv.js'
+import type { Runtime } from '../../../src/engine/model/runtime.js'
+import { buildModel } from '../../../src/builder/index.js'
 import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
-async function maxDiffCachedVsFull(dir: string): Promise<{ diff: number; scale: number }> {
-  const s = await DecoderSession.create(readBundle(dir), { allLogits: true })
+async function maxDiffCachedVsFull(dir: string, runtime: Runtime = 'js'): Promise<{ diff: number; scale: number }> {
+  const s = await DecoderSession.create(readBundle(dir), { allLogits: true, runtime })
   try {
+    expect(s.runtime).toBe(runtime)
     const V = s.signature.logits.vocab
     const n = 7
     const ids = Int32Array.from({ length: n }, (_, i) => (i * 37 + 5) % V)
@@ -16,6 +22,8 @@ async function maxDiffCachedVsFull(dir: string): Promise<{ diff: number; scale: 
       { rows: 1, seq: n, pastLen: 0, ids, mask: new Uint8Array(n).fill(1), positions: Int32Array.from({ length: n }, (_, i) => i), past: s.emptyPast(1) },
       Array.from({ length: n }, (_, i) => i),
     )
+    // A copy: runtime 'capi' returns views over buffers its next step reuses.
+    full.logits = full.logits.slice()
     const kv = new KvCache(kvShapeOf(s.signature.kv))
     kv.addRows(1)
     let diff = 0
@@ -49,12 +57,38 @@ describe.skipIf(!haveFixtures)('KV cache equivalence on the shared fixtures', ()
   }
 })
 
-describe('KV cache equivalence on the embedded default model', () => {
-  it('onnxd-tiny: cached decoding equals the full forward pass', async () => {
-    const { diff, scale } = await maxDiffCachedVsFull(defaultModelDir())
-    expect(scale).toBeGreaterThan(0)
-    expect(diff).toBeLessThanOrEqual(1e-4)
+describe.skipIf(!haveFixtures)('KV cache equivalence on the shared fixtures, runtime capi', () => {
+  for (const f of DECODER_FIXTURES) {
+    it(`${f.name}: cached decoding equals the full forward pass`, async () => {
+      const { diff, scale } = await maxDiffCachedVsFull(fixture(f.name), 'capi')
+      expect(scale).toBeGreaterThan(0)
+      expect(diff).toBeLessThanOrEqual(f.fp16 ? 1e-2 * Math.max(1, scale) : 1e-4)
+    })
+  }
+})
+
+describe('KV cache equivalence on the embedded default model, both forms and both runtimes', () => {
+  let root: string
+  let gqaDir: string
+  beforeAll(async () => {
+    root = await mkdtemp(join(tmpdir(), 'onnxd-kv-eq-'))
+    gqaDir = (await buildModel({ preset: 'tiny', outDir: join(root, 'gqa'), seed: 0, attention: 'gqa' })).dir
   })
+  afterAll(async () => {
+    await rm(root, { recursive: true, force: true })
+  })
+  for (const runtime of ['js', 'capi'] as const) {
+    it(`onnxd-tiny (${runtime}): cached decoding equals the full forward pass`, async () => {
+      const { diff, scale } = await maxDiffCachedVsFull(defaultModelDir(), runtime)
+      expect(scale).toBeGreaterThan(0)
+      expect(diff).toBeLessThanOrEqual(1e-4)
+    })
+    it(`onnxd-tiny GroupQueryAttention form, lengths fed (${runtime}): cached decoding equals the full forward pass`, async () => {
+      const { diff, scale } = await maxDiffCachedVsFull(gqaDir, runtime)
+      expect(scale).toBeGreaterThan(0)
+      expect(diff).toBeLessThanOrEqual(1e-4)
+    })
+  }
 })
 
 /** A prompt's next-token logits from a session that computes the last position only and one that computes all. */
