@@ -4,11 +4,11 @@
 //   32 along K, symmetric: no zero points, so the kernel's default 8; one float scale per block). The token
 //   embedding's Gather stays float32 (MatMulNBits quantizes MatMuls only). A tied head reads the embedding: its
 //   [vocab, hidden] rows are already MatMulNBits' [N, K] layout, so the head is packed from the same values.
-// - int8 (model_int8.onnx; model_quantized.onnx is the same file): the decoder layers' linear weights as
-//   onnxruntime.quantization.quantize_dynamic writes them: DynamicQuantizeLinear of the activation, MatMulInteger
-//   with a per-tensor symmetric int8 weight (zero point 0), Cast and the two scales' product. The embedding and the
-//   LM head stay float32: the engine computes the head for the last position only (decoder-graph.ts), which needs a
-//   head it can find, and the head is the layer most sensitive to quantization.
+// - int8 (model_int8.onnx; model_quantized.onnx is the same file): every weight as
+//   onnxruntime.quantization.quantize_dynamic writes it (per-tensor symmetric int8, zero point 0): a MatMul's as
+//   DynamicQuantizeLinear of the activation, MatMulInteger, Cast and the two scales' product; the embedding's
+//   Gather reads int8 rows and dequantizes them (DequantizeLinear); a tied head's Transpose of the embedding moves
+//   the int8 values, so the head is a MatMulInteger over the embedding's one int8 copy.
 // - fp16 (model_fp16.onnx): every float tensor as float16, the KV cache and logits included, as onnx-community's
 //   fp16 exports (the engine reads float16 caches and logits: model/fp16.ts).
 // Imports: graph.ts (the graph and weight types) and the engine's ONNX protobuf codec (element types).
@@ -173,22 +173,42 @@ function q4Graph(graph: DecoderGraph): DecoderGraph {
 }
 
 function int8Graph(graph: DecoderGraph): DecoderGraph {
-  const { byWeight, head } = linearLayers(graph)
+  const { byWeight } = linearLayers(graph)
   const weights = new Map(graph.weights.map((w) => [w.name, { ...w }]))
+  /** Stores weight `name` as int8 (`_quantized`, `_scale`, `_zero_point`); returns the quantized tensor's name. */
+  const toInt8 = (name: string): string => {
+    const w = weights.get(name)!
+    w.store = (v) => {
+      const { q, scale } = quantizeInt8(v)
+      return [
+        { name: `${name}_quantized`, dims: w.dims, dataType: DataType.INT8, bytes: bytes(q) },
+        { name: `${name}_scale`, dims: [], dataType: DataType.FLOAT, bytes: bytes(Float32Array.of(scale)) },
+        { name: `${name}_zero_point`, dims: [], dataType: DataType.INT8, bytes: new Uint8Array(1) },
+      ]
+    }
+    return `${name}_quantized`
+  }
+  /** An int8 view of a weight (the tied head's Transpose of the embedding) -> the weight whose scale it shares. */
+  const viewOf = new Map<string, string>()
   const quantizedInputs = new Set<string>()
   const nodes = graph.nodes.flatMap((node): Node[] => {
     const [a, b] = node.input
-    const w = node.op_type === 'MatMul' && node !== head ? byWeight.get(b) : undefined
-    if (!w) return [node]
-    weights.get(b)!.store = (v) => {
-      const { q, scale } = quantizeInt8(v)
+    const out = node.output[0]
+    // The embedding as quantize_dynamic writes a Gather of a weight: int8 rows gathered, then dequantized.
+    if (node.op_type === 'Gather' && byWeight.has(a)) {
       return [
-        { name: `${b}_quantized`, dims: w.dims, dataType: DataType.INT8, bytes: bytes(q) },
-        { name: `${b}_scale`, dims: [], dataType: DataType.FLOAT, bytes: bytes(Float32Array.of(scale)) },
-        { name: `${b}_zero_point`, dims: [], dataType: DataType.INT8, bytes: new Uint8Array(1) },
+        { ...node, input: [toInt8(a), b], output: [`${out}_quantized`] },
+        { name: `${node.name}_DequantizeLinear`, op_type: 'DequantizeLinear', input: [`${out}_quantized`, `${a}_scale`, `${a}_zero_point`], output: [out] },
       ]
     }
-    const out = node.output[0]
+    // A Transpose of a weight (the tied head) moves the int8 values as they are (ORT folds it at load).
+    if (node.op_type === 'Transpose' && byWeight.has(a)) {
+      viewOf.set(out, a)
+      return [{ ...node, input: [toInt8(a)] }]
+    }
+    const source = node.op_type === 'MatMul' ? (byWeight.has(b) ? b : viewOf.get(b)) : undefined
+    if (!source) return [node]
+    const weight = byWeight.has(b) ? toInt8(b) : b
     const added: Node[] = []
     // One DynamicQuantizeLinear per activation, shared by every MatMul reading it (q/k/v, gate/up).
     if (!quantizedInputs.has(a)) {
@@ -196,9 +216,9 @@ function int8Graph(graph: DecoderGraph): DecoderGraph {
       added.push({ name: `${a}_QuantizeLinear`, op_type: 'DynamicQuantizeLinear', input: [a], output: [`${a}_quantized`, `${a}_scale`, `${a}_zero_point`] })
     }
     added.push(
-      { name: `${node.name}_quant`, op_type: 'MatMulInteger', input: [`${a}_quantized`, `${b}_quantized`, `${a}_zero_point`, `${b}_zero_point`], output: [`${out}_quantized`] },
+      { name: `${node.name}_quant`, op_type: 'MatMulInteger', input: [`${a}_quantized`, weight, `${a}_zero_point`, `${source}_zero_point`], output: [`${out}_quantized`] },
       { name: `${node.name}_quant_output_scale_cast`, op_type: 'Cast', input: [`${out}_quantized`], output: [`${out}_quantized_cast_output`], attribute: [attrI('to', DataType.FLOAT)] },
-      { name: `${node.name}_quant_scales_mul`, op_type: 'Mul', input: [`${a}_scale`, `${b}_scale`], output: [`${out}_scales_mul`] },
+      { name: `${node.name}_quant_scales_mul`, op_type: 'Mul', input: [`${a}_scale`, `${source}_scale`], output: [`${out}_scales_mul`] },
       { name: `${node.name}_quant_output_scale_mul`, op_type: 'Mul', input: [`${out}_quantized_cast_output`, `${out}_scales_mul`], output: [out] },
     )
     return added

@@ -172,20 +172,39 @@ export function fetchNewKvOnly(
 }
 
 /**
+ * The node that reads the hidden state (input 0) for the LM head producing `head`: a plain MatMul, a 4-bit one
+ * (com.microsoft MatMulNBits, the builder's q4 form), or, for quantize_dynamic's form (Mul of Cast of MatMulInteger
+ * by the scales), the DynamicQuantizeLinear of the hidden state that only this head reads. Undefined otherwise.
+ */
+function headReader(v: GraphView, head: { node: Node; field: Field }): { node: Node; field: Field } | undefined {
+  const { op_type: op, domain = '' } = head.node
+  if ((op === 'MatMul' && domain === '') || (op === 'MatMulNBits' && domain === 'com.microsoft')) return head
+  if (op !== 'Mul') return undefined
+  const cast = v.producer.get(head.node.input[0])
+  const mmi = cast?.node.op_type === 'Cast' ? v.producer.get(cast.node.input[0]) : undefined
+  const dql = mmi?.node.op_type === 'MatMulInteger' ? v.producer.get(mmi.node.input[0]) : undefined
+  if (dql?.node.op_type !== 'DynamicQuantizeLinear' || (dql.node.domain ?? '') !== '') return undefined
+  // Its outputs must feed this head alone (the MatMulInteger and the product of the scales): cutting its input to
+  // the last position must not reach other readers.
+  const headNodes = new Set([mmi!.field, v.producer.get(head.node.input[1])?.field])
+  const readers = v.fields.filter((f) => f.no === NODE && nodeOf(f).input.some((i) => dql.node.output.includes(i)))
+  return readers.every((f) => headNodes.has(f)) ? dql : undefined
+}
+
+/**
  * Rewrites `model` so that `logits` ([batch, seq, vocab]) is computed for the last position of each row only
  * ([batch, 1, vocab]): a Gather of the last hidden state goes in front of the LM head's MatMul (found through any
  * Cast or Identity after it). A prefill chunk then skips the LM head for every other position, and ONNX Runtime
- * returns one row of logits per sequence instead of one per prompt token. Null when the head is not such a MatMul.
+ * returns one row of logits per sequence instead of one per prompt token. Null when the head is not such a MatMul
+ * (or a quantized form of one: headReader).
  */
 export function lastPositionLogits(model: Uint8Array, logits: string): Uint8Array | null {
   const v = readGraph(model)
   if (!v) return null
   let head = v.producer.get(logits)
   while (head && (head.node.op_type === 'Cast' || head.node.op_type === 'Identity')) head = v.producer.get(head.node.input[0])
-  // The head is a plain MatMul, or a 4-bit one (com.microsoft MatMulNBits, the builder's q4 form): both read the
-  // hidden state as input 0.
-  const domain = head?.node.domain ?? ''
-  if (!head || !((head.node.op_type === 'MatMul' && domain === '') || (head.node.op_type === 'MatMulNBits' && domain === 'com.microsoft'))) return null
+  head = head && headReader(v, head)
+  if (!head) return null
   const { node, field } = head
   const index = '/onnxd/last_position/index'
   const last = '/onnxd/last_position/hidden'
