@@ -105,6 +105,18 @@ describe('POST /v1/completions', () => {
     expect(f.app.facade.router.nodes.map((n) => n.inflight)).toEqual([0])
   })
 
+  it('the other prompts’ node requests are cancelled at once when one fails, not waited for', async () => {
+    const node = f.nodes[0]!
+    node.failNext({ status: 422, message: 'prompt tokens + max_tokens must be <= 2048. Given: 4000 + 16' })
+    const held = node.holdNext(0) // the other prompt's answer never comes unless the facade gives up on it
+    const cancelled = node.cancellations
+    const res = await post({ model: MODEL, prompt: ['a', 'b'], max_tokens: 2 })
+    expect(res.statusCode).toBe(422)
+    await held.cancelled
+    expect(node.cancellations).toBe(cancelled + 1)
+    held.release()
+  })
+
   it('streams through the openai client without usage unless asked', async () => {
     const stream = await client.completions.create({ model: MODEL, prompt: 'Hi', max_tokens: 4, stream: true })
     let text = ''

@@ -70,24 +70,34 @@ export async function runCompletion<A>(
   reply.raw.on('close', onClose)
   if (request.raw.socket?.destroyed === true) gone.abort(new Error('client disconnected'))
   try {
-    // Ends the other choices' node requests when one fails (or the client leaves).
+    // The first choice to fail ends the others' node requests at once (the client leaving ends them all).
     const cancel = new AbortController()
     const signal = AbortSignal.any([gone.signal, cancel.signal])
-    const settled = await Promise.allSettled(job.requests.map((r) => ctx.router.dispatch(r, signal)))
+    const first: { failed: boolean; reason?: unknown } = { failed: false }
+    const settled = await Promise.allSettled(
+      job.requests.map((r) =>
+        ctx.router.dispatch(r, signal).catch((e: unknown) => {
+          if (!first.failed && !gone.signal.aborted) {
+            first.failed = true
+            first.reason = e
+            cancel.abort(new Error('another choice of the request failed'))
+          }
+          throw e
+        }),
+      ),
+    )
     const ok = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []))
-    const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected')
-    if (failed && gone.signal.aborted) {
+    if (ok.length < settled.length && gone.signal.aborted) {
       for (const d of ok) d.release()
       request.log.info({ id: job.id }, 'client disconnected before the node answered')
       return reply.hijack()
     }
-    if (job.chunks && !failed) {
+    if (job.chunks && !first.failed) {
       await streamCompletion(request, reply, ctx, job, job.chunks, ok, { gone, cancel })
       return reply
     }
-    if (failed) cancel.abort(new Error('another choice of the request failed'))
     try {
-      // What the nodes answered is billed, even when another choice of the request failed.
+      // What the nodes answered in full is billed, even when another choice of the request failed.
       const bodies = ok.flatMap((d) => (d.reply.kind === 'json' ? [d.reply.body] : []))
       if (bodies.length > 0) {
         await ctx.meter.record(job.principal.account, job.principal.key, job.model, {
@@ -95,7 +105,7 @@ export async function runCompletion<A>(
           completionTokens: bodies.reduce((n, b) => n + b.usage.completion_tokens, 0),
         })
       }
-      if (failed) throw failed.reason
+      if (first.failed) throw first.reason
       if (bodies.length !== job.requests.length) throw new OnnxdError('internal', 'a node answered a JSON request with a stream')
       return job.answer(bodies)
     } finally {
