@@ -5,7 +5,7 @@ type Command = { summary: string; load: () => Promise<{ run(argv: string[]): Pro
 
 const COMMANDS: Record<string, Command> = {
   serve: { summary: 'run a node and the /v1 facade in front of it (what npm start runs)', load: () => import('./cli/serve.js') },
-  model: { summary: 'build the embedded default model: onnxd model build tiny|small|135m [--out DIR] [--seed N]', load: () => import('./cli/model.js') },
+  model: { summary: 'build the embedded default model: onnxd model build tiny|small|135m [--out DIR] [--seed N] [--dtype q4,int8,fp16]; onnxd model quality DIR --dtype q4', load: () => import('./cli/model.js') },
   generate: { summary: 'generate a completion in this process: onnxd generate --model DIR "prompt"', load: () => import('./cli/generate.js') },
   node: { summary: 'run a worker node: onnxd node [--model DIR] [--port N] [--provider cpu|cuda|tensorrt] ...', load: () => import('./cli/node.js') },
   facade: { summary: 'run the public /v1 facade alone: onnxd facade --nodes URL,...', load: () => import('./cli/facade.js') },
