@@ -62,8 +62,10 @@ describe('files', () => {
     expect(await listFiles(join(again, 'onnx'))).toEqual(['model.onnx'])
   })
 
-  it('genai form: the variants beside its model.onnx', async () => {
+  it('genai form: the variants beside its model.onnx, the same bytes on every build', async () => {
     expect((await listFiles(gqaDir)).filter((f) => f.endsWith('.onnx'))).toEqual(['model.onnx', 'model_fp16.onnx', 'model_int8.onnx', 'model_q4.onnx', 'model_quantized.onnx'])
+    const again = (await buildModel({ preset: 'tiny', outDir: join(root, 'gqa-again'), attention: 'gqa', dtypes: ['q4', 'int8', 'fp16'] })).dir
+    for (const f of await listFiles(gqaDir)) expect(Buffer.compare(await readFile(join(gqaDir, f)), await readFile(join(again, f))), f).toBe(0)
   })
 })
 
