@@ -1,7 +1,11 @@
 // Which OpenAI request fields onnxd honours, which it accepts as information only, and which it refuses (422 naming
 // the field) because it cannot honour them: one table for /v1/chat/completions and /v1/completions. A field in no
-// list is refused as unrecognized, never dropped. Null values count as absent, as with OpenAI. Imports: shared errors.
+// list is refused as unrecognized, never dropped. Null values count as absent, as with OpenAI. Also what both routes
+// do with the fields they honour: the sampling fields under their node names, a value error as a 422.
+// Imports: shared errors and sampling field definitions, the contract's request type.
+import type { CompletionRequest } from '../../contract/completions.js'
 import { clip, OnnxdError, quote } from '../../shared/errors.js'
+import { openAiNames, SAMPLING_FIELD_NAMES } from '../../shared/sampling.js'
 
 export type Endpoint = 'chat' | 'completions'
 
@@ -139,4 +143,22 @@ export function checkStreamOptions(v: unknown, stream: unknown): { include_usage
   }
   if (given && stream !== true) throw new OnnxdError('invalid_value', `Invalid value for 'stream_options': only allowed when 'stream' is true`)
   return out.include_usage === undefined ? undefined : out
+}
+
+const fieldName = (path: string): string => clip(path.slice(1).replace(/\//g, '.'))
+
+/** The first failure of `checker` on `value` as a 422 naming the field, the rule and a short form of the value. */
+export function firstInvalid(check: { Errors(v: unknown): { First(): { path: string; message: string; value: unknown } | undefined } }, value: unknown): OnnxdError {
+  const e = check.Errors(value).First()!
+  return new OnnxdError('invalid_value', `Invalid value for '${fieldName(e.path)}': ${e.message}. Given: ${quote(e.value)}`)
+}
+
+/** The sampling fields of an OpenAI request, each under its node name, from the first of its OpenAI names given. */
+export function samplingFields(given: Record<string, unknown>): Partial<CompletionRequest> {
+  const out: Record<string, unknown> = {}
+  for (const k of SAMPLING_FIELD_NAMES) {
+    const v = openAiNames(k).map((name) => given[name]).find((x) => x !== undefined)
+    if (v !== undefined) out[k] = v
+  }
+  return out as Partial<CompletionRequest>
 }

@@ -5,9 +5,9 @@
 // definitions), the OpenAI field table.
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { clip, OnnxdError, quote } from '../../../shared/errors.js'
+import { clip } from '../../../shared/errors.js'
 import { samplingOpenAiProperties } from '../../../shared/sampling.js'
-import { checkStreamOptions, honouredFields, unsupported } from '../openai-fields.js'
+import { checkStreamOptions, firstInvalid, honouredFields, unsupported } from '../openai-fields.js'
 
 /** 400-level: what a body must have to be a chat request at all. */
 export const ChatCompletionBody = Type.Object(
@@ -53,8 +53,6 @@ export const HONOURED_FIELDS: ReadonlySet<string> = new Set(Object.keys(ChatPara
 
 const checker = TypeCompiler.Compile(ChatParams)
 
-const fieldName = (path: string): string => clip(path.slice(1).replace(/\//g, '.'))
-
 /** Message fields that ask for what onnxd cannot do yet (tool calls, audio). */
 const MESSAGE_REFUSED: Readonly<Record<string, string>> = {
   tool_calls: 'tool calls are not supported yet',
@@ -84,12 +82,6 @@ function checkMessages(messages: unknown): void {
       }
     })
   })
-}
-
-/** The first failure of `checker` on `value` as a 422 naming the field, the rule and a short form of the value. */
-export function firstInvalid(check: { Errors(v: unknown): { First(): { path: string; message: string; value: unknown } | undefined } }, value: unknown): OnnxdError {
-  const e = check.Errors(value).First()!
-  return new OnnxdError('invalid_value', `Invalid value for '${fieldName(e.path)}': ${e.message}. Given: ${quote(e.value)}`)
 }
 
 /**

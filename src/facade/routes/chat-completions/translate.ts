@@ -1,23 +1,13 @@
 // OpenAI chat shapes ⇄ the node's internal contract: the node request (only the fields it knows), the
 // `chat.completion` answer and `chat.completion.chunk` stream events. Imports: contract, shared (sampling fields).
 import type { ChatMessage, CompletionRequest, CompletionResponse, FinishReason, Usage } from '../../../contract/completions.js'
-import { openAiNames, SAMPLING_FIELD_NAMES } from '../../../shared/sampling.js'
 import type { ChatCompletion, ChatParams } from './schema.js'
 import { sseFrame } from '../../../shared/sse.js'
 import { openAiUsage, type ChunkFormat } from '../completion-flow.js'
+import { samplingFields } from '../openai-fields.js'
 
 function contentText(content: ChatParams['messages'][number]['content']): string {
   return typeof content === 'string' ? content : content.map((p) => p.text).join('')
-}
-
-/** The sampling fields of an OpenAI request, each under its node name, from the first of its OpenAI names given. */
-export function samplingFields(given: Record<string, unknown>): Partial<CompletionRequest> {
-  const out: Record<string, unknown> = {}
-  for (const k of SAMPLING_FIELD_NAMES) {
-    const v = openAiNames(k).map((name) => given[name]).find((x) => x !== undefined)
-    if (v !== undefined) out[k] = v
-  }
-  return out as Partial<CompletionRequest>
 }
 
 /** The node request: the contract is closed (additionalProperties: false), so only its own fields are copied. */

@@ -1,13 +1,12 @@
 // Schemas of POST /v1/completions (OpenAI's legacy completions, for base models without a chat template). The route
 // schema checks only the shape (400: unparseable, missing `model`/`prompt`); `parseCompletionParams` checks values
 // (422) and refuses what onnxd cannot honour (../openai-fields.ts). Imports: typebox, shared (errors, sampling
-// field definitions), the OpenAI field table, chat's schema helpers.
+// field definitions), the OpenAI field table.
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { OnnxdError, quote } from '../../../shared/errors.js'
 import { samplingOpenAiProperties } from '../../../shared/sampling.js'
-import { firstInvalid } from '../chat-completions/schema.js'
-import { checkStreamOptions, honouredFields, unsupported } from '../openai-fields.js'
+import { checkStreamOptions, firstInvalid, honouredFields, unsupported } from '../openai-fields.js'
 
 /** OpenAI's default max_tokens for legacy completions (chat's is the model's room). */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16

@@ -1,10 +1,10 @@
 // OpenAI legacy completion shapes ⇄ the node's internal contract: one node request per prompt (`prompt` text or
-// `input_ids`), the `text_completion` answer and its stream chunks. Imports: contract, the shared completion flow,
-// chat's sampling-field translation.
+// `input_ids`), the `text_completion` answer and its stream chunks. Imports: contract, the shared completion flow
+// and field translation.
 import type { CompletionRequest, CompletionResponse, FinishReason, Usage } from '../../../contract/completions.js'
 import { sseFrame } from '../../../shared/sse.js'
-import { samplingFields } from '../chat-completions/translate.js'
 import { openAiUsage, type ChunkFormat } from '../completion-flow.js'
+import { samplingFields } from '../openai-fields.js'
 import { COMPLETIONS_DEFAULT_MAX_TOKENS, promptsOf, type CompletionParams, type Prompt, type TextCompletion } from './schema.js'
 
 /** One node request per prompt; max_tokens is OpenAI's default for this endpoint when the request gives none. */
