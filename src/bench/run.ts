@@ -139,7 +139,8 @@ interface Load {
 }
 
 /** Starts one target and sends it its untimed warm-up requests. */
-async function start(kind: ScenarioName, x: Load, dir: string | null, spec: TargetSpec | null, levels: number[]): Promise<Running> {
+async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'>, spec: TargetSpec | null, levels: number[]): Promise<Running> {
+  const dir = b.dir
   const { cfg, form, log } = x
   const agent = createAgent(Math.max(...levels, cfg.warmup))
   const name = spec?.name ?? kind
@@ -164,7 +165,7 @@ async function start(kind: ScenarioName, x: Load, dir: string | null, spec: Targ
   }
   const label = kind === 'onnxd' ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? `started by the bench${spec ? `: ${spec.attention} attention, runtime ${spec.runtime}` : ''}` : d.ep.url})` : LABELS[kind]
   const deadline = kind === 'onnxd' ? cfg.durationS : cfg.refDurationS
-  const out: ScenarioResult = { name: kind, target: name, ...(spec ? { attention: spec.attention, runtime: d.runtime ?? spec.runtime } : {}), label, url: d.ep.url, provider: d.provider, deadline_s: deadline, levels: [] }
+  const out: ScenarioResult = { name: kind, target: name, ...(spec ? { attention: b.form ?? spec.attention, runtime: d.runtime ?? spec.runtime } : {}), label, url: d.ep.url, provider: d.provider, deadline_s: deadline, levels: [] }
   return { kind, d, agent, out }
 }
 
@@ -196,7 +197,7 @@ async function stopAll(rs: Running[]): Promise<void> {
 /** Drives one reference target (unbatched node, peer) through its levels. */
 async function drive(kind: ScenarioName, x: Load, dir: string | null): Promise<ScenarioResult> {
   const levels = kind === 'peer' ? x.cfg.peerConcurrency : x.cfg.concurrency
-  const r = await start(kind, x, dir, null, levels)
+  const r = await start(kind, x, { dir, form: null }, null, levels)
   try {
     for (const c of [...levels].sort((a, b) => a - b)) await level(r, c, x)
     return r.out
@@ -210,11 +211,11 @@ async function drive(kind: ScenarioName, x: Load, dir: string | null): Promise<S
  * another, never together, in alternating order from level to level so that neither always runs first on a host
  * whose speed drifts.
  */
-async function driveTargets(x: Load, dirOf: (spec: TargetSpec | null) => string | null): Promise<ScenarioResult[]> {
+async function driveTargets(x: Load, bundleOf: (spec: TargetSpec | null) => Bundle): Promise<ScenarioResult[]> {
   const specs: (TargetSpec | null)[] = x.cfg.targets.length ? x.cfg.targets : [null]
   const running: Running[] = []
   try {
-    for (const spec of specs) running.push(await start('onnxd', x, dirOf(spec), spec, x.cfg.concurrency))
+    for (const spec of specs) running.push(await start('onnxd', x, bundleOf(spec), spec, x.cfg.concurrency))
     const levels = [...x.cfg.concurrency].sort((a, b) => a - b)
     for (let i = 0; i < levels.length; i++) {
       for (const r of i % 2 === 0 ? running : [...running].reverse()) await level(r, levels[i], x)
@@ -258,9 +259,9 @@ async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, len: Lengths
 async function measureReferences(cfg: BenchConfig, base: ModelInfo | null, byForm: Map<Attention | null, Bundle>, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<References> {
   const forms: Record<string, CeilingReference | Skipped> = {}
   let ceiling: References['ort_ceiling'] | null = null
-  for (const [form, b] of byForm) {
+  for (const b of byForm.values()) {
     const c = await ceilingOf(cfg, b.model, len, past, when, log)
-    if (form) forms[form] = c
+    if (b.form) forms[b.form] = c
     if (b.model === base) ceiling = c
   }
   ceiling ??= await ceilingOf(cfg, base, len, past, when, log)
@@ -295,8 +296,9 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
   const sys = systemInfo()
   const { byForm, preset } = await bundles(cfg, log)
   const baseSpec = cfg.targets.find((t) => t.name === cfg.baseline) ?? cfg.targets[0] ?? null
-  const dirOf = (spec: TargetSpec | null): string | null => (byForm.get(spec && byForm.has(spec.attention) ? spec.attention : null) ?? [...byForm.values()][0]).dir
-  const base = byForm.get(baseSpec && byForm.has(baseSpec.attention) ? baseSpec.attention : null) ?? [...byForm.values()][0]
+  // A target's bundle: its form's, or the one given (--model, --url).
+  const bundleOf = (spec: TargetSpec | null): Bundle => byForm.get(spec && byForm.has(spec.attention) ? spec.attention : null) ?? [...byForm.values()][0]
+  const base = bundleOf(baseSpec)
   const { dir, model } = base
   if (model && preset && model.builderVersion !== BUILDER_VERSION) {
     log.step(`warning: ${dir} was built by builder version ${model.builderVersion ?? '1 or older'}, not ${BUILDER_VERSION}: delete it to benchmark the current graph`)
@@ -311,7 +313,7 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
   // better of the two (both are in the report).
   const refs = (when: 'before' | 'after'): Promise<References> => measureReferences(cfg, model, byForm, len, past, when, log)
   const before = await refs('before')
-  const runs = await driveTargets(x, dirOf)
+  const runs = await driveTargets(x, bundleOf)
   // The baseline first: the efficiency figures, targets and summary read the first onnxd scenario.
   runs.sort((a, b) => Number(b.target === cfg.baseline) - Number(a.target === cfg.baseline))
   const scenarios: BenchReport['scenarios'] = [...runs]
