@@ -17,9 +17,10 @@ defaults to models/onnxd-<preset> (models/onnxd-<preset>-gqa for gqa); N (defaul
   GroupQueryAttention with rotary fused. Both forms carry the same weights for the same preset and seed.
 --dtype: weight forms written beside the float32 model.onnx (always written), comma-separated, served by
   \`onnxd serve --dtype\`: q4 (model_q4.onnx: com.microsoft MatMulNBits, 4-bit blocks of 32, symmetric, LM head
-  included), int8 (model_int8.onnx and the same file as model_quantized.onnx: quantize_dynamic's
-  MatMulInteger form, per-tensor int8 weights; embedding and LM head stay float32), fp16 (model_fp16.onnx:
-  float16 weights, cache and logits).
+  included; the embedding stays float32), int8 (model_int8.onnx and the same file as model_quantized.onnx:
+  quantize_dynamic's form, per-tensor int8 weights everywhere, MatMulInteger for the linear layers and the tied
+  head, int8 embedding rows dequantized after the Gather), fp16 (model_fp16.onnx: float16 weights, cache and
+  logits).
 
 presets:
 ${Object.entries(PRESETS)
