@@ -188,15 +188,16 @@ async function step(m: LoadedModel, kv: KvCache, len: number, probe: () => Traff
   const t0 = performance.now()
   const rows = kv.rows
   const P = kv.cap
-  const x: ForwardInput = { rows, seq: 1, pastLen: P, ids: new Int32Array(rows), mask: new Uint8Array(rows * (P + 1)), positions: new Int32Array(rows), past: kv.past() }
-  // Each row's length once its new token is in, as the batcher passes it (runtimes that feed lengths read it).
-  Object.assign(x, { lengths: new Int32Array(rows) })
-  const lengths = (x as ForwardInput & { lengths: Int32Array }).lengths
+  // As the batcher's decodeStep: each row's length once its new token is in, and a mask only for a graph that
+  // reads one (a graph fed GroupQueryAttention's lengths may not).
+  const masked = sig.mask !== null
+  const lengths = new Int32Array(rows)
+  const x: ForwardInput = { rows, seq: 1, pastLen: P, ids: new Int32Array(rows), mask: new Uint8Array(masked ? rows * (P + 1) : 0), lengths, positions: new Int32Array(rows), past: kv.past() }
   for (let r = 0; r < rows; r++) {
     x.ids[r] = 3 + ((r * 7919 + len) % (m.vocab - 3))
     x.positions[r] = kv.lens[r]
     lengths[r] = kv.lens[r] + 1
-    kv.maskRow(x.mask, r, 1, 1)
+    if (masked) kv.maskRow(x.mask, r, 1, 1)
   }
   const greedy = sig.nextToken !== null
   const t1 = performance.now()
