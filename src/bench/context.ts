@@ -326,10 +326,10 @@ export async function runSweep(o: SweepOptions): Promise<SweepReport> {
 }
 
 export function formatSweep(r: SweepReport): string {
-  const lines = ['form   runtime  batch  context   ms/step    min ms   rsd  load   MB/step  shared']
+  const lines = ['form   runtime  batch  context   ms/step    min ms   rsd  load   MB/step     bytes/step  shared']
   for (const c of r.cells) {
     lines.push(
-      `${c.form.padEnd(6)} ${c.runtime.padEnd(7)} ${String(c.batch).padStart(5)} ${String(c.context).padStart(8)} ${c.msPerStep.toFixed(2).padStart(9)} ${c.minMs.toFixed(2).padStart(9)} ${c.rsd.toFixed(0).padStart(4)}% ${c.load1.toFixed(1).padStart(5)} ${c.mbPerStep.toFixed(3).padStart(9)}  ${c.presentsShared ? 'yes' : 'no'}`,
+      `${c.form.padEnd(6)} ${c.runtime.padEnd(7)} ${String(c.batch).padStart(5)} ${String(c.context).padStart(8)} ${c.msPerStep.toFixed(2).padStart(9)} ${c.minMs.toFixed(2).padStart(9)} ${c.rsd.toFixed(0).padStart(4)}% ${c.load1.toFixed(1).padStart(5)} ${c.mbPerStep.toFixed(3).padStart(9)} ${String(c.bytes.fed + c.bytes.fetched).padStart(14)}  ${c.presentsShared ? 'yes' : 'no'}`,
     )
   }
   if (r.growth.length) {
