@@ -120,6 +120,8 @@ export interface BenchReport {
   /** The target the ratios divide by (null with one target). */
   baseline: string | null
   target_ratios: TargetRatios[]
+  /** The order the onnxd targets ran in at each level (one after another, reversed from level to level). */
+  run_order: { concurrency: number; targets: string[] }[]
   /** What the reader must know to read the figures: per-level cuts, how throughput counts unfinished requests. */
   notes: string[]
   created: string

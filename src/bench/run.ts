@@ -211,16 +211,19 @@ async function drive(kind: ScenarioName, x: Load, dir: string | null): Promise<S
  * another, never together, in alternating order from level to level so that neither always runs first on a host
  * whose speed drifts.
  */
-async function driveTargets(x: Load, bundleOf: (spec: TargetSpec | null) => Bundle): Promise<ScenarioResult[]> {
+async function driveTargets(x: Load, bundleOf: (spec: TargetSpec | null) => Bundle): Promise<{ runs: ScenarioResult[]; order: BenchReport['run_order'] }> {
   const specs: (TargetSpec | null)[] = x.cfg.targets.length ? x.cfg.targets : [null]
   const running: Running[] = []
+  const order: BenchReport['run_order'] = []
   try {
     for (const spec of specs) running.push(await start('onnxd', x, bundleOf(spec), spec, x.cfg.concurrency))
     const levels = [...x.cfg.concurrency].sort((a, b) => a - b)
     for (let i = 0; i < levels.length; i++) {
-      for (const r of i % 2 === 0 ? running : [...running].reverse()) await level(r, levels[i], x)
+      const now = i % 2 === 0 ? running : [...running].reverse()
+      order.push({ concurrency: levels[i], targets: now.map((r) => r.out.target ?? r.kind) })
+      for (const r of now) await level(r, levels[i], x)
     }
-    return running.map((r) => r.out)
+    return { runs: running.map((r) => r.out), order }
   } finally {
     await stopAll(running)
   }
@@ -313,7 +316,7 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
   // better of the two (both are in the report).
   const refs = (when: 'before' | 'after'): Promise<References> => measureReferences(cfg, model, byForm, len, past, when, log)
   const before = await refs('before')
-  const runs = await driveTargets(x, bundleOf)
+  const { runs, order } = await driveTargets(x, bundleOf)
   // The baseline first: the efficiency figures, targets and summary read the first onnxd scenario.
   runs.sort((a, b) => Number(b.target === cfg.baseline) - Number(a.target === cfg.baseline))
   const scenarios: BenchReport['scenarios'] = [...runs]
@@ -345,6 +348,7 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
     scenario: cfg.scenario,
     baseline: cfg.baseline,
     target_ratios: targetRatios({ scenarios, references }, cfg.baseline, len),
+    run_order: order,
     notes: cutNotes(scenarios, cfg),
     created: created.toISOString(),
     config: describeConfig(cfg),

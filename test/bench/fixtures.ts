@@ -43,6 +43,7 @@ export function fakeReport(over: Partial<BenchReport> = {}): BenchReport {
     scenario: 'standard',
     baseline: null,
     target_ratios: [],
+    run_order: [],
     notes: [],
     created: '2026-01-01T00:00:00.000Z',
     config: { prompt_len: '20', output_len: '10', request_rate: 'inf', seed: 0, ignore_eos: true },

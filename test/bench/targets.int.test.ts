@@ -27,6 +27,12 @@ describe('onnxd bench: several targets', () => {
       expect(s.levels.map((l) => l.max_concurrency)).toEqual([1, 2])
       for (const l of s.levels) expect(l).toMatchObject({ failed: 0, cut: 0 })
     }
+    // One after another at each level, the order reversed from one level to the next.
+    const asked = ['onnxd plain/js', 'onnxd plain/capi', 'onnxd gqa/js', 'onnxd gqa/capi']
+    expect(r.run_order).toEqual([
+      { concurrency: 1, targets: asked },
+      { concurrency: 2, targets: [...asked].reverse() },
+    ])
     expect(r.target_ratios.map((t) => t.concurrency)).toEqual([1, 2])
     for (const t of r.target_ratios) {
       expect(Object.keys(t.output_throughput).sort()).toEqual([...names].sort())
