@@ -12,7 +12,7 @@ const COMMANDS: Record<string, Command> = {
   account: { summary: 'manage accounts: onnxd account create|credit|subscription|show|list', load: () => import('./cli/account.js') },
   key: { summary: 'manage API keys: onnxd key create <account-id> [--name N] [--rpm N] | list | revoke', load: () => import('./cli/key.js') },
   token: { summary: 'mint a session token: onnxd token <account-id> [--ttl S]', load: () => import('./cli/token.js') },
-  bench: { summary: 'serving benchmark with references: onnxd bench [--preset 135m] [--concurrency 1,4,16,64] | compare A.json B.json', load: () => import('./cli/bench.js') },
+  bench: { summary: 'serving benchmark with references: onnxd bench [--preset 135m] [--concurrency 1,4,16,64] [--attention plain,gqa] [--runtime js,capi] [--scenario long] | context [...] | compare A.json B.json', load: () => import('./cli/bench.js') },
 }
 
 export function usage(): string {
