@@ -23,7 +23,8 @@ export interface WriteOptions {
   dataFile?: string
 }
 
-function makeWeight(w: WeightSpec, seed: number): Float32Array {
+/** A weight's float32 values for `seed` (also what the GGUF writer, gguf.ts, converts). */
+export function makeWeight(w: WeightSpec, seed: number): Float32Array {
   const n = w.dims.reduce((a, b) => a * b, 1)
   switch (w.init.kind) {
     case 'ones':
