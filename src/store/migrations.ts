@@ -1,5 +1,6 @@
-// The SQLite schema as an ordered list of migrations; `PRAGMA user_version` records how many have run.
-// Append only: never edit a migration that has shipped.
+// The schema of each store as ordered lists of migrations, kept in step: migration N means the same tables in
+// SQLite (`PRAGMA user_version` records how many have run) and PostgreSQL (`onnxd_schema.version`).
+// Append only, to both lists at once: never edit a migration that has shipped. Imports: nothing.
 
 export const MIGRATIONS: readonly string[] = [
   // 1: accounts, keys, usage per key/model/day.
@@ -54,6 +55,65 @@ export const MIGRATIONS: readonly string[] = [
     updated_at        INTEGER NOT NULL,
     settled_at        INTEGER
   ) STRICT;
+  CREATE INDEX inflight_open ON inflight(settled_at, updated_at);
+  CREATE INDEX inflight_owner ON inflight(owner, settled_at);
+  `,
+]
+
+/** The same schema in PostgreSQL: one entry per SQLite migration above (a test holds the two lists to one length). */
+export const PG_MIGRATIONS: readonly string[] = [
+  // 1: accounts, keys, usage per key/model/day.
+  `
+  CREATE TABLE accounts (
+    id             TEXT PRIMARY KEY,
+    name           TEXT NOT NULL,
+    email          TEXT,
+    balance_micros BIGINT NOT NULL DEFAULT 0,
+    subscription   TEXT NOT NULL DEFAULT 'active' CHECK (subscription IN ('active', 'inactive')),
+    created_at     BIGINT NOT NULL
+  );
+
+  CREATE TABLE api_keys (
+    id           TEXT PRIMARY KEY,
+    account_id   TEXT NOT NULL REFERENCES accounts(id),
+    name         TEXT,
+    hash         BYTEA NOT NULL UNIQUE,
+    redacted     TEXT NOT NULL,
+    rpm_limit    INTEGER,
+    created_at   BIGINT NOT NULL,
+    last_used_at BIGINT,
+    revoked_at   BIGINT
+  );
+  CREATE INDEX api_keys_account ON api_keys(account_id);
+
+  CREATE TABLE usage (
+    key_id            TEXT NOT NULL REFERENCES api_keys(id),
+    account_id        TEXT NOT NULL REFERENCES accounts(id),
+    model             TEXT NOT NULL,
+    day               TEXT NOT NULL,
+    requests          BIGINT NOT NULL,
+    prompt_tokens     BIGINT NOT NULL,
+    completion_tokens BIGINT NOT NULL,
+    cost_micros       BIGINT NOT NULL,
+    PRIMARY KEY (key_id, model, day)
+  );
+  CREATE INDEX usage_account_day ON usage(account_id, day);
+  `,
+  // 2: completions in flight, written as they go and settled when they end (or, after a crash, by recovery).
+  `
+  CREATE TABLE inflight (
+    id                TEXT PRIMARY KEY,
+    owner             TEXT NOT NULL,
+    key_id            TEXT NOT NULL REFERENCES api_keys(id),
+    account_id        TEXT NOT NULL REFERENCES accounts(id),
+    model             TEXT NOT NULL,
+    prompt_tokens     BIGINT NOT NULL,
+    completion_tokens BIGINT NOT NULL,
+    cost_micros       BIGINT NOT NULL,
+    started_at        BIGINT NOT NULL,
+    updated_at        BIGINT NOT NULL,
+    settled_at        BIGINT
+  );
   CREATE INDEX inflight_open ON inflight(settled_at, updated_at);
   CREATE INDEX inflight_owner ON inflight(owner, settled_at);
   `,

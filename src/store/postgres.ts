@@ -1,0 +1,390 @@
+// The shared store: accounts, keys, usage and billing in PostgreSQL (node-postgres pool), for several facades at once.
+// Chosen by ONNXD_DATABASE_URL. Every balance change is one atomic `UPDATE ... RETURNING`; a completion's usage row,
+// its debit and its in-flight row are written in one transaction; recovery takes stale in-flight rows with
+// `FOR UPDATE SKIP LOCKED`, so facades sharing the database never settle one row twice.
+// Imports: store interfaces, migrations, ids, shared errors.
+import pg from 'pg'
+import { OnnxdError } from '../shared/errors.js'
+import { newAccountId, newKeyId } from './ids.js'
+import { PG_MIGRATIONS } from './migrations.js'
+import type {
+  Account,
+  ApiKey,
+  CompletionUsage,
+  InFlightCompletion,
+  KeyLookup,
+  NewAccount,
+  NewApiKey,
+  ProfilePatch,
+  SettledInFlight,
+  Store,
+  Subscription,
+  UsageQuery,
+  UsageRow,
+} from './interfaces.js'
+
+interface AccountRow {
+  id: string
+  name: string
+  email: string | null
+  balance_micros: number
+  subscription: Subscription
+  created_at: number
+}
+
+interface KeyRow {
+  id: string
+  account_id: string
+  name: string | null
+  redacted: string
+  rpm_limit: number | null
+  created_at: number
+  last_used_at: number | null
+  revoked_at: number | null
+}
+
+interface InFlightRow {
+  id: string
+  key_id: string
+  account_id: string
+  model: string
+  prompt_tokens: number
+  completion_tokens: number
+  cost_micros: number
+  updated_at: number
+  settled_at: number | null
+}
+
+/** Settled in-flight rows are kept this long, as in SQLite. */
+const SETTLED_RETENTION_MS = 86_400_000
+/** Serialises migrations of facades starting together (an arbitrary constant: "onnx"). */
+const MIGRATION_LOCK = 0x6f6e6e78
+
+const INT8_OID = 20
+/** BIGINT columns as numbers: every stored amount is a safe integer (micros, tokens, seconds). */
+const types = {
+  getTypeParser(oid: number, format?: string) {
+    if (oid === INT8_OID) return (v: string) => Number(v)
+    return format === 'binary' ? pg.types.getTypeParser(oid, 'binary') : pg.types.getTypeParser(oid, 'text')
+  },
+} as pg.CustomTypesConfig
+
+const toAccount = (r: AccountRow): Account => ({
+  id: r.id,
+  name: r.name,
+  email: r.email,
+  balanceMicros: r.balance_micros,
+  subscription: r.subscription,
+  createdAt: r.created_at,
+})
+
+const toKey = (r: KeyRow): ApiKey => ({
+  id: r.id,
+  accountId: r.account_id,
+  name: r.name,
+  redacted: r.redacted,
+  rpmLimit: r.rpm_limit,
+  createdAt: r.created_at,
+  lastUsedAt: r.last_used_at,
+  revokedAt: r.revoked_at,
+})
+
+const nowS = (): number => Math.floor(Date.now() / 1000)
+const dayOf = (ms: number): string => new Date(ms).toISOString().slice(0, 10)
+
+type Queryable = Pick<pg.PoolClient, 'query'>
+
+const UPSERT_USAGE = `
+  INSERT INTO usage (key_id, account_id, model, day, requests, prompt_tokens, completion_tokens, cost_micros)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+  ON CONFLICT (key_id, model, day) DO UPDATE SET
+    requests = usage.requests + excluded.requests,
+    prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens,
+    completion_tokens = usage.completion_tokens + excluded.completion_tokens,
+    cost_micros = usage.cost_micros + excluded.cost_micros`
+
+async function debit(c: Queryable, micros: number, accountId: string): Promise<number> {
+  const r = await c.query<{ balance_micros: number }>(
+    'UPDATE accounts SET balance_micros = balance_micros - $1 WHERE id = $2 RETURNING balance_micros',
+    [micros, accountId],
+  )
+  if (r.rowCount === 0) throw new OnnxdError('internal', `account ${accountId} vanished while recording usage`)
+  return r.rows[0]!.balance_micros
+}
+
+/** Applies pending migrations (one transaction each, under an advisory lock); returns the schema version reached. */
+export async function migratePostgres(pool: pg.Pool): Promise<number> {
+  const c = await pool.connect()
+  try {
+    await c.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK])
+    await c.query('CREATE TABLE IF NOT EXISTS onnxd_schema (version INTEGER NOT NULL)')
+    await c.query('INSERT INTO onnxd_schema (version) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM onnxd_schema)')
+    let version = (await c.query<{ version: number }>('SELECT version FROM onnxd_schema')).rows[0]!.version
+    if (version > PG_MIGRATIONS.length) {
+      throw new OnnxdError('config', `database schema version ${version} is newer than this onnxd (${PG_MIGRATIONS.length})`)
+    }
+    for (; version < PG_MIGRATIONS.length; version++) {
+      await c.query('BEGIN')
+      try {
+        await c.query(PG_MIGRATIONS[version]!)
+        await c.query('UPDATE onnxd_schema SET version = $1', [version + 1])
+        await c.query('COMMIT')
+      } catch (e) {
+        await c.query('ROLLBACK')
+        throw e
+      }
+    }
+    return version
+  } finally {
+    await c.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK]).catch(() => undefined)
+    c.release()
+  }
+}
+
+export interface PostgresStoreOptions {
+  /** `postgres://user:password@host:port/database` */
+  url: string
+  /** Most connections this facade opens (default 10). */
+  maxConnections?: number
+}
+
+export class PostgresStore implements Store {
+  private constructor(readonly pool: pg.Pool) {}
+
+  /** Connects, migrates, and returns the store; a bad URL or an unreachable server is a `config` error. */
+  static async open(opts: PostgresStoreOptions): Promise<PostgresStore> {
+    let pool: pg.Pool
+    try {
+      pool = new pg.Pool({ connectionString: opts.url, max: opts.maxConnections ?? 10, types })
+    } catch {
+      throw new OnnxdError('config', 'ONNXD_DATABASE_URL is not a valid postgres:// URL')
+    }
+    // An idle connection dropped by the server must not crash the process; the next query reconnects.
+    pool.on('error', () => undefined)
+    try {
+      await migratePostgres(pool)
+    } catch (e) {
+      await pool.end()
+      if (e instanceof OnnxdError) throw e
+      const host = safeHost(opts.url)
+      throw new OnnxdError('config', `cannot open the PostgreSQL store at ${host}: ${(e as Error).message}`)
+    }
+    return new PostgresStore(pool)
+  }
+
+  /** Runs `fn` in one transaction on one connection. */
+  private async tx<T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+    const c = await this.pool.connect()
+    try {
+      await c.query('BEGIN')
+      const out = await fn(c)
+      await c.query('COMMIT')
+      return out
+    } catch (e) {
+      await c.query('ROLLBACK').catch(() => undefined)
+      throw e
+    } finally {
+      c.release()
+    }
+  }
+
+  private async one<R extends pg.QueryResultRow>(sql: string, params: unknown[]): Promise<R | null> {
+    return (await this.pool.query<R>(sql, params)).rows[0] ?? null
+  }
+
+  async createAccount(input: NewAccount): Promise<Account> {
+    const r = await this.one<AccountRow>(
+      `INSERT INTO accounts (id, name, email, balance_micros, subscription, created_at) VALUES ($1, $2, $3, $4, $5, $6)
+       RETURNING *`,
+      [newAccountId(), input.name, input.email ?? null, input.balanceMicros ?? 0, input.subscription ?? 'active', nowS()],
+    )
+    return toAccount(r!)
+  }
+
+  async getAccount(id: string): Promise<Account | null> {
+    const r = await this.one<AccountRow>('SELECT * FROM accounts WHERE id = $1', [id])
+    return r ? toAccount(r) : null
+  }
+
+  async listAccounts(): Promise<Account[]> {
+    return (await this.pool.query<AccountRow>('SELECT * FROM accounts ORDER BY created_at, id COLLATE "C"')).rows.map(toAccount)
+  }
+
+  async updateProfile(id: string, patch: ProfilePatch): Promise<Account | null> {
+    const r = await this.one<AccountRow>(
+      `UPDATE accounts SET name = coalesce($2, name), email = CASE WHEN $3 THEN $4 ELSE email END
+       WHERE id = $1 RETURNING *`,
+      [id, patch.name ?? null, patch.email !== undefined, patch.email ?? null],
+    )
+    return r ? toAccount(r) : null
+  }
+
+  async creditAccount(id: string, micros: number): Promise<Account | null> {
+    if (!Number.isSafeInteger(micros)) throw new OnnxdError('invalid_value', `credit must be an integer number of micros. Given: ${micros}`)
+    const r = await this.one<AccountRow>('UPDATE accounts SET balance_micros = balance_micros + $1 WHERE id = $2 RETURNING *', [micros, id])
+    return r ? toAccount(r) : null
+  }
+
+  async setSubscription(id: string, subscription: Subscription): Promise<Account | null> {
+    const r = await this.one<AccountRow>('UPDATE accounts SET subscription = $1 WHERE id = $2 RETURNING *', [subscription, id])
+    return r ? toAccount(r) : null
+  }
+
+  async createKey(input: NewApiKey): Promise<ApiKey> {
+    const r = await this.one<KeyRow>(
+      `INSERT INTO api_keys (id, account_id, name, hash, redacted, rpm_limit, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
+       RETURNING *`,
+      [newKeyId(), input.accountId, input.name ?? null, input.hash, input.redacted, input.rpmLimit ?? null, nowS()],
+    )
+    return toKey(r!)
+  }
+
+  async findKeyByHash(hash: Buffer): Promise<KeyLookup | null> {
+    const r = await this.one<KeyRow & { hash: Buffer } & { [K in keyof AccountRow as `a_${K}`]: AccountRow[K] }>(
+      `SELECT k.*, a.id AS a_id, a.name AS a_name, a.email AS a_email, a.balance_micros AS a_balance_micros,
+              a.subscription AS a_subscription, a.created_at AS a_created_at
+       FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = $1`,
+      [hash],
+    )
+    if (!r) return null
+    return {
+      key: toKey(r),
+      hash: r.hash,
+      account: toAccount({
+        id: r.a_id,
+        name: r.a_name,
+        email: r.a_email,
+        balance_micros: r.a_balance_micros,
+        subscription: r.a_subscription,
+        created_at: r.a_created_at,
+      }),
+    }
+  }
+
+  async getKey(id: string): Promise<ApiKey | null> {
+    const r = await this.one<KeyRow>('SELECT * FROM api_keys WHERE id = $1', [id])
+    return r ? toKey(r) : null
+  }
+
+  async listKeys(accountId: string): Promise<ApiKey[]> {
+    return (await this.pool.query<KeyRow>('SELECT * FROM api_keys WHERE account_id = $1 ORDER BY created_at, id COLLATE "C"', [accountId])).rows.map(toKey)
+  }
+
+  async revokeKey(accountId: string | null, keyId: string): Promise<ApiKey | null> {
+    const r = await this.one<KeyRow>(
+      `UPDATE api_keys SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2 AND ($3::text IS NULL OR account_id = $3)
+       RETURNING *`,
+      [nowS(), keyId, accountId],
+    )
+    return r ? toKey(r) : null
+  }
+
+  async recordCompletion(u: CompletionUsage): Promise<{ balanceMicros: number }> {
+    return this.tx(async (c) => {
+      let requests = 1
+      let { promptTokens, completionTokens, costMicros } = u
+      const taken =
+        u.inFlightId !== undefined
+          ? (await c.query<InFlightRow>('DELETE FROM inflight WHERE id = $1 RETURNING *', [u.inFlightId])).rows[0]
+          : undefined
+      if (taken && taken.settled_at !== null) {
+        // Recovery already recorded this request and what it had delivered: add only the rest.
+        requests = 0
+        promptTokens = Math.max(0, promptTokens - taken.prompt_tokens)
+        completionTokens = Math.max(0, completionTokens - taken.completion_tokens)
+        costMicros = Math.max(0, costMicros - taken.cost_micros)
+      }
+      if (requests + promptTokens + completionTokens + costMicros > 0) {
+        await c.query(UPSERT_USAGE, [u.keyId, u.accountId, u.model, dayOf(u.at), requests, promptTokens, completionTokens, costMicros])
+      }
+      if (u.touchKey !== false) await c.query('UPDATE api_keys SET last_used_at = $1 WHERE id = $2', [Math.floor(u.at / 1000), u.keyId])
+      return { balanceMicros: await debit(c, costMicros, u.accountId) }
+    })
+  }
+
+  async saveInFlight(owner: string, rows: readonly InFlightCompletion[], nowMs: number): Promise<void> {
+    await this.tx(async (c) => {
+      for (const r of rows) {
+        await c.query(
+          `INSERT INTO inflight (id, owner, key_id, account_id, model, prompt_tokens, completion_tokens, cost_micros,
+                                 started_at, updated_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+           ON CONFLICT (id) DO UPDATE SET
+             owner = excluded.owner,
+             prompt_tokens = excluded.prompt_tokens,
+             completion_tokens = excluded.completion_tokens,
+             cost_micros = excluded.cost_micros,
+             updated_at = excluded.updated_at
+           WHERE inflight.settled_at IS NULL`,
+          [r.id, owner, r.keyId, r.accountId, r.model, r.promptTokens, r.completionTokens, r.costMicros, r.startedAt, nowMs],
+        )
+      }
+      await c.query('UPDATE inflight SET updated_at = $1 WHERE owner = $2 AND settled_at IS NULL', [nowMs, owner])
+    })
+  }
+
+  async settleStaleInFlight(staleBeforeMs: number, nowMs: number): Promise<SettledInFlight> {
+    return this.tx(async (c) => {
+      const out: SettledInFlight = { completions: 0, promptTokens: 0, completionTokens: 0, costMicros: 0 }
+      // Rows another facade is settling (or its owner is renewing) right now are locked: skip them, never wait.
+      const stale = await c.query<InFlightRow>(
+        `SELECT * FROM inflight WHERE settled_at IS NULL AND updated_at < $1 ORDER BY updated_at, id FOR UPDATE SKIP LOCKED`,
+        [staleBeforeMs],
+      )
+      for (const r of stale.rows) {
+        await c.query(UPSERT_USAGE, [r.key_id, r.account_id, r.model, dayOf(r.updated_at), 1, r.prompt_tokens, r.completion_tokens, r.cost_micros])
+        await debit(c, r.cost_micros, r.account_id)
+        await c.query('UPDATE inflight SET settled_at = $1 WHERE id = $2', [nowMs, r.id])
+        out.completions++
+        out.promptTokens += r.prompt_tokens
+        out.completionTokens += r.completion_tokens
+        out.costMicros += r.cost_micros
+      }
+      await c.query('DELETE FROM inflight WHERE settled_at IS NOT NULL AND settled_at < $1', [nowMs - SETTLED_RETENTION_MS])
+      return out
+    })
+  }
+
+  async usage(query: UsageQuery): Promise<UsageRow[]> {
+    if (query.keyId === undefined && query.accountId === undefined) throw new OnnxdError('internal', 'usage query needs a keyId or an accountId')
+    const all: [string, string | undefined][] = [
+      ['key_id =', query.keyId],
+      ['account_id =', query.accountId],
+      ['day >=', query.from],
+      ['day <=', query.to],
+    ]
+    const filters = all.filter((f): f is [string, string] => f[1] !== undefined)
+    const where = filters.map(([condition], i) => `${condition} $${i + 1}`)
+    const rows = await this.pool.query<{ key_id: string; model: string; requests: number; prompt_tokens: number; completion_tokens: number; cost_micros: number }>(
+      `SELECT key_id, model, sum(requests)::bigint AS requests, sum(prompt_tokens)::bigint AS prompt_tokens,
+              sum(completion_tokens)::bigint AS completion_tokens, sum(cost_micros)::bigint AS cost_micros
+       FROM usage WHERE ${where.join(' AND ')} GROUP BY key_id, model ORDER BY key_id COLLATE "C", model COLLATE "C"`,
+      filters.map(([, value]) => value),
+    )
+    return rows.rows.map((r) => ({
+      keyId: r.key_id,
+      model: r.model,
+      requests: r.requests,
+      promptTokens: r.prompt_tokens,
+      completionTokens: r.completion_tokens,
+      costMicros: r.cost_micros,
+    }))
+  }
+
+  private closed = false
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    await this.pool.end()
+  }
+}
+
+/** `host:port/database` of a connection URL, never its credentials. */
+function safeHost(url: string): string {
+  try {
+    const u = new URL(url)
+    return `${u.hostname}${u.port ? `:${u.port}` : ''}${u.pathname}`
+  } catch {
+    return '(unparseable URL)'
+  }
+}

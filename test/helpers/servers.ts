@@ -1,0 +1,117 @@
+// Throwaway PostgreSQL and Redis servers for the shared-store suites: the server named by ONNXD_TEST_DATABASE_URL /
+// ONNXD_TEST_REDIS_URL when set, else one started in a temp dir on a free loopback port when the binaries exist, else
+// null with the reason (the suite then reports as skipped). PostgreSQL refuses to run as root: as root, it runs as
+// the `postgres` (or `nobody`) user via runuser.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+export interface TestServer {
+  url: string
+  stop(): Promise<void>
+}
+
+export type Started = { server: TestServer; reason: null } | { server: null; reason: string }
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+function onPath(bin: string): string | null {
+  const r = spawnSync('sh', ['-c', `command -v ${bin}`], { encoding: 'utf8' })
+  return r.status === 0 ? r.stdout.trim() : null
+}
+
+function pgBinDir(): string | null {
+  const fromPath = onPath('pg_ctl')
+  if (fromPath) return join(fromPath, '..')
+  const root = '/usr/lib/postgresql'
+  if (!existsSync(root)) return null
+  const versions = readdirSync(root).sort((a, b) => Number(b) - Number(a))
+  for (const v of versions) if (existsSync(join(root, v, 'bin', 'pg_ctl'))) return join(root, v, 'bin')
+  return null
+}
+
+/** The user PostgreSQL runs as, when we are root: a prefix for the command. */
+function asUser(): string[] {
+  if (process.getuid?.() !== 0) return []
+  const user = spawnSync('id', ['postgres']).status === 0 ? 'postgres' : 'nobody'
+  return ['runuser', '-u', user, '--']
+}
+
+function run(cmd: string[]): { ok: boolean; out: string } {
+  const r = spawnSync(cmd[0]!, cmd.slice(1), { encoding: 'utf8', timeout: 60_000 })
+  return { ok: r.status === 0, out: `${r.stdout}${r.stderr}`.trim().slice(-500) }
+}
+
+export async function startPostgres(): Promise<Started> {
+  const given = process.env.ONNXD_TEST_DATABASE_URL
+  if (given) return { server: { url: given, stop: async () => undefined }, reason: null }
+  const bin = pgBinDir()
+  if (!bin) return { server: null, reason: 'no PostgreSQL binaries (initdb, pg_ctl) and ONNXD_TEST_DATABASE_URL is unset' }
+  const dir = mkdtempSync(join(tmpdir(), 'onnxd-pg-'))
+  chmodSync(dir, 0o777)
+  const data = join(dir, 'data')
+  const user = asUser()
+  const init = run([...user, join(bin, 'initdb'), '-D', data, '-U', 'onnxd', '--auth=trust', '--locale=C', '-E', 'UTF8'])
+  if (!init.ok) return { server: null, reason: `initdb failed: ${init.out}` }
+  const port = await freePort()
+  const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off`
+  const start = run([...user, join(bin, 'pg_ctl'), '-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', 'start'])
+  if (!start.ok) return { server: null, reason: `pg_ctl start failed: ${start.out}` }
+  return {
+    server: {
+      url: `postgres://onnxd@127.0.0.1:${port}/postgres`,
+      stop: async () => {
+        run([...user, join(bin, 'pg_ctl'), '-D', data, '-m', 'immediate', 'stop'])
+        rmSync(dir, { recursive: true, force: true })
+      },
+    },
+    reason: null,
+  }
+}
+
+export async function startRedis(): Promise<Started> {
+  const given = process.env.ONNXD_TEST_REDIS_URL
+  if (given) return { server: { url: given, stop: async () => undefined }, reason: null }
+  const bin = onPath('redis-server')
+  if (!bin) return { server: null, reason: 'no redis-server binary and ONNXD_TEST_REDIS_URL is unset' }
+  const dir = mkdtempSync(join(tmpdir(), 'onnxd-redis-'))
+  const port = await freePort()
+  const child: ChildProcess = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--dir', dir], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  const ready = await new Promise<string | null>((resolve) => {
+    let out = ''
+    child.stdout!.on('data', (b: Buffer) => {
+      out += b.toString()
+      if (out.includes('Ready to accept connections')) resolve(null)
+    })
+    child.once('exit', (code) => resolve(`redis-server exited (${code}): ${out.slice(-300)}`))
+    child.once('error', (e) => resolve(`redis-server failed: ${e.message}`))
+  })
+  if (ready) return { server: null, reason: ready }
+  return {
+    server: {
+      url: `redis://127.0.0.1:${port}`,
+      stop: async () => {
+        if (child.exitCode === null) {
+          const exited = new Promise((r) => child.once('exit', r))
+          child.kill('SIGTERM')
+          await exited
+        }
+        rmSync(dir, { recursive: true, force: true })
+      },
+    },
+    reason: null,
+  }
+}
