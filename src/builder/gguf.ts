@@ -4,10 +4,12 @@
 // quantize_row_q4_0_ref in ggml-quants.c) byte for byte. Q and K projections are permuted the way llama.cpp's
 // convert_hf_to_gguf.py does: the ONNX graph rotates halves (HF rotate_half), llama.cpp's LLAMA rope pairs adjacent
 // dims. Deterministic bytes. Imports: shared, and the builder's graph, presets, tokenizer, quantize and writer.
-import { open } from 'node:fs/promises'
+import { open, readFile } from 'node:fs/promises'
 import { endianness } from 'node:os'
+import { join } from 'node:path'
 import { OnnxdError } from '../shared/errors.js'
 import { llamaGraph } from './graph.js'
+import { BUILDER_VERSION, presetOf } from './index.js'
 import type { Preset } from './presets.js'
 import { floatToHalf } from './quantize.js'
 import { BOS_ID, CHAT_TEMPLATE, EOS_ID, PAD_ID, SPECIAL_TOKENS, trainByteLevelBpe } from './tokenizer.js'
@@ -343,4 +345,25 @@ export async function writeGguf(path: string, opts: GgufOptions): Promise<number
     await fh.close()
   }
   return written
+}
+
+/**
+ * Writes `type` GGUF of the onnxd bundle in `dir` (its config.json names the preset and seed it was built from; the
+ * weights are regenerated from them, so they are the bundle's own) to `out` (default `dir/model-<type>.gguf`).
+ */
+export async function writeBundleGguf(dir: string, type: GgufType, out?: string): Promise<{ path: string; bytes: number; preset: string; seed: number }> {
+  const path = join(dir, 'config.json')
+  let origin: { version?: unknown; preset?: unknown; seed?: unknown } | undefined
+  try {
+    origin = (JSON.parse(await readFile(path, 'utf8')) as { onnxd_builder?: typeof origin }).onnxd_builder
+  } catch (e) {
+    throw new OnnxdError('bad_bundle', `${path}: cannot read it (${(e as Error).message}); GGUF conversion needs a plain-form bundle onnxd built`)
+  }
+  if (!origin || typeof origin.preset !== 'string' || typeof origin.seed !== 'number')
+    throw new OnnxdError('bad_bundle', `${path}: not built by onnxd (no onnxd_builder preset and seed); only the builder's bundles convert`)
+  if (origin.version !== BUILDER_VERSION)
+    throw new OnnxdError('bad_bundle', `${path}: built by builder version ${String(origin.version)}, this is ${BUILDER_VERSION}; rebuild it (onnxd model build) first`)
+  const target = out ?? join(dir, `model-${type}.gguf`)
+  const bytes = await writeGguf(target, { preset: presetOf(origin.preset), name: `onnxd-${origin.preset}`, seed: origin.seed, type })
+  return { path: target, bytes, preset: origin.preset, seed: origin.seed }
 }

@@ -1,14 +1,16 @@
 // `onnxd model build <preset> [--out DIR] [--seed N] [--attention plain|gqa] [--dtype q4,int8,fp16]`: writes the
 // embedded default model bundle and prints a one-line JSON summary (preset, attention, dtypes, dir, parameters,
-// bytes, seconds). `onnxd model quality ...` is model-quality.ts.
+// bytes, seconds). `onnxd model quality ...` is model-quality.ts; `onnxd model gguf ...`, model-gguf.ts.
 import { parseArgs } from 'node:util'
 import { join } from 'node:path'
 import { ATTENTION_FORMS, PRESETS, WEIGHT_DTYPES, buildModel, type Attention, type WeightDtype } from '../builder/index.js'
 import { clip } from '../shared/errors.js'
+import * as gguf from './model-gguf.js'
 import * as quality from './model-quality.js'
 
 const USAGE = `usage: onnxd model build <preset> [--out DIR] [--seed N] [--attention plain|gqa] [--dtype q4,int8,fp16]
        onnxd model quality DIR --dtype q4|int8|fp16 [--prompts N] [--tokens M] [--json]
+       onnxd model gguf DIR [--type f32,q8_0,q4_0] [--out FILE]   (GGUF for llama.cpp; onnxd model gguf --help)
 
 Builds the embedded default model (Llama architecture, seeded random weights, byte-level BPE tokenizer). DIR
 defaults to models/onnxd-<preset> (models/onnxd-<preset>-gqa for gqa); N (default 0) seeds the weights.
@@ -30,6 +32,7 @@ ${Object.entries(PRESETS)
 
 export async function run(argv: string[]): Promise<number | void> {
   if (argv[0] === 'quality') return quality.run(argv.slice(1))
+  if (argv[0] === 'gguf') return gguf.run(argv.slice(1))
   let parsed
   try {
     parsed = parseArgs({

@@ -2,10 +2,12 @@
 // (expected bytes worked out with numpy float32 arithmetic following quantize_row_q8_0_ref / quantize_row_q4_0_ref),
 // the rotary permutation of convert_hf_to_gguf.py, which tensors stay F32, and the file's header and determinism.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { mkdtemp, readFile, rm } from 'node:fs/promises'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PRESETS } from '../../src/builder/presets.js'
+import { buildModel } from '../../src/builder/index.js'
+import { run } from '../../src/cli/model.js'
 import { permuteRope, quantizeQ4_0, quantizeQ8_0, tensorType, writeGguf } from '../../src/builder/gguf.js'
 
 const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex')
@@ -90,5 +92,19 @@ describe('file', () => {
     // Another seed, other weights.
     await writeGguf(join(dir, 'c.gguf'), { ...opts, seed: 1 })
     expect(Buffer.compare(a, await readFile(join(dir, 'c.gguf')))).not.toBe(0)
+  })
+  it('onnxd model gguf DIR --type: the bundle\'s preset and seed, the same bytes as the writer; bad input refused', async () => {
+    const bundle = (await buildModel({ preset: 'tiny', outDir: join(dir, 'bundle'), seed: 3 })).dir
+    expect(await run(['gguf', bundle, '--type', 'f32,q8_0'])).toBe(0)
+    for (const type of ['f32', 'q8_0'] as const) {
+      await writeGguf(join(dir, `ref-${type}.gguf`), { preset: PRESETS.tiny, name: 'onnxd-tiny', seed: 3, type })
+      expect(Buffer.compare(await readFile(join(bundle, `model-${type}.gguf`)), await readFile(join(dir, `ref-${type}.gguf`))), type).toBe(0)
+    }
+    expect(await run(['gguf', bundle, '--type', 'q4_0', '--out', join(dir, 'one.gguf')])).toBe(0)
+    expect((await readFile(join(dir, 'one.gguf'))).subarray(0, 4).toString('latin1')).toBe('GGUF')
+    expect(await run(['gguf', bundle, '--type', 'q5_k'])).toBe(2)
+    expect(await run(['gguf', bundle, '--type', 'f32,q4_0', '--out', join(dir, 'x.gguf')])).toBe(2)
+    await writeFile(join(dir, 'config.json'), JSON.stringify({ model_type: 'llama' }))
+    expect(await run(['gguf', dir])).toBe(1) // not an onnxd bundle: no preset or seed to regenerate from
   })
 })
