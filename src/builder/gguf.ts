@@ -86,7 +86,7 @@ export function quantizeQ4_0(x: Float32Array): Uint8Array {
 
 /** Appends GGUF scalars, strings and arrays (all little-endian) to a growing buffer. */
 class Out {
-  private buf = new Uint8Array(1 << 16)
+  private buf = new Uint8Array(1 << 12) // grows by doubling: even the tiny preset's vocabulary outgrows it several times
   private view = new DataView(this.buf.buffer)
   length = 0
   private room(n: number): number {
@@ -100,25 +100,32 @@ class Out {
     this.length += n
     return at
   }
+  // Each writer takes its offset first: room() may replace buf and view, so they are read after it.
   u32(v: number): void {
-    this.view.setUint32(this.room(4), v, true)
+    const at = this.room(4)
+    this.view.setUint32(at, v, true)
   }
   i32(v: number): void {
-    this.view.setInt32(this.room(4), v, true)
+    const at = this.room(4)
+    this.view.setInt32(at, v, true)
   }
   u64(v: number): void {
-    this.view.setBigUint64(this.room(8), BigInt(v), true)
+    const at = this.room(8)
+    this.view.setBigUint64(at, BigInt(v), true)
   }
   f32(v: number): void {
-    this.view.setFloat32(this.room(4), v, true)
+    const at = this.room(4)
+    this.view.setFloat32(at, v, true)
   }
   u8(v: number): void {
-    this.view.setUint8(this.room(1), v)
+    const at = this.room(1)
+    this.view.setUint8(at, v)
   }
   string(s: string): void {
     const b = Buffer.from(s, 'utf8')
     this.u64(b.length)
-    this.buf.set(b, this.room(b.length))
+    const at = this.room(b.length)
+    this.buf.set(b, at)
   }
   pad(): void {
     this.room((ALIGNMENT - (this.length % ALIGNMENT)) % ALIGNMENT)
