@@ -1,7 +1,8 @@
 // What the operator commands (`onnxd account|key|token|facade|serve`) share: reading the facade's options from
 // onnxd.config.json, the environment and flags, opening the store, printing JSON, negative numbers as arguments.
 // Imports: facade options, store.
-import { SqliteStore } from '../store/sqlite.js'
+import type { Store } from '../store/interfaces.js'
+import { openStore } from '../facade/stores.js'
 import { facadeFlags, loadFacadeOptions, readFacadeConfig, type Env, type FacadeOptions } from '../facade/options.js'
 
 export function operatorOptions(values: Record<string, unknown>, env: Env): FacadeOptions {
@@ -9,9 +10,9 @@ export function operatorOptions(values: Record<string, unknown>, env: Env): Faca
   return loadFacadeOptions(env, facadeFlags(values), readFacadeConfig(config))
 }
 
-/** Runs `fn` with the store of the configured data directory, closing it afterwards. */
-export async function withStore<T>(opts: FacadeOptions, fn: (store: SqliteStore) => Promise<T>): Promise<T> {
-  const store = new SqliteStore({ dataDir: opts.dataDir })
+/** Runs `fn` with the configured store (PostgreSQL at ONNXD_DATABASE_URL, else SQLite in the data directory), closing it afterwards. */
+export async function withStore<T>(opts: FacadeOptions, fn: (store: Store) => Promise<T>): Promise<T> {
+  const store = await openStore(opts)
   try {
     return await fn(store)
   } finally {

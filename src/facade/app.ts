@@ -2,8 +2,6 @@
 // auth + rate-limit hook; errors leave through one handler. Imports: facade parts, store; never engine or node.
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { RateLimitStore, Store } from '../store/interfaces.js'
-import { MemoryRateLimitStore } from '../store/memory-rate-limit.js'
-import { SqliteStore } from '../store/sqlite.js'
 import { Authenticator } from './auth/authenticate.js'
 import { SessionVerifier } from './auth/jwt.js'
 import { resolveJwtSecret } from './auth/secret.js'
@@ -16,6 +14,7 @@ import { HttpNodeClient, type NodeClient } from './node-client.js'
 import type { FacadeOptions } from './options.js'
 import './request.js'
 import { NodeRouter } from './router.js'
+import { openRateLimits, openStore } from './stores.js'
 import { accountRoutes } from './routes/account.js'
 import { chatCompletionsRoute } from './routes/chat-completions/route.js'
 import { completionsRoute } from './routes/completions/route.js'
@@ -77,8 +76,8 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
     maxTtlS: options.jwtMaxTtlS,
   })
   const now = deps.now ?? Date.now
-  const store = deps.store ?? new SqliteStore({ dataDir: options.dataDir })
-  const rateLimits = deps.rateLimits ?? new MemoryRateLimitStore()
+  const store = deps.store ?? (await openStore(options))
+  const rateLimits = deps.rateLimits ?? openRateLimits(options, (m) => app.log.warn(m))
   const nodeClient = deps.nodeClient ?? new HttpNodeClient({ timeoutMs: options.nodeTimeoutMs })
   const router = new NodeRouter(options.nodes, nodeClient, { intervalMs: options.healthIntervalMs, log: app.log, now })
   const ctx: FacadeContext = {
@@ -112,7 +111,9 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
   app.get('/health', async (_request, reply) => {
     const nodes = router.snapshot()
     const ready = nodes.some((n) => n.status === 'ready')
-    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'unavailable', nodes })
+    // A shared counter backend that did not answer let requests through (fail open): how many, since start.
+    const failOpen = rateLimits.failures !== undefined ? { rate_limit_fail_open: rateLimits.failures } : {}
+    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'unavailable', nodes, ...failOpen })
   })
 
   await app.register(

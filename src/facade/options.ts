@@ -29,6 +29,14 @@ export const FacadeOptions = Type.Object(
     nodes: Type.Array(Url, { minItems: 1, default: ['http://127.0.0.1:8081'] }),
     /** Holds the SQLite database and, when no secret is configured, the generated JWT secret. */
     dataDir: Type.String({ minLength: 1, default: 'data' }),
+    /**
+     * PostgreSQL holding accounts, keys and usage, shared by every facade given the same URL (`postgres://…`).
+     * Absent: SQLite in `dataDir`. (Its scheme is checked below, so that a bad value, which may hold a password, is
+     * never echoed.)
+     */
+    databaseUrl: Type.Optional(Type.String({ minLength: 1 })),
+    /** Redis holding the rate-limit counters, shared by every facade given the same URL (`redis://…`). Absent: in process. */
+    redisUrl: Type.Optional(Type.String({ minLength: 1 })),
     /** HS256 secret for session tokens. Absent: generated once and kept in `<dataDir>/jwt-secret` (not in production). */
     jwtSecret: Type.Optional(Type.String({ minLength: 32 })),
     /** A JWKS URL or file with the public keys of RS256/ES256 session tokens. */
@@ -74,6 +82,8 @@ export const FACADE_ENV: Record<Field, string> = {
   host: 'ONNXD_HOST',
   nodes: 'ONNXD_NODES',
   dataDir: 'ONNXD_DATA_DIR',
+  databaseUrl: 'ONNXD_DATABASE_URL',
+  redisUrl: 'ONNXD_REDIS_URL',
   jwtSecret: 'ONNXD_JWT_SECRET',
   jwksUrl: 'ONNXD_JWKS_URL',
   jwksFile: 'ONNXD_JWKS_FILE',
@@ -127,6 +137,12 @@ const SPEC: OptionsSpec<typeof FacadeOptions> = {
   normalize: { nodes: withoutTrailingSlashes },
   check: (v, env) => {
     const problems: string[] = []
+    if (typeof v.databaseUrl === 'string' && !/^postgres(ql)?:\/\/./.test(v.databaseUrl)) {
+      problems.push('databaseUrl (ONNXD_DATABASE_URL): must be a postgres:// URL')
+    }
+    if (typeof v.redisUrl === 'string' && !/^rediss?:\/\/./.test(v.redisUrl)) {
+      problems.push('redisUrl (ONNXD_REDIS_URL): must be a redis:// or rediss:// URL')
+    }
     if (v.jwksUrl !== undefined && v.jwksFile !== undefined) {
       problems.push(`jwksUrl (ONNXD_JWKS_URL) and jwksFile (ONNXD_JWKS_FILE) are exclusive: set one`)
     }

@@ -181,5 +181,7 @@ export interface RateLimitHit {
  */
 export interface RateLimitStore {
   hit(bucket: string, limit: number, windowMs: number, nowMs: number): Promise<RateLimitHit>
+  /** A networked backend: hits it allowed because it could not answer (fail open), since it was opened. */
+  readonly failures?: number
   close(): Promise<void>
 }

@@ -30,16 +30,15 @@ export class RedisRateLimitStore implements RateLimitStore {
   private readonly prefix: string
   private readonly warn: (message: string) => void
   private lastWarnMs = -Infinity
-  /** Settles when the first connection attempt has (or has not) succeeded; hits made before then wait for it. */
+  /** Settles once connected, or `timeoutMs` after opening: hits made before then wait for it, later ones never. */
   private readonly firstConnect: Promise<void>
-  private readonly timeoutMs: number
   /** Hits allowed because Redis could not answer (unreachable, timed out, or an error). */
   failures = 0
 
   constructor(opts: RedisRateLimitOptions) {
     this.prefix = opts.prefix ?? 'onnxd:rl:'
     this.warn = opts.warn ?? ((m) => console.warn(m))
-    const timeoutMs = (this.timeoutMs = opts.timeoutMs ?? 500)
+    const timeoutMs = opts.timeoutMs ?? 500
     this.client = createClient({
       url: opts.url,
       // While disconnected, commands fail at once (and fail open) instead of queueing behind the reconnect.
@@ -49,10 +48,13 @@ export class RedisRateLimitStore implements RateLimitStore {
     })
     // Connection errors are reported through failing hits; without a listener they would crash the process.
     this.client.on('error', () => undefined)
-    this.firstConnect = this.client.connect().then(
-      () => undefined,
-      () => undefined,
-    )
+    this.firstConnect = Promise.race([
+      this.client.connect().then(
+        () => undefined,
+        () => undefined,
+      ),
+      delay(timeoutMs, undefined, { ref: false }),
+    ])
   }
 
   async hit(bucket: string, limit: number, windowMs: number, nowMs: number): Promise<RateLimitHit> {
@@ -75,7 +77,7 @@ export class RedisRateLimitStore implements RateLimitStore {
   }
 
   private async run(key: string, resetAtMs: number): Promise<unknown> {
-    if (!this.client.isReady) await Promise.race([this.firstConnect, delay(this.timeoutMs)])
+    if (!this.client.isReady) await this.firstConnect
     const args = { keys: [key], arguments: [String(resetAtMs)] }
     try {
       return await this.client.evalSha(SHA, args)

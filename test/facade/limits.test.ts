@@ -1,10 +1,20 @@
-import { afterEach, describe, expect, it } from 'vitest'
+import { randomBytes } from 'node:crypto'
+import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { formatDuration, RateLimiter } from '../../src/facade/limits/rate-limit.js'
-import type { ApiKey } from '../../src/store/interfaces.js'
+import type { ApiKey, RateLimitStore } from '../../src/store/interfaces.js'
 import { MemoryRateLimitStore } from '../../src/store/memory-rate-limit.js'
+import { RedisRateLimitStore } from '../../src/store/redis-rate-limit.js'
 import { bearer, chatBody, facadeFixture, type FacadeFixture } from '../helpers/facade.js'
+import { startRedis } from '../helpers/servers.js'
 
-const T0 = 28_333_334 * 60_000 // the start of a one-minute window
+const redis = await startRedis()
+if (redis.reason) console.warn(`Redis rate-limit suites skipped: ${redis.reason}`)
+afterAll(async () => {
+  await redis.server?.stop()
+})
+
+// The start of a one-minute window a few minutes ahead (Redis expires a window's counter when the window ends).
+const T0 = (Math.floor(Date.now() / 60_000) + 5) * 60_000
 let clock = T0
 const now = (): number => clock
 
@@ -29,9 +39,28 @@ const key = (id: string, rpmLimit: number | null = null): ApiKey => ({
 const refused = (code = 'rate_limited') => ({ refused: expect.objectContaining({ code }) })
 const allowed = { refused: null }
 
-describe('RateLimiter', () => {
+const counters: { name: string; skip: string | null; make: () => RateLimitStore }[] = [
+  { name: 'memory', skip: null, make: () => new MemoryRateLimitStore() },
+  {
+    name: 'Redis',
+    skip: redis.reason,
+    make: () => new RedisRateLimitStore({ url: redis.server!.url, prefix: `t${randomBytes(4).toString('hex')}:` }),
+  },
+]
+const opened: RateLimitStore[] = []
+const counter = (make: () => RateLimitStore): RateLimitStore => {
+  const c = make()
+  opened.push(c)
+  return c
+}
+afterEach(async () => {
+  for (const c of opened.splice(0)) await c.close()
+})
+
+for (const c of counters) {
+describe.skipIf(c.skip !== null)(`RateLimiter on ${c.name} counters${c.skip ? ` (skipped: ${c.skip})` : ''}`, () => {
   it('applies the key override, the default, and 0 as unlimited', async () => {
-    const l = new RateLimiter(new MemoryRateLimitStore(), { keyRpm: 2, fleetRpm: 0 }, now)
+    const l = new RateLimiter(counter(c.make), { keyRpm: 2, fleetRpm: 0 }, now)
     expect(await l.admit(key('a'))).toMatchObject({ limit: 2, remaining: 1, ...allowed })
     expect(await l.admit(key('a'))).toMatchObject({ limit: 2, remaining: 0, ...allowed })
     expect(await l.admit(key('a'))).toMatchObject({ limit: 2, remaining: 0, ...refused() })
@@ -41,7 +70,7 @@ describe('RateLimiter', () => {
   })
 
   it('gives Retry-After in whole seconds until the window resets, at least 1', async () => {
-    const l = new RateLimiter(new MemoryRateLimitStore(), { keyRpm: 1, fleetRpm: 0 }, now)
+    const l = new RateLimiter(counter(c.make), { keyRpm: 1, fleetRpm: 0 }, now)
     clock = T0 + 100
     await l.admit(key('a'))
     clock = T0 + 12_300 // 47.7 s left
@@ -53,7 +82,7 @@ describe('RateLimiter', () => {
   })
 
   it('reports the binding limit: the one with the fewest requests remaining, key or fleet', async () => {
-    const l = new RateLimiter(new MemoryRateLimitStore(), { keyRpm: 3, fleetRpm: 5 }, now)
+    const l = new RateLimiter(counter(c.make), { keyRpm: 3, fleetRpm: 5 }, now)
     expect(await l.admit(key('a'))).toMatchObject({ limit: 3, remaining: 2, ...allowed }) // key 2 left, fleet 4
     expect(await l.admit(key('b'))).toMatchObject({ limit: 3, remaining: 2, ...allowed }) // key 2, fleet 3
     expect(await l.admit(key('c'))).toMatchObject({ limit: 3, remaining: 2, ...allowed }) // key 2, fleet 2: a tie keeps the key's
@@ -62,7 +91,10 @@ describe('RateLimiter', () => {
     expect(await l.admit(key('a'))).toMatchObject({ limit: 5, remaining: 0, ...refused() }) // the fleet refuses
     expect((await l.admit(key('a')))?.refused?.message).toMatch(/this API key: 3 requests/) // now the key does
   })
+})
+}
 
+describe('formatDuration', () => {
   it('writes reset durations as OpenAI does', () => {
     expect([1, 9, 59, 60, 61, 360, 3600, 3725].map(formatDuration)).toEqual(['1s', '9s', '59s', '1m0s', '1m1s', '6m0s', '1h0m0s', '1h2m5s'])
   })
@@ -154,5 +186,37 @@ describe('429 rate_limit_error over HTTP', () => {
     for (let i = 0; i < 5; i++) {
       expect((await f.app.inject({ method: 'GET', url: '/v1/account/billing', headers: bearer(token) })).statusCode).toBe(200)
     }
+  })
+})
+
+describe.skipIf(redis.server === null)(`facades sharing one Redis${redis.reason ? ` (skipped: ${redis.reason})` : ''}`, () => {
+  it('two facades given the same ONNXD_REDIS_URL share one fleet-wide window', async () => {
+    // A Redis database of its own, so that no other test's fleet counter is in the way.
+    const url = `${redis.server!.url}/3`
+    const a = await facadeFixture({ options: { keyRpm: 100, fleetRpm: 3, redisUrl: url }, deps: { now } })
+    const b = await facadeFixture({ options: { keyRpm: 100, fleetRpm: 3, redisUrl: url }, deps: { now } })
+    try {
+      clock = T0 + 1000
+      const codes: number[] = []
+      for (let i = 0; i < 6; i++) {
+        const fx = i % 2 ? a : b
+        codes.push((await fx.app.inject({ method: 'GET', url: '/v1/models', headers: bearer(fx.key) })).statusCode)
+      }
+      expect(codes).toEqual([200, 200, 200, 429, 429, 429])
+    } finally {
+      await a.close()
+      await b.close()
+    }
+  })
+})
+
+describe('a facade whose Redis does not answer', () => {
+  it('lets requests through (fail open) and reports how many on /health', async () => {
+    f = await facadeFixture({ options: { keyRpm: 1, fleetRpm: 1, redisUrl: 'redis://127.0.0.1:1' }, deps: { now } })
+    for (let i = 0; i < 3; i++) {
+      expect((await f.app.inject({ method: 'GET', url: '/v1/models', headers: bearer(f.key) })).statusCode).toBe(200)
+    }
+    // Each request counts its key and the fleet: two hits each.
+    expect((await f.app.inject({ method: 'GET', url: '/health' })).json()).toMatchObject({ rate_limit_fail_open: 6 })
   })
 })
