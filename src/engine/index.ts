@@ -5,7 +5,7 @@
 import type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation } from './types.js'
 import type { BatcherObserver, BatcherOptions } from './scheduler/batcher.js'
 import type { Dtype, Provider } from '../shared/model.js'
-import type { Runtime } from './model/runtime.js'
+import type { Runtime, RuntimeChoice } from './model/runtime.js'
 
 export { createEnginePool } from './pool/pool.js'
 
@@ -13,7 +13,7 @@ export type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObser
 export type { FinishReason, Timings, Usage } from './types.js'
 
 export type { Dtype, Provider } from '../shared/model.js'
-export { RUNTIMES, type Runtime } from './model/runtime.js'
+export { RUNTIMES, RUNTIME_CHOICES, type Runtime, type RuntimeChoice } from './model/runtime.js'
 
 /** Batcher limits apply per worker; `kvBudgetBytes` is each worker's share of the node's budget. */
 export interface PoolOptions extends Partial<BatcherOptions> {
@@ -28,8 +28,8 @@ export interface PoolOptions extends Partial<BatcherOptions> {
   workers?: number
   /** ORT intra-op threads per worker (0 = ORT's default: all cores). */
   intraOpThreads?: number
-  /** Which ORT API runs the steps (default 'js'); 'capi' falls back to 'js' where the C API cannot load. */
-  runtime?: Runtime
+  /** Which ORT API runs the steps (default 'auto': 'capi' on CPU); 'capi' falls back to 'js' where the C API cannot load. */
+  runtime?: RuntimeChoice
   /** A worker whose step loop shows no sign of life for this long is unhealthy. */
   heartbeatTimeoutMs?: number
   /** ... and for this long is replaced: its requests end with worker_crashed and a fresh replica loads (default 30 s). */

@@ -6,7 +6,7 @@ import { Type, type Static } from '@sinclair/typebox'
 import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
 import { flagInput, loadOptions, optionFlags, optionName, type Env, type OptionsSpec } from '../shared/options.js'
 import { DEFAULT_MODEL_DIR, DTYPES, modelIdFor, PROVIDERS } from '../shared/model.js'
-import { RUNTIMES, type PoolOptions } from '../engine/index.js'
+import { RUNTIME_CHOICES, type PoolOptions } from '../engine/index.js'
 
 export { DEFAULT_MODEL_DIR }
 
@@ -29,10 +29,10 @@ export const NodeOptions = Type.Object(
     deviceId: Type.Integer({ minimum: 0, default: 0 }),
     /** Run on CPU when the requested GPU provider is missing, instead of failing start-up. */
     allowCpuFallback: Type.Boolean({ default: false }),
-    /** Which ORT API runs the steps: onnxruntime-node's JS API, or ORT's C API (CPU; falls back to js where it cannot load). */
+    /** Which ORT API runs the steps: auto (capi on CPU, js on GPU), onnxruntime-node's JS API, or ORT's C API (CPU; falls back to js where it cannot load). */
     runtime: Type.Union(
-      RUNTIMES.map((r) => Type.Literal(r)),
-      { default: 'js' },
+      RUNTIME_CHOICES.map((r) => Type.Literal(r)),
+      { default: 'auto' },
     ),
     /** Worker threads, each an engine replica with its own session. One worker using all cores suits CPU best. */
     workers: Type.Integer({ minimum: 1, maximum: 256, default: 1 }),

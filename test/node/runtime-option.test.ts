@@ -1,16 +1,25 @@
-// The node's `runtime` option: 'js' by default, 'capi' from ONNXD_RUNTIME or --runtime (the flag wins), anything
+// The node's `runtime` option: 'auto' by default (capi on CPU, js on GPU providers), 'js' or 'capi' from ONNXD_RUNTIME or --runtime (the flag wins), anything
 // else refused naming the variable; toPoolOptions hands it to the pool.
 import { describe, expect, it } from 'vitest'
 import { isOnnxdError } from '../../src/shared/errors.js'
+import { intendedRuntime } from '../../src/engine/model/runtime.js'
 import { loadNodeOptions, NODE_FLAGS, nodeFlags, toPoolOptions } from '../../src/node/options.js'
 
 const sys = { totalMemBytes: 8 * 1024 ** 3 }
 
 describe('node option runtime', () => {
-  it("is 'js' by default, and reaches the pool options", () => {
+  it("is 'auto' by default, and reaches the pool options", () => {
     const o = loadNodeOptions({}, {}, {}, sys)
-    expect(o.runtime).toBe('js')
-    expect(toPoolOptions(o).runtime).toBe('js')
+    expect(o.runtime).toBe('auto')
+    expect(toPoolOptions(o).runtime).toBe('auto')
+  })
+
+  it("'auto' means the C API on CPU and the JS API on GPU providers", () => {
+    expect(intendedRuntime('auto', 'cpu')).toBe('capi')
+    expect(intendedRuntime('auto', 'cuda')).toBe('js')
+    expect(intendedRuntime('capi', 'tensorrt')).toBe('js')
+    expect(intendedRuntime('js', 'cpu')).toBe('js')
+    expect(intendedRuntime(undefined, 'cpu')).toBe('js')
   })
 
   it("takes 'capi' from ONNXD_RUNTIME, the --runtime flag winning", () => {

@@ -13,7 +13,7 @@ import { toFloat32 } from './fp16.js'
 import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 import { CapiRunner } from './capi-session.js'
-import type { Runtime } from './runtime.js'
+import { intendedRuntime, type Runtime, type RuntimeChoice } from './runtime.js'
 
 export type IntDtype = 'int64' | 'int32'
 export type KvDtype = 'float32' | 'float16'
@@ -69,8 +69,11 @@ export interface SessionOptions {
   intraOpThreads?: number
   /** Keep logits for every position (tests comparing whole forward passes); by default only the last is computed. */
   allLogits?: boolean
-  /** Run steps through onnxruntime-node's JS API ('js', the default) or ORT's C API ('capi', capi-session.ts). */
-  runtime?: Runtime
+  /**
+   * Run steps through onnxruntime-node's JS API ('js', the default here) or ORT's C API ('capi', capi-session.ts);
+   * 'auto' is 'capi' on the CPU provider and 'js' on the others, without a warning.
+   */
+  runtime?: RuntimeChoice
   /** The libonnxruntime runtime 'capi' loads (default: onnxruntime-node's own); tests point it elsewhere. */
   capiLibraryPath?: string
 }
@@ -243,7 +246,7 @@ export class DecoderSession {
     let capi: CapiRunner | null = null
     if (opts.runtime === 'capi' && provider !== 'cpu') {
       process.emitWarning(`runtime 'capi' runs on CPU only: provider ${provider} runs its steps through the JS API`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
-    } else if (opts.runtime === 'capi') {
+    } else if (intendedRuntime(opts.runtime, provider) === 'capi') {
       try {
         capi = CapiRunner.create(g.model, sig, {
           externalDir: dirname(bundle.onnxPath),

@@ -11,6 +11,7 @@ import type { EngineOptions } from '../engine.js'
 import { batcherOptions } from '../engine.js'
 import type { EngineRequest, EngineStats, SeqEvent } from '../types.js'
 import { checkOnePrompt } from '../../shared/prompt-input.js'
+import { intendedRuntime } from '../model/runtime.js'
 import { promptByteLimit, promptTextBytes } from '../tokenizer/prompt.js'
 import { GateTable, gateBuffer } from './gate.js'
 import type { Broadcast, PortCommand, Task, TokenizeReply, TokenizeTask, TokenizerWorkerData, WorkerData } from './protocol.js'
@@ -358,7 +359,7 @@ export class EnginePool implements EngineClient {
       status,
       model: this.info?.model ?? this.opts.modelId ?? '',
       provider: this.info?.provider ?? this.opts.provider ?? 'cpu',
-      runtime: this.info?.runtime ?? this.opts.runtime ?? 'js',
+      runtime: this.info?.runtime ?? intendedRuntime(this.opts.runtime, this.opts.provider ?? 'cpu'),
       contextLength: this.info?.contextLength ?? null,
       workers,
       running: sum((s) => s.running + s.prefilling),
