@@ -239,6 +239,9 @@ export class Batcher {
       ? Math.max(1, Math.min(g.width - g.cursor, Math.floor(this.opts.maxBatchedTokens / rows)))
       : g.width
     const total = g.cursor + seq
+    // Row r's prompt is left-padded by pads[r]: this chunk's first columns may still be padding.
+    const counts = g.pads.map((pad) => Math.max(0, total - Math.max(pad, g.cursor)))
+    g.kv.makeRoom(counts)
     const P = g.kv.cap
     const masked = this.model.session.signature.mask !== null
     const lengths = new Int32Array(rows)
@@ -252,8 +255,6 @@ export class Batcher {
       positions: new Int32Array(rows * seq),
       past: g.kv.past(),
     }
-    // Row r's prompt is left-padded by pads[r]: this chunk's first columns may still be padding.
-    const counts = g.pads.map((pad) => Math.max(0, total - Math.max(pad, g.cursor)))
     for (let r = 0; r < rows; r++) {
       const pad = g.pads[r]
       x.ids.set(g.ids.subarray(r * g.width + g.cursor, r * g.width + total), r * seq)
@@ -289,6 +290,8 @@ export class Batcher {
   private async decodeStep(): Promise<void> {
     const kv = this.kv
     const rows = this.running.length
+    const ones = this.running.map(() => 1)
+    kv.makeRoom(ones)
     const P = kv.cap
     const session = this.model.session
     // A graph fed GroupQueryAttention's lengths may read no mask: then none is built (it grows with the context).
@@ -315,7 +318,7 @@ export class Batcher {
     const t0 = performance.now()
     const out = greedy ? await session.forwardGreedy(x) : await session.forward(x, this.running.map((_, r) => r))
     this.observer.onStep?.({ phase: 'decode', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows })
-    kv.append(out.present, this.running.map(() => 1))
+    kv.append(out.present, ones)
     const V = this.model.vocab
     let finished = false
     this.running.forEach((s, r) => {

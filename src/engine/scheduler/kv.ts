@@ -135,6 +135,18 @@ export class KvCache {
     for (let r = 0; r < rows; r++) this.lens[r] += counts[r]
   }
 
+  /**
+   * Before a step over a GroupQueryAttention cache ('in-place' presents): makes room for each row's next `counts[r]`
+   * tokens, so that the step can write them into the cache itself (past and present one buffer, capi-session.ts)
+   * instead of returning presents as long as the whole cache. Other layouts grow in append(), after the step.
+   */
+  makeRoom(counts: readonly number[]): void {
+    if (this.shape.present !== 'in-place') return
+    let need = 0
+    for (let r = 0; r < this.rows; r++) need = Math.max(need, this.lens[r] + counts[r])
+    if (need > this.cap) this.fit(this.rows, need)
+  }
+
   /** Appends row `r` of `src` as a new last row. */
   takeRow(src: KvCache, r: number): void {
     const len = src.lens[r]
