@@ -2,7 +2,7 @@
 // Chosen by ONNXD_DATABASE_URL. Every balance change is one atomic `UPDATE ... RETURNING`; a completion's usage row,
 // its debit and its in-flight row are written in one transaction; recovery takes stale in-flight rows with
 // `FOR UPDATE SKIP LOCKED`, so facades sharing the database never settle one row twice.
-// Imports: store interfaces, migrations, ids, shared errors.
+// Imports: store interfaces, rows, migrations, ids, shared errors.
 import pg from 'pg'
 import { OnnxdError } from '../shared/errors.js'
 import { newAccountId, newKeyId } from './ids.js'
@@ -22,41 +22,24 @@ import type {
   UsageQuery,
   UsageRow,
 } from './interfaces.js'
+import {
+  addSettled,
+  dayOf,
+  KEY_WITH_ACCOUNT_COLUMNS,
+  nowS,
+  SETTLED_RETENTION_MS,
+  toAccount,
+  toKey,
+  toKeyLookup,
+  toUsage,
+  unsettledRest,
+  type AccountRow,
+  type InFlightRow,
+  type KeyRow,
+  type KeyWithAccountRow,
+  type UsageDbRow,
+} from './rows.js'
 
-interface AccountRow {
-  id: string
-  name: string
-  email: string | null
-  balance_micros: number
-  subscription: Subscription
-  created_at: number
-}
-
-interface KeyRow {
-  id: string
-  account_id: string
-  name: string | null
-  redacted: string
-  rpm_limit: number | null
-  created_at: number
-  last_used_at: number | null
-  revoked_at: number | null
-}
-
-interface InFlightRow {
-  id: string
-  key_id: string
-  account_id: string
-  model: string
-  prompt_tokens: number
-  completion_tokens: number
-  cost_micros: number
-  updated_at: number
-  settled_at: number | null
-}
-
-/** Settled in-flight rows are kept this long, as in SQLite. */
-const SETTLED_RETENTION_MS = 86_400_000
 /** Serialises migrations of facades starting together (an arbitrary constant: "onnx"). */
 const MIGRATION_LOCK = 0x6f6e6e78
 
@@ -68,29 +51,6 @@ const types = {
     return format === 'binary' ? pg.types.getTypeParser(oid, 'binary') : pg.types.getTypeParser(oid, 'text')
   },
 } as pg.CustomTypesConfig
-
-const toAccount = (r: AccountRow): Account => ({
-  id: r.id,
-  name: r.name,
-  email: r.email,
-  balanceMicros: r.balance_micros,
-  subscription: r.subscription,
-  createdAt: r.created_at,
-})
-
-const toKey = (r: KeyRow): ApiKey => ({
-  id: r.id,
-  accountId: r.account_id,
-  name: r.name,
-  redacted: r.redacted,
-  rpmLimit: r.rpm_limit,
-  createdAt: r.created_at,
-  lastUsedAt: r.last_used_at,
-  revokedAt: r.revoked_at,
-})
-
-const nowS = (): number => Math.floor(Date.now() / 1000)
-const dayOf = (ms: number): string => new Date(ms).toISOString().slice(0, 10)
 
 type Queryable = Pick<pg.PoolClient, 'query'>
 
@@ -240,25 +200,12 @@ export class PostgresStore implements Store {
   }
 
   async findKeyByHash(hash: Buffer): Promise<KeyLookup | null> {
-    const r = await this.one<KeyRow & { hash: Buffer } & { [K in keyof AccountRow as `a_${K}`]: AccountRow[K] }>(
-      `SELECT k.*, a.id AS a_id, a.name AS a_name, a.email AS a_email, a.balance_micros AS a_balance_micros,
-              a.subscription AS a_subscription, a.created_at AS a_created_at
+    const r = await this.one<KeyWithAccountRow>(
+      `SELECT ${KEY_WITH_ACCOUNT_COLUMNS}
        FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = $1`,
       [hash],
     )
-    if (!r) return null
-    return {
-      key: toKey(r),
-      hash: r.hash,
-      account: toAccount({
-        id: r.a_id,
-        name: r.a_name,
-        email: r.a_email,
-        balance_micros: r.a_balance_micros,
-        subscription: r.a_subscription,
-        created_at: r.a_created_at,
-      }),
-    }
+    return r ? toKeyLookup(r) : null
   }
 
   async getKey(id: string): Promise<ApiKey | null> {
@@ -281,19 +228,11 @@ export class PostgresStore implements Store {
 
   async recordCompletion(u: CompletionUsage): Promise<{ balanceMicros: number }> {
     return this.tx(async (c) => {
-      let requests = 1
-      let { promptTokens, completionTokens, costMicros } = u
       const taken =
         u.inFlightId !== undefined
           ? (await c.query<InFlightRow>('DELETE FROM inflight WHERE id = $1 RETURNING *', [u.inFlightId])).rows[0]
           : undefined
-      if (taken && taken.settled_at !== null) {
-        // Recovery already recorded this request and what it had delivered: add only the rest.
-        requests = 0
-        promptTokens = Math.max(0, promptTokens - taken.prompt_tokens)
-        completionTokens = Math.max(0, completionTokens - taken.completion_tokens)
-        costMicros = Math.max(0, costMicros - taken.cost_micros)
-      }
+      const { requests, promptTokens, completionTokens, costMicros } = unsettledRest(u, taken)
       if (requests + promptTokens + completionTokens + costMicros > 0) {
         await c.query(UPSERT_USAGE, [u.keyId, u.accountId, u.model, dayOf(u.at), requests, promptTokens, completionTokens, costMicros])
       }
@@ -335,10 +274,7 @@ export class PostgresStore implements Store {
         await c.query(UPSERT_USAGE, [r.key_id, r.account_id, r.model, dayOf(r.updated_at), 1, r.prompt_tokens, r.completion_tokens, r.cost_micros])
         await debit(c, r.cost_micros, r.account_id)
         await c.query('UPDATE inflight SET settled_at = $1 WHERE id = $2', [nowMs, r.id])
-        out.completions++
-        out.promptTokens += r.prompt_tokens
-        out.completionTokens += r.completion_tokens
-        out.costMicros += r.cost_micros
+        addSettled(out, r)
       }
       await c.query('DELETE FROM inflight WHERE settled_at IS NOT NULL AND settled_at < $1', [nowMs - SETTLED_RETENTION_MS])
       return out
@@ -355,20 +291,13 @@ export class PostgresStore implements Store {
     ]
     const filters = all.filter((f): f is [string, string] => f[1] !== undefined)
     const where = filters.map(([condition], i) => `${condition} $${i + 1}`)
-    const rows = await this.pool.query<{ key_id: string; model: string; requests: number; prompt_tokens: number; completion_tokens: number; cost_micros: number }>(
+    const rows = await this.pool.query<UsageDbRow>(
       `SELECT key_id, model, sum(requests)::bigint AS requests, sum(prompt_tokens)::bigint AS prompt_tokens,
               sum(completion_tokens)::bigint AS completion_tokens, sum(cost_micros)::bigint AS cost_micros
        FROM usage WHERE ${where.join(' AND ')} GROUP BY key_id, model ORDER BY key_id COLLATE "C", model COLLATE "C"`,
       filters.map(([, value]) => value),
     )
-    return rows.rows.map((r) => ({
-      keyId: r.key_id,
-      model: r.model,
-      requests: r.requests,
-      promptTokens: r.prompt_tokens,
-      completionTokens: r.completion_tokens,
-      costMicros: r.cost_micros,
-    }))
+    return rows.rows.map(toUsage)
   }
 
   private closed = false

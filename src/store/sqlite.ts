@@ -1,5 +1,5 @@
 // The embedded store: accounts, keys, usage and billing in one SQLite file (better-sqlite3, WAL).
-// Imports: store interfaces, shared errors.
+// Imports: store interfaces, rows, migrations, ids, shared errors.
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
@@ -21,75 +21,25 @@ import type {
   UsageQuery,
   UsageRow,
 } from './interfaces.js'
+import {
+  addSettled,
+  dayOf,
+  KEY_WITH_ACCOUNT_COLUMNS,
+  nowS,
+  SETTLED_RETENTION_MS,
+  toAccount,
+  toKey,
+  toKeyLookup,
+  toUsage,
+  unsettledRest,
+  type AccountRow,
+  type InFlightRow,
+  type KeyRow,
+  type KeyWithAccountRow,
+  type UsageDbRow,
+} from './rows.js'
 
 export const DB_FILE = 'onnxd.sqlite'
-
-interface AccountRow {
-  id: string
-  name: string
-  email: string | null
-  balance_micros: number
-  subscription: Subscription
-  created_at: number
-}
-
-interface KeyRow {
-  id: string
-  account_id: string
-  name: string | null
-  redacted: string
-  rpm_limit: number | null
-  created_at: number
-  last_used_at: number | null
-  revoked_at: number | null
-}
-
-interface UsageDbRow {
-  key_id: string
-  model: string
-  requests: number
-  prompt_tokens: number
-  completion_tokens: number
-  cost_micros: number
-}
-
-interface InFlightRow {
-  id: string
-  key_id: string
-  account_id: string
-  model: string
-  prompt_tokens: number
-  completion_tokens: number
-  cost_micros: number
-  updated_at: number
-  settled_at: number | null
-}
-
-/** Settled in-flight rows are kept this long, so that a completion still running when recovery took its row adds only the rest. */
-const SETTLED_RETENTION_MS = 86_400_000
-
-const toAccount = (r: AccountRow): Account => ({
-  id: r.id,
-  name: r.name,
-  email: r.email,
-  balanceMicros: r.balance_micros,
-  subscription: r.subscription,
-  createdAt: r.created_at,
-})
-
-const toKey = (r: KeyRow): ApiKey => ({
-  id: r.id,
-  accountId: r.account_id,
-  name: r.name,
-  redacted: r.redacted,
-  rpmLimit: r.rpm_limit,
-  createdAt: r.created_at,
-  lastUsedAt: r.last_used_at,
-  revokedAt: r.revoked_at,
-})
-
-const nowS = (): number => Math.floor(Date.now() / 1000)
-const dayOf = (ms: number): string => new Date(ms).toISOString().slice(0, 10)
 
 export interface SqliteStoreOptions {
   /** Directory holding the database file; created if missing. Ignored when `file` is `:memory:`. */
@@ -136,9 +86,8 @@ function prepareStatements(db: Database.Database) {
       `INSERT INTO api_keys (id, account_id, name, hash, redacted, rpm_limit, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
        RETURNING *`,
     ),
-    findKey: db.prepare<[Buffer], KeyRow & { hash: Buffer } & { [K in keyof AccountRow as `a_${K}`]: AccountRow[K] }>(
-      `SELECT k.*, a.id AS a_id, a.name AS a_name, a.email AS a_email, a.balance_micros AS a_balance_micros,
-              a.subscription AS a_subscription, a.created_at AS a_created_at
+    findKey: db.prepare<[Buffer], KeyWithAccountRow>(
+      `SELECT ${KEY_WITH_ACCOUNT_COLUMNS}
        FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = ?`,
     ),
     getKey: db.prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE id = ?'),
@@ -210,16 +159,8 @@ export class SqliteStore implements Store {
       return row.balance_micros
     }
     this.record = this.db.transaction((u: CompletionUsage): { balanceMicros: number } => {
-      let requests = 1
-      let { promptTokens, completionTokens, costMicros } = u
       const taken = u.inFlightId !== undefined ? q.takeInFlight.get(u.inFlightId) : undefined
-      if (taken && taken.settled_at !== null) {
-        // Recovery already recorded this request and what it had delivered: add only the rest.
-        requests = 0
-        promptTokens = Math.max(0, promptTokens - taken.prompt_tokens)
-        completionTokens = Math.max(0, completionTokens - taken.completion_tokens)
-        costMicros = Math.max(0, costMicros - taken.cost_micros)
-      }
+      const { requests, promptTokens, completionTokens, costMicros } = unsettledRest(u, taken)
       if (requests + promptTokens + completionTokens + costMicros > 0) {
         q.upsertUsage.run(u.keyId, u.accountId, u.model, dayOf(u.at), requests, promptTokens, completionTokens, costMicros)
       }
@@ -238,10 +179,7 @@ export class SqliteStore implements Store {
         q.upsertUsage.run(r.key_id, r.account_id, r.model, dayOf(r.updated_at), 1, r.prompt_tokens, r.completion_tokens, r.cost_micros)
         debit(r.cost_micros, r.account_id)
         q.markSettled.run(nowMs, r.id)
-        out.completions++
-        out.promptTokens += r.prompt_tokens
-        out.completionTokens += r.completion_tokens
-        out.costMicros += r.cost_micros
+        addSettled(out, r)
       }
       q.forgetSettled.run(nowMs - SETTLED_RETENTION_MS)
       return out
@@ -306,19 +244,7 @@ export class SqliteStore implements Store {
 
   async findKeyByHash(hash: Buffer): Promise<KeyLookup | null> {
     const r = this.q.findKey.get(hash)
-    if (!r) return null
-    return {
-      key: toKey(r),
-      hash: r.hash,
-      account: toAccount({
-        id: r.a_id,
-        name: r.a_name,
-        email: r.a_email,
-        balance_micros: r.a_balance_micros,
-        subscription: r.a_subscription,
-        created_at: r.a_created_at,
-      }),
-    }
+    return r ? toKeyLookup(r) : null
   }
 
   async getKey(id: string): Promise<ApiKey | null> {
@@ -365,14 +291,7 @@ export class SqliteStore implements Store {
          FROM usage WHERE ${where.join(' AND ')} GROUP BY key_id, model ORDER BY key_id, model`,
       )
       .all(...params)
-    return rows.map((r) => ({
-      keyId: r.key_id,
-      model: r.model,
-      requests: r.requests,
-      promptTokens: r.prompt_tokens,
-      completionTokens: r.completion_tokens,
-      costMicros: r.cost_micros,
-    }))
+    return rows.map(toUsage)
   }
 
   async close(): Promise<void> {
