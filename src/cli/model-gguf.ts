@@ -1,8 +1,8 @@
 // `onnxd model gguf DIR [--type f32,q8_0,q4_0] [--out FILE]`: writes GGUF files of a builder bundle for llama.cpp
 // (the benchmark's llama.cpp peer) and prints one JSON line per file. Thin: the writer is src/builder/gguf.ts.
-import { parseArgs } from 'node:util'
 import { GGUF_TYPES, writeBundleGguf, type GgufType } from '../builder/gguf.js'
 import { OnnxdError, clip } from '../shared/errors.js'
+import { parseCommand } from './args.js'
 
 export const USAGE = `usage: onnxd model gguf DIR [--type f32,q8_0,q4_0] [--out FILE]
 
@@ -13,22 +13,9 @@ ggml's reference quantizers (blocks of 32); vectors, and matrices whose rows are
 `
 
 export async function run(argv: string[]): Promise<number> {
-  let parsed
-  try {
-    parsed = parseArgs({ args: argv, allowPositionals: true, options: { type: { type: 'string' }, out: { type: 'string' }, help: { type: 'boolean', short: 'h' } } })
-  } catch (e) {
-    process.stderr.write(`onnxd model gguf: ${(e as Error).message}\n\n${USAGE}`)
-    return 2
-  }
+  const parsed = parseCommand('onnxd model gguf', USAGE, argv, { type: { type: 'string' }, out: { type: 'string' } }, (p) => p.length === 1)
+  if (typeof parsed === 'number') return parsed
   const { values, positionals } = parsed
-  if (values.help) {
-    process.stdout.write(USAGE)
-    return 0
-  }
-  if (positionals.length !== 1) {
-    process.stderr.write(USAGE)
-    return 2
-  }
   const types = (values.type ?? 'f32').split(',').filter((t) => t !== '') as GgufType[]
   if (types.length === 0 || types.some((t) => !GGUF_TYPES.includes(t))) {
     process.stderr.write(`onnxd model gguf: --type must be one or more of ${GGUF_TYPES.join(', ')}, comma-separated. Given: ${clip(values.type ?? '')}\n`)

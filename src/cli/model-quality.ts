@@ -1,10 +1,10 @@
 // `onnxd model quality DIR --dtype q4|int8|fp16 [--prompts N] [--tokens M] [--prompt-tokens P] [--seed S] [--json]`:
 // the quantized form's greedy token agreement with the bundle's float32 model and the mean KL divergence of their
 // next-token distributions (src/bench/quality.ts), printed as a line of text or as JSON.
-import { parseArgs } from 'node:util'
 import { measureQuality } from '../bench/quality.js'
 import { clip, OnnxdError } from '../shared/errors.js'
 import { DTYPES, type Dtype } from '../shared/model.js'
+import { parseCommand } from './args.js'
 
 const USAGE = `usage: onnxd model quality DIR --dtype q4|int8|fp16|quantized [--prompts N] [--tokens M] [--prompt-tokens P] [--seed S] [--json]
 
@@ -17,31 +17,23 @@ the float32 greedy token (agreement), and the mean KL(p_fp32 || p_dtype) of thei
 const INT_FLAGS = { prompts: [1, 10_000], tokens: [1, 4096], 'prompt-tokens': [1, 4096], seed: [0, Number.MAX_SAFE_INTEGER] } as const
 
 export async function run(argv: string[]): Promise<number> {
-  let parsed
-  try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: {
-        dtype: { type: 'string' },
-        prompts: { type: 'string' },
-        tokens: { type: 'string' },
-        'prompt-tokens': { type: 'string' },
-        seed: { type: 'string' },
-        json: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    })
-  } catch (e) {
-    process.stderr.write(`onnxd model quality: ${(e as Error).message}\n\n${USAGE}`)
-    return 2
-  }
+  const parsed = parseCommand(
+    'onnxd model quality',
+    USAGE,
+    argv,
+    {
+      dtype: { type: 'string' },
+      prompts: { type: 'string' },
+      tokens: { type: 'string' },
+      'prompt-tokens': { type: 'string' },
+      seed: { type: 'string' },
+      json: { type: 'boolean' },
+    },
+    (p) => p.length === 1,
+  )
+  if (typeof parsed === 'number') return parsed
   const { values, positionals } = parsed
-  if (values.help) {
-    process.stdout.write(USAGE)
-    return 0
-  }
-  if (positionals.length !== 1 || values.dtype === undefined) {
+  if (values.dtype === undefined) {
     process.stderr.write(USAGE)
     return 2
   }

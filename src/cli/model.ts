@@ -1,10 +1,10 @@
 // `onnxd model build <preset> [--out DIR] [--seed N] [--attention plain|gqa] [--dtype q4,int8,fp16]`: writes the
 // embedded default model bundle and prints a one-line JSON summary (preset, attention, dtypes, dir, parameters,
 // bytes, seconds). `onnxd model quality ...` is model-quality.ts; `onnxd model gguf ...`, model-gguf.ts.
-import { parseArgs } from 'node:util'
 import { join } from 'node:path'
 import { ATTENTION_FORMS, PRESETS, WEIGHT_DTYPES, buildModel, type Attention, type WeightDtype } from '../builder/index.js'
 import { clip } from '../shared/errors.js'
+import { parseCommand } from './args.js'
 import * as gguf from './model-gguf.js'
 import * as quality from './model-quality.js'
 
@@ -33,28 +33,16 @@ ${Object.entries(PRESETS)
 export async function run(argv: string[]): Promise<number | void> {
   if (argv[0] === 'quality') return quality.run(argv.slice(1))
   if (argv[0] === 'gguf') return gguf.run(argv.slice(1))
-  let parsed
-  try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: { out: { type: 'string' }, seed: { type: 'string' }, attention: { type: 'string' }, dtype: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
-    })
-  } catch (e) {
-    // parseArgs throws a TypeError for unknown or malformed options: that is a usage error, not a crash.
-    process.stderr.write(`onnxd model: ${(e as Error).message}\n\n${USAGE}`)
-    return 2
-  }
+  const parsed = parseCommand(
+    'onnxd model',
+    USAGE,
+    argv,
+    { out: { type: 'string' }, seed: { type: 'string' }, attention: { type: 'string' }, dtype: { type: 'string' } },
+    ([sub, preset, ...extra]) => sub === 'build' && !!preset && extra.length === 0,
+  )
+  if (typeof parsed === 'number') return parsed
   const { values, positionals } = parsed
-  if (values.help) {
-    process.stdout.write(USAGE)
-    return 0
-  }
-  const [sub, preset, ...extra] = positionals
-  if (sub !== 'build' || !preset || extra.length > 0) {
-    process.stderr.write(USAGE)
-    return 2
-  }
+  const preset = positionals[1]!
   let seed = 0
   if (values.seed !== undefined) {
     seed = Number(values.seed)
