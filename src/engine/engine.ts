@@ -23,6 +23,7 @@ export const DEFAULT_BATCHER: BatcherOptions = {
   maxWaiting: 256,
   maxBatchedTokens: 512,
   kvBudgetBytes: 2 * 1024 ** 3,
+  prefixCaching: true,
 }
 
 /** The batcher limits of `opts`, defaults filled in. */
@@ -32,6 +33,7 @@ export function batcherOptions(opts: Partial<BatcherOptions>): BatcherOptions {
     maxWaiting: opts.maxWaiting ?? DEFAULT_BATCHER.maxWaiting,
     maxBatchedTokens: opts.maxBatchedTokens ?? DEFAULT_BATCHER.maxBatchedTokens,
     kvBudgetBytes: opts.kvBudgetBytes ?? DEFAULT_BATCHER.kvBudgetBytes,
+    prefixCaching: opts.prefixCaching ?? DEFAULT_BATCHER.prefixCaching,
   }
 }
 

@@ -22,6 +22,8 @@ export type FinishReason = 'stop' | 'length'
 export interface Usage {
   prompt_tokens: number
   completion_tokens: number
+  /** As OpenAI reports it: the prompt tokens whose KV rows came from the prefix cache instead of being computed. */
+  prompt_tokens_details?: { cached_tokens: number }
 }
 
 /** Milliseconds: time waiting for admission, to the first token, and end to end. */
@@ -54,6 +56,10 @@ export interface FinishObservation {
   finishReason: FinishReason | 'abort' | 'error'
   promptTokens: number
   completionTokens: number
+  /** Prompt tokens looked up in the prefix cache (0 when it is off or the sequence never got admitted). */
+  prefixQueryTokens: number
+  /** ... and those found there, whose KV rows were reused. */
+  prefixHitTokens: number
   queueSeconds: number
   ttftSeconds: number | null
   e2eSeconds: number

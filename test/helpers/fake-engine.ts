@@ -212,6 +212,8 @@ export class FakeEngine implements EngineClient {
       finishReason: reason,
       promptTokens: seq.promptTokens,
       completionTokens: n,
+      prefixQueryTokens: 0,
+      prefixHitTokens: 0,
       queueSeconds: FAKE_TIMINGS.queue_ms / 1000,
       ttftSeconds: n > 0 ? FAKE_TIMINGS.ttft_ms / 1000 : null,
       e2eSeconds: FAKE_TIMINGS.total_ms / 1000,

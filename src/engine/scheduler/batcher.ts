@@ -12,6 +12,7 @@ import { OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { EngineStats, FinishObservation, StepObservation } from '../types.js'
 import { KvCache, kvShapeOf, type KvShape } from './kv.js'
 import type { Sequence } from './sequence.js'
+import { PREFIX_BLOCK, PrefixCache } from './prefix-cache.js'
 
 /** Fewest prompt columns per row a prefill chunk is cut to when a group has many rows (see admit()). */
 const MIN_CHUNK = 32
@@ -26,8 +27,13 @@ export interface BatcherOptions {
   maxWaiting: number
   /** Max prompt tokens (rows x chunk length) in one prefill forward. */
   maxBatchedTokens: number
-  /** KV-cache budget in bytes for the worst case of every admitted sequence reaching its max_tokens. */
+  /**
+   * KV-cache budget in bytes for the worst case of every admitted sequence reaching its max_tokens. The prefix
+   * cache lives in what admitted sequences leave of it, and gives room back as they need it.
+   */
   kvBudgetBytes: number
+  /** Automatic prefix caching (prefix-cache.ts): prompts reuse the KV rows of cached prefixes. */
+  prefixCaching: boolean
 }
 
 export interface BatcherObserver {
@@ -41,8 +47,11 @@ interface PrefillGroup {
   width: number
   /** Columns of the padded prompt matrix already in the cache. */
   cursor: number
+  /** The prompts' tokens after their cached prefixes, left-padded to `width`. */
   ids: Int32Array
   pads: number[]
+  /** Each row's cached prefix, in tokens: the row's cache starts with it, and its positions after it. */
+  cached: number[]
   kv: KvCache
 }
 
@@ -57,6 +66,8 @@ export class Batcher {
   private heartbeat = Date.now()
   private readonly loopDone: Promise<void>
   private readonly kvShape: KvShape
+  /** Null when off, or when the graph cannot take new tokens on top of a cache (then a prefix cannot be reused). */
+  private readonly prefix: PrefixCache | null
 
   constructor(
     private readonly model: LoadedModel,
@@ -65,6 +76,7 @@ export class Batcher {
   ) {
     this.kvShape = kvShapeOf(model.session.signature.kv)
     this.kv = new KvCache(this.kvShape)
+    this.prefix = opts.prefixCaching && model.session.chunkedPrefill ? new PrefixCache() : null
     this.loopDone = this.loop()
   }
 
@@ -87,7 +99,7 @@ export class Batcher {
       running: this.running.length,
       waiting: this.waiting.length,
       prefilling: this.group?.seqs.length ?? 0,
-      kvUsedBytes: this.kv.bytes() + (this.group?.kv.bytes() ?? 0),
+      kvUsedBytes: this.kv.bytes() + (this.group?.kv.bytes() ?? 0) + (this.prefix?.bytes ?? 0),
       kvBudgetBytes: this.opts.kvBudgetBytes,
       maxRunning: this.opts.maxRunning,
       maxWaiting: this.opts.maxWaiting,
@@ -218,18 +230,29 @@ export class Batcher {
       take.push(s)
     }
     if (!take.length) return
+    // Each prompt's longest cached prefix, leaving at least its last token to compute (its logits are wanted).
+    const hits = take.map((s) => this.prefix?.lookup(s.promptIds, s.promptIds.length - 1) ?? { tokens: 0, blocks: [] })
+    const cached = hits.map((h) => h.tokens)
+    width = take.reduce((m, s, r) => Math.max(m, s.promptIds.length - cached[r]), 0)
     const ids = new Int32Array(take.length * width)
     const pads = take.map((s, r) => {
-      const pad = width - s.promptIds.length
-      ids.set(s.promptIds, r * width + pad)
-      s.admitted()
+      const pad = width - (s.promptIds.length - cached[r])
+      ids.set(s.promptIds.slice(cached[r]), r * width + pad)
+      s.admitted(this.prefix ? cached[r] : null)
       return pad
     })
     const kv = new KvCache(this.kvShape)
-    kv.reserve(take.length, width)
+    kv.reserve(take.length, take.reduce((m, s) => Math.max(m, s.promptIds.length), 0))
     kv.addRows(take.length)
-    this.group = { seqs: take, width, cursor: 0, ids, pads, kv }
+    hits.forEach((h, r) => h.tokens && kv.loadPrefix(r, h.blocks, PREFIX_BLOCK))
+    this.group = { seqs: take, width, cursor: 0, ids, pads, cached, kv }
     this.reserveKv()
+    this.fitPrefixCache()
+  }
+
+  /** Evicts cached prefixes until they fit in what the admitted sequences' worst case leaves of the budget. */
+  private fitPrefixCache(): void {
+    this.prefix?.shrinkTo(Math.max(0, this.opts.kvBudgetBytes - this.reserveBytes([])))
   }
 
   private async prefillChunk(): Promise<void> {
@@ -260,7 +283,7 @@ export class Batcher {
       x.ids.set(g.ids.subarray(r * g.width + g.cursor, r * g.width + total), r * seq)
       lengths[r] = g.kv.lens[r] + counts[r]
       if (masked) g.kv.maskRow(x.mask, r, seq, counts[r])
-      for (let j = 0; j < seq; j++) x.positions[r * seq + j] = Math.max(0, g.cursor + j - pad)
+      for (let j = 0; j < seq; j++) x.positions[r * seq + j] = g.cached[r] + Math.max(0, g.cursor + j - pad)
     }
     const last = total === g.width
     const picks = last ? g.seqs.map((_, r) => r * seq + seq - 1) : []
@@ -271,8 +294,13 @@ export class Batcher {
     g.kv.append(out.present, counts)
     if (!last) return
 
-    // The whole prompt is in the cache: sample each row's first token, then move the live rows into the batch.
+    // The whole prompt is in the cache: keep its blocks for later prompts, sample each row's first token, then move
+    // the live rows into the batch.
     this.group = null
+    if (this.prefix) {
+      g.seqs.forEach((s, r) => this.prefix!.insert(s.promptIds, (from, n) => g.kv.readSlots(r, from, n)))
+      this.fitPrefixCache()
+    }
     const V = this.model.vocab
     g.seqs.forEach((s, r) => {
       if (s.cancelled) {

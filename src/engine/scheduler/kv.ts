@@ -147,6 +147,44 @@ export class KvCache {
     if (need > this.cap) this.fit(this.rows, need)
   }
 
+  /** Copies of row `r`'s slots [from, from + n), one buffer per past tensor laid out [outer, heads, n, headDim]. */
+  readSlots(r: number, from: number, n: number): KvData[] {
+    const { outer: O, heads: H, headDim: D, dtype } = this.shape
+    return this.bufs.map((src) => {
+      const out = alloc(dtype, O * H * n * D)
+      for (let o = 0; o < O; o++) {
+        for (let h = 0; h < H; h++) {
+          const s = (((o * this.rowsCap + r) * H + h) * this.cap + from) * D
+          out.set(src.subarray(s, s + n * D), (o * H + h) * n * D)
+        }
+      }
+      return out
+    })
+  }
+
+  /**
+   * Fills the empty row `r` with a cached prefix: `blocks` of `blockLen` slots each, laid out as readSlots() gives
+   * them. The row then holds blocks.length * blockLen tokens.
+   */
+  loadPrefix(r: number, blocks: readonly KvData[][], blockLen: number): void {
+    if (this.lens[r] !== 0) throw new Error(`row ${r} is not empty`)
+    const { outer: O, heads: H, headDim: D } = this.shape
+    const len = blocks.length * blockLen
+    this.fit(this.rows, Math.max(this.maxLen(), len))
+    const n = blockLen * D
+    blocks.forEach((block, k) => {
+      this.bufs.forEach((dst, i) => {
+        for (let o = 0; o < O; o++) {
+          for (let h = 0; h < H; h++) {
+            const d = (((o * this.rowsCap + r) * H + h) * this.cap + k * blockLen) * D
+            dst.set(block[i].subarray((o * H + h) * n, (o * H + h + 1) * n), d)
+          }
+        }
+      })
+    })
+    this.lens[r] = len
+  }
+
   /** Appends row `r` of `src` as a new last row. */
   takeRow(src: KvCache, r: number): void {
     const len = src.lens[r]

@@ -134,12 +134,15 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
     labelNames: ['model_name', 'code'] as const,
     registers,
   })
+  // In tokens, as vLLM counts them: hits / queries is the share of prompt tokens the prefix cache saved.
+  const prefixQueries = new Counter({ name: 'onnxd_prefix_cache_queries_total', help: 'Prompt tokens looked up in the prefix cache.', labelNames: L, registers })
+  const prefixHits = new Counter({ name: 'onnxd_prefix_cache_hits_total', help: 'Prompt tokens found in the prefix cache (their KV rows reused, not computed).', labelNames: L, registers })
   const restarts = new Counter({ name: 'onnxd_worker_restarts_total', help: 'Engine worker threads restarted after a crash or stall.', labelNames: L, registers })
 
   // Series exist from the first scrape, so rate() and absent() work before any traffic (as vLLM does).
   for (const h of [ttft, tpot, itl, e2e, queue, promptHist, genHist]) h.zero(m)
   for (const h of [iterTokens, batchSize, stepSeconds]) for (const phase of PHASES) h.zero({ ...m, phase })
-  for (const c of [promptTokens, genTokens, restarts]) c.inc(m, 0)
+  for (const c of [promptTokens, genTokens, prefixQueries, prefixHits, restarts]) c.inc(m, 0)
   for (const r of FINISH_REASONS) success.inc({ ...m, finished_reason: r }, 0)
 
   const observer: EngineObserver = {
@@ -153,6 +156,8 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
       success.inc({ ...m, finished_reason: f.finishReason })
       promptTokens.inc(m, f.promptTokens)
       genTokens.inc(m, f.completionTokens)
+      prefixQueries.inc(m, f.prefixQueryTokens)
+      prefixHits.inc(m, f.prefixHitTokens)
       promptHist.observe(m, f.promptTokens)
       genHist.observe(m, f.completionTokens)
       queue.observe(m, f.queueSeconds)
