@@ -30,7 +30,12 @@ export type CompletionRequest = Static<typeof CompletionRequest>
 export const FinishReason = Type.Union([Type.Literal('stop'), Type.Literal('length')])
 export type FinishReason = Static<typeof FinishReason>
 
-export const Usage = Type.Object({ prompt_tokens: Type.Integer(), completion_tokens: Type.Integer() })
+export const Usage = Type.Object({
+  prompt_tokens: Type.Integer(),
+  completion_tokens: Type.Integer(),
+  /** The prompt tokens whose KV rows came from the node's prefix cache (OpenAI's field). */
+  prompt_tokens_details: Type.Optional(Type.Object({ cached_tokens: Type.Integer() })),
+})
 export type Usage = Static<typeof Usage>
 
 /** Milliseconds: time waiting for admission, to the first token, and end to end. */

@@ -43,6 +43,8 @@ export const NodeOptions = Type.Object(
     maxBatchedTokens: Type.Integer({ minimum: 1, default: 512 }),
     /** KV-cache budget of the whole node, MiB, split evenly between workers. Default: a quarter of system memory, at most 4096. */
     kvBudgetMb: Type.Integer({ minimum: 1 }),
+    /** Turns automatic prefix caching off: every prompt is computed whole (it is on by default). */
+    noPrefixCaching: Type.Boolean({ default: false }),
     heartbeatTimeoutMs: Type.Integer({ minimum: 100, default: 5000 }),
     /** A worker whose step loop shows no life for this long is replaced (its requests end with a retryable 500). */
     stallTimeoutMs: Type.Integer({ minimum: 100, default: 30_000 }),
@@ -80,6 +82,7 @@ export const NODE_ENV: Record<Field, string> = {
   maxWaiting: 'ONNXD_MAX_WAITING',
   maxBatchedTokens: 'ONNXD_MAX_BATCHED_TOKENS',
   kvBudgetMb: 'ONNXD_KV_BUDGET_MB',
+  noPrefixCaching: 'ONNXD_NO_PREFIX_CACHING',
   heartbeatTimeoutMs: 'ONNXD_HEARTBEAT_TIMEOUT_MS',
   stallTimeoutMs: 'ONNXD_STALL_TIMEOUT_MS',
   tokenizerThreads: 'ONNXD_TOKENIZER_THREADS',
@@ -159,6 +162,7 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
     maxBatchedTokens: opts.maxBatchedTokens,
     // The pool hands kvBudgetBytes to every worker; memory is per machine, so split the node's budget.
     kvBudgetBytes: Math.floor((opts.kvBudgetMb * MiB) / opts.workers),
+    prefixCaching: !opts.noPrefixCaching,
     heartbeatTimeoutMs: opts.heartbeatTimeoutMs,
     stallTimeoutMs: opts.stallTimeoutMs,
     tokenizerThreads: opts.tokenizerThreads,

@@ -45,7 +45,7 @@ describe('/v1/completions on the tiny default model', () => {
 
     const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 10, temperature: 0 })
     expect(r.choices).toEqual([{ text: d.text, index: 0, logprobs: null, finish_reason: d.finish_reason }])
-    expect(r.usage).toEqual({ prompt_tokens: d.usage.prompt_tokens, completion_tokens: d.usage.completion_tokens, total_tokens: d.usage.prompt_tokens + d.usage.completion_tokens })
+    expect(r.usage).toMatchObject({ prompt_tokens: d.usage.prompt_tokens, completion_tokens: d.usage.completion_tokens, total_tokens: d.usage.prompt_tokens + d.usage.completion_tokens })
 
     const st = await collect(
       await client.completions.create({ model: MODEL, prompt, max_tokens: 10, temperature: 0, stream: true, stream_options: { include_usage: true } }),

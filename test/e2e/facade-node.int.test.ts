@@ -57,7 +57,7 @@ describe('the openai client through the facade to a real node', () => {
     expect(r.choices).toHaveLength(1)
     expect(r.choices[0]!.message).toEqual({ role: 'assistant', content: d.text })
     expect(r.choices[0]!.finish_reason).toBe(d.finish_reason)
-    expect(r.usage).toEqual({
+    expect(r.usage).toMatchObject({
       prompt_tokens: d.usage.prompt_tokens,
       completion_tokens: d.usage.completion_tokens,
       total_tokens: d.usage.prompt_tokens + d.usage.completion_tokens,
@@ -203,5 +203,35 @@ describe('a client that leaves mid-stream', () => {
     expect(billing.balance_micros).toBe(credits - usage.total.cost_micros)
     // Nothing runs on the node any more.
     await waitFor(async () => ((await (await fetch(`${s.node.url}/health`)).json()) as { running: number }).running === 0, 'running = 0')
+  })
+})
+
+describe('prefix caching through the facade', () => {
+  it('a chat on an earlier chat’s system prompt reports its cached tokens in usage (JSON and stream) and in /metrics', async () => {
+    const metric = async (name: string): Promise<number> => {
+      const text = await (await fetch(`${s.node.url}/metrics`)).text()
+      const line = text.split('\n').find((l) => l.startsWith(`${name}{`))
+      return Number(line?.split(' ').at(-1))
+    }
+    const [queries0, hits0] = [await metric('onnxd_prefix_cache_queries_total'), await metric('onnxd_prefix_cache_hits_total')]
+    const system = { role: 'system' as const, content: 'You are a careful assistant for a shipping company. '.repeat(6) }
+    const ask = (content: string) => ({ model: MODEL, messages: [system, { role: 'user' as const, content }], max_tokens: 4, temperature: 0 })
+
+    const first = await client.chat.completions.create(ask('Where is my parcel?'))
+    expect(first.usage!.prompt_tokens_details!.cached_tokens).toBe(0)
+    const second = await client.chat.completions.create(ask('When do you open?'))
+    const cached = second.usage!.prompt_tokens_details!.cached_tokens!
+    // The shared system prompt, in whole blocks of 16 tokens.
+    expect(cached).toBeGreaterThanOrEqual(32)
+    expect(cached % 16).toBe(0)
+    expect(cached).toBeLessThan(second.usage!.prompt_tokens)
+
+    const stream = await client.chat.completions.create({ ...ask('Do you ship abroad?'), stream: true, stream_options: { include_usage: true } })
+    let usage: OpenAI.CompletionUsage | undefined
+    for await (const chunk of stream) usage = chunk.usage ?? usage
+    expect(usage!.prompt_tokens_details!.cached_tokens).toBe(cached)
+
+    expect((await metric('onnxd_prefix_cache_queries_total')) - queries0).toBe(first.usage!.prompt_tokens + second.usage!.prompt_tokens + usage!.prompt_tokens)
+    expect((await metric('onnxd_prefix_cache_hits_total')) - hits0).toBe(2 * cached)
   })
 })

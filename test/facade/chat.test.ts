@@ -34,7 +34,7 @@ describe('POST /v1/chat/completions', () => {
       created: expect.any(Number),
       model: MODEL,
       choices: [{ index: 0, message: { role: 'assistant', content: 'Hello, world' }, finish_reason: 'length', logprobs: null }],
-      usage: { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 },
+      usage: { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7, prompt_tokens_details: { cached_tokens: 0 } },
     })
     expect(fx.nodes[0]!.requests).toEqual([
       { model: MODEL, messages: [{ role: 'user', content: 'Say hello' }], request_id: body.id, max_tokens: 3, temperature: 0.5, seed: 7, stop: ['\n'] },
@@ -79,7 +79,7 @@ describe('POST /v1/chat/completions', () => {
     expect(chunks.map((c) => c.choices[0]?.delta ?? null)).toEqual([{ role: 'assistant' }, { content: 'A' }, { content: 'B' }, { content: 'C' }, {}, null])
     expect(chunks[4].choices[0].finish_reason).toBe('stop')
     expect(chunks.slice(0, 5).every((c) => c.usage === null)).toBe(true)
-    expect(chunks[5]).toMatchObject({ choices: [], usage: { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 } })
+    expect(chunks[5]).toMatchObject({ choices: [], usage: { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7, prompt_tokens_details: { cached_tokens: 0 } } })
     expect(fx.nodes[0]!.requests[0]).not.toHaveProperty('stream_options')
   })
 

@@ -31,7 +31,7 @@ describe('POST /v1/completions', () => {
       model: MODEL,
       // The fake node's 8 tokens (all of them: 8 < 16).
       choices: [{ text: 'Hello, world! How are you?', index: 0, logprobs: null, finish_reason: 'stop' }],
-      usage: { prompt_tokens: 4, completion_tokens: 8, total_tokens: 12 },
+      usage: { prompt_tokens: 4, completion_tokens: 8, total_tokens: 12, prompt_tokens_details: { cached_tokens: 0 } },
     })
     expect(last()).toEqual({ model: MODEL, prompt: 'Once upon a time', request_id: body.id, max_tokens: 16, temperature: 0, seed: 3, stop: ['\n'] })
   })
@@ -44,7 +44,7 @@ describe('POST /v1/completions', () => {
       { text: 'one twoHello,', index: 0, logprobs: null, finish_reason: 'length' },
       { text: 'threeHello,', index: 1, logprobs: null, finish_reason: 'length' },
     ])
-    expect(r.usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 })
+    expect(r.usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7, prompt_tokens_details: { cached_tokens: 0 } })
     const sent = f.nodes[0]!.requests.slice(n0)
     expect(sent.map((q) => q.prompt).sort()).toEqual(['one two', 'three'])
     expect(sent.map((q) => q.request_id).sort()).toEqual([`${r.id}-0`, `${r.id}-1`])
@@ -77,7 +77,7 @@ describe('POST /v1/completions', () => {
       null,
     ])
     expect(chunks.slice(0, -1).every((c) => c.usage === null)).toBe(true)
-    expect(chunks.at(-1).usage).toEqual({ prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 })
+    expect(chunks.at(-1).usage).toEqual({ prompt_tokens: 2, completion_tokens: 3, total_tokens: 5, prompt_tokens_details: { cached_tokens: 0 } })
   })
 
   it('streams several prompts as one answer: each choice’s deltas under its index, then the finishes and the summed usage', async () => {
@@ -91,7 +91,7 @@ describe('POST /v1/completions', () => {
       { text: '', index: 0, logprobs: null, finish_reason: 'length' },
       { text: '', index: 1, logprobs: null, finish_reason: 'length' },
     ])
-    expect(chunks.at(-1).usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 })
+    expect(chunks.at(-1).usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7, prompt_tokens_details: { cached_tokens: 0 } })
   })
 
   it('one prompt the node refuses fails the whole request with the node’s 422, and nothing stays in flight', async () => {

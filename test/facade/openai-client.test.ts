@@ -53,7 +53,7 @@ describe('openai client: success paths', () => {
     expect(r.object).toBe('chat.completion')
     expect(r.choices[0]!.message).toEqual({ role: 'assistant', content: 'Hello, world!' })
     expect(r.choices[0]!.finish_reason).toBe('length')
-    expect(r.usage).toEqual({ prompt_tokens: 4, completion_tokens: 4, total_tokens: 8 })
+    expect(r.usage).toEqual({ prompt_tokens: 4, completion_tokens: 4, total_tokens: 8, prompt_tokens_details: { cached_tokens: 0 } })
   })
 
   it('streams a chat completion with usage', async () => {
@@ -74,7 +74,7 @@ describe('openai client: success paths', () => {
     }
     expect(text).toBe('Hello, world! How are you?')
     expect(finish).toBe('stop')
-    expect(usage).toEqual({ prompt_tokens: 7, completion_tokens: 8, total_tokens: 15 })
+    expect(usage).toEqual({ prompt_tokens: 7, completion_tokens: 8, total_tokens: 15, prompt_tokens_details: { cached_tokens: 0 } })
   })
 
   it('works with the stream helper, which accumulates the final message', async () => {

@@ -33,6 +33,7 @@ describe('loadNodeOptions', () => {
       maxWaiting: 256,
       maxBatchedTokens: 512,
       kvBudgetMb: 2048,
+      noPrefixCaching: false,
       heartbeatTimeoutMs: 5000,
       stallTimeoutMs: 30_000,
       tokenizerThreads: 1,
@@ -137,11 +138,14 @@ describe('toPoolOptions', () => {
       maxWaiting: 256,
       maxBatchedTokens: 512,
       kvBudgetBytes: 256 * 1024 * 1024,
+      prefixCaching: true,
       heartbeatTimeoutMs: 5000,
       stallTimeoutMs: 30_000,
       tokenizerThreads: 1,
     })
     expect(toPoolOptions(loadNodeOptions({ ONNXD_DTYPE: 'q4', ONNXD_MODEL_ID: 'x' }, {}, {}, sys))).toMatchObject({ dtype: 'q4', modelId: 'x' })
+    expect(toPoolOptions(loadNodeOptions({ ONNXD_NO_PREFIX_CACHING: '1' }, {}, {}, sys)).prefixCaching).toBe(false)
+    expect(toPoolOptions(loadNodeOptions({}, nodeFlags({ 'no-prefix-caching': true }), {}, sys)).prefixCaching).toBe(false)
     // The budget is the node's; the pool gives kvBudgetBytes to each worker.
     expect(toPoolOptions(loadNodeOptions({ ONNXD_WORKERS: '4', ONNXD_KV_BUDGET_MB: '1024' }, {}, {}, sys)).kvBudgetBytes).toBe(256 * 1024 * 1024)
   })

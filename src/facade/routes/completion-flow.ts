@@ -3,6 +3,7 @@
 // per request (also for streams cut short: a billing Tab keeps a stream's usage durable as it is delivered), and
 // the SSE loop. Each route gives its own answer and chunk shapes. Imports: facade parts, contract, shared errors.
 import type { OutgoingHttpHeaders } from 'node:http'
+import { Type, type Static } from '@sinclair/typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { CompletionRequest, CompletionResponse, FinishReason, StreamEvent, Usage } from '../../contract/completions.js'
 import { clip, errorBody, errorStatus, OnnxdError } from '../../shared/errors.js'
@@ -12,17 +13,27 @@ import type { FacadeContext } from '../context.js'
 import type { KeyPrincipal } from '../request.js'
 import type { Dispatched } from '../router.js'
 
-/** OpenAI's usage object. */
-export interface OpenAiUsage {
-  prompt_tokens: number
-  completion_tokens: number
-  total_tokens: number
-}
+/** OpenAI's usage object; `cached_tokens`: prompt tokens the node's prefix cache gave instead of computing them. */
+export const OpenAiUsage = Type.Object({
+  prompt_tokens: Type.Integer(),
+  completion_tokens: Type.Integer(),
+  total_tokens: Type.Integer(),
+  prompt_tokens_details: Type.Object({ cached_tokens: Type.Integer() }),
+})
+export type OpenAiUsage = Static<typeof OpenAiUsage>
 
 export const openAiUsage = (u: Usage): OpenAiUsage => ({
   prompt_tokens: u.prompt_tokens,
   completion_tokens: u.completion_tokens,
   total_tokens: u.prompt_tokens + u.completion_tokens,
+  prompt_tokens_details: { cached_tokens: u.prompt_tokens_details?.cached_tokens ?? 0 },
+})
+
+/** The usage of several node answers (one per choice or prompt) as one. */
+export const sumUsage = (us: Usage[]): Usage => ({
+  prompt_tokens: us.reduce((n, u) => n + u.prompt_tokens, 0),
+  completion_tokens: us.reduce((n, u) => n + u.completion_tokens, 0),
+  prompt_tokens_details: { cached_tokens: us.reduce((n, u) => n + (u.prompt_tokens_details?.cached_tokens ?? 0), 0) },
 })
 
 /** The SSE frames of one streamed answer, in the route's shape; `index` is the choice's. */
@@ -206,7 +217,8 @@ async function streamCompletion(
   }
   if (failure === null && choices.every((c) => c.final !== null)) {
     for (const [i, c] of choices.entries()) await sse.write(out.finish(i, c.final!.finish_reason))
-    const usage = out.usage({ prompt_tokens: promptTokens, completion_tokens: completionTokens })
+    const cached = choices.reduce((n, c) => n + (c.final!.usage.prompt_tokens_details?.cached_tokens ?? 0), 0)
+    const usage = out.usage({ prompt_tokens: promptTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cached } })
     if (usage !== null) await sse.write(usage)
   } else {
     const f: ErrorEvent['error'] = failure ?? errorBody('internal', 'The inference backend ended the stream early').error

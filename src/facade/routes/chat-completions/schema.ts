@@ -8,6 +8,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { clip } from '../../../shared/errors.js'
 import { samplingOpenAiProperties } from '../../../shared/sampling.js'
 import { checkStreamOptions, firstInvalid, honouredFields, unsupported } from '../openai-fields.js'
+import { OpenAiUsage } from '../completion-flow.js'
 
 /** 400-level: what a body must have to be a chat request at all. */
 export const ChatCompletionBody = Type.Object(
@@ -97,11 +98,6 @@ export function parseChatParams(body: Record<string, unknown>): ChatParams {
   return value as ChatParams
 }
 
-const UsageSchema = Type.Object({
-  prompt_tokens: Type.Integer(),
-  completion_tokens: Type.Integer(),
-  total_tokens: Type.Integer(),
-})
 
 /** The non-streaming answer (OpenAI `chat.completion`). */
 export const ChatCompletionSchema = Type.Object({
@@ -117,6 +113,6 @@ export const ChatCompletionSchema = Type.Object({
       logprobs: Type.Null(),
     }),
   ),
-  usage: UsageSchema,
+  usage: OpenAiUsage,
 })
 export type ChatCompletion = Static<typeof ChatCompletionSchema>

@@ -7,6 +7,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { OnnxdError, quote } from '../../../shared/errors.js'
 import { samplingOpenAiProperties } from '../../../shared/sampling.js'
 import { checkStreamOptions, firstInvalid, honouredFields, unsupported } from '../openai-fields.js'
+import { OpenAiUsage } from '../completion-flow.js'
 
 /** OpenAI's default max_tokens for legacy completions (chat's is the model's room). */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -88,11 +89,6 @@ export function parseCompletionParams(body: Record<string, unknown>): Completion
   return p
 }
 
-const UsageSchema = Type.Object({
-  prompt_tokens: Type.Integer(),
-  completion_tokens: Type.Integer(),
-  total_tokens: Type.Integer(),
-})
 
 /** The non-streaming answer (OpenAI `text_completion`). */
 export const TextCompletionSchema = Type.Object({
@@ -108,6 +104,6 @@ export const TextCompletionSchema = Type.Object({
       finish_reason: Type.String(),
     }),
   ),
-  usage: UsageSchema,
+  usage: OpenAiUsage,
 })
 export type TextCompletion = Static<typeof TextCompletionSchema>

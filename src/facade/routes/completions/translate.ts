@@ -3,7 +3,7 @@
 // and field translation.
 import type { CompletionRequest, CompletionResponse, FinishReason, Usage } from '../../../contract/completions.js'
 import { sseFrame } from '../../../shared/sse.js'
-import { openAiUsage, type ChunkFormat } from '../completion-flow.js'
+import { openAiUsage, sumUsage, type ChunkFormat } from '../completion-flow.js'
 import { samplingFields } from '../openai-fields.js'
 import { COMPLETIONS_DEFAULT_MAX_TOKENS, promptsOf, type CompletionParams, type Prompt, type TextCompletion } from './schema.js'
 
@@ -23,10 +23,7 @@ export function toNodeRequests(p: CompletionParams): { prompts: Prompt[]; reques
 
 /** The answer: one choice per prompt, numbered as the prompts are; with `echo`, each text starts with its prompt. */
 export function toTextCompletion(id: string, created: number, p: CompletionParams, prompts: Prompt[], rs: CompletionResponse[]): TextCompletion {
-  const usage: Usage = {
-    prompt_tokens: rs.reduce((n, r) => n + r.usage.prompt_tokens, 0),
-    completion_tokens: rs.reduce((n, r) => n + r.usage.completion_tokens, 0),
-  }
+  const usage = sumUsage(rs.map((r) => r.usage))
   return {
     id,
     object: 'text_completion',
