@@ -22,7 +22,9 @@ export const HealthBody = Type.Object({
   /** How many more sequences the node can take now (free running slots plus free queue places); 0 unless ready. */
   capacity: Type.Integer(),
   /** KV-cache bytes in use and budgeted, over all workers; `usage` is used / budget (0..1). */
-  kv_cache: Type.Optional(Type.Object({ used_bytes: Type.Number(), budget_bytes: Type.Number(), usage: Type.Number() })),
+  kv_cache: Type.Optional(
+    Type.Object({ used_bytes: Type.Number(), budget_bytes: Type.Number(), usage: Type.Number(), prefix_cache_bytes: Type.Optional(Type.Number()) }),
+  ),
   /** Worker threads restarted since start. */
   restarts: Type.Optional(Type.Integer()),
   /**

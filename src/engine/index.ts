@@ -61,6 +61,7 @@ export interface PoolHealth {
   /** Sequences the pool can take now: free running slots plus free queue places, over all workers. */
   capacity: number
   kvUsedBytes: number
+  prefixCacheBytes: number
   kvBudgetBytes: number
   restarts: number
 }

@@ -74,6 +74,8 @@ export interface EngineStats {
   waiting: number
   prefilling: number
   kvUsedBytes: number
+  /** Bytes of the prefix cache: within the budget, beside kvUsedBytes, and given back whenever admitted requests need them. */
+  prefixCacheBytes: number
   kvBudgetBytes: number
   maxRunning: number
   maxWaiting: number

@@ -233,5 +233,9 @@ describe('prefix caching through the facade', () => {
 
     expect((await metric('onnxd_prefix_cache_queries_total')) - queries0).toBe(first.usage!.prompt_tokens + second.usage!.prompt_tokens + usage!.prompt_tokens)
     expect((await metric('onnxd_prefix_cache_hits_total')) - hits0).toBe(2 * cached)
+    // The cached blocks are held beside the running cache, and said apart from it.
+    const health = (await (await fetch(`${s.node.url}/health`)).json()) as { kv_cache: { prefix_cache_bytes: number } }
+    expect(health.kv_cache.prefix_cache_bytes).toBe(await metric('onnxd_prefix_cache_bytes'))
+    expect(health.kv_cache.prefix_cache_bytes).toBeGreaterThan(0)
   })
 })

@@ -134,6 +134,7 @@ export const READY_HEALTH: PoolHealth = {
   waiting: 0,
   capacity: 320,
   kvUsedBytes: 0,
+  prefixCacheBytes: 0,
   kvBudgetBytes: 64 * 1024 * 1024,
   restarts: 0,
 }

@@ -37,7 +37,7 @@ describe('GET /health', () => {
       running: 3,
       waiting: 2,
       capacity: 315,
-      kv_cache: { used_bytes: 16 * 1024 * 1024, budget_bytes: 64 * 1024 * 1024, usage: 0.25 },
+      kv_cache: { used_bytes: 16 * 1024 * 1024, budget_bytes: 64 * 1024 * 1024, usage: 0.25, prefix_cache_bytes: 0 },
       restarts: 1,
       context_length: 2048,
     })

@@ -99,7 +99,8 @@ export class Batcher {
       running: this.running.length,
       waiting: this.waiting.length,
       prefilling: this.group?.seqs.length ?? 0,
-      kvUsedBytes: this.kv.bytes() + (this.group?.kv.bytes() ?? 0) + (this.prefix?.bytes ?? 0),
+      kvUsedBytes: this.kv.bytes() + (this.group?.kv.bytes() ?? 0),
+      prefixCacheBytes: this.prefix?.bytes ?? 0,
       kvBudgetBytes: this.opts.kvBudgetBytes,
       maxRunning: this.opts.maxRunning,
       maxWaiting: this.opts.maxWaiting,
@@ -250,9 +251,14 @@ export class Batcher {
     this.fitPrefixCache()
   }
 
-  /** Evicts cached prefixes until they fit in what the admitted sequences' worst case leaves of the budget. */
+  /**
+   * Evicts cached prefixes until they fit in what the admitted sequences leave of the budget: their worst case, or
+   * the buffers already held for them when those are larger (slots are rounded up, and kept while busy).
+   */
   private fitPrefixCache(): void {
-    this.prefix?.shrinkTo(Math.max(0, this.opts.kvBudgetBytes - this.reserveBytes([])))
+    if (!this.prefix) return
+    const held = this.kv.bytes() + (this.group?.kv.bytes() ?? 0)
+    this.prefix.shrinkTo(Math.max(0, this.opts.kvBudgetBytes - Math.max(this.reserveBytes([]), held)))
   }
 
   private async prefillChunk(): Promise<void> {
@@ -297,10 +303,7 @@ export class Batcher {
     // The whole prompt is in the cache: keep its blocks for later prompts, sample each row's first token, then move
     // the live rows into the batch.
     this.group = null
-    if (this.prefix) {
-      g.seqs.forEach((s, r) => this.prefix!.insert(s.promptIds, (from, n) => g.kv.readSlots(r, from, n)))
-      this.fitPrefixCache()
-    }
+    g.seqs.forEach((s, r) => this.prefix?.insert(s.promptIds, (from, n) => g.kv.readSlots(r, from, n)))
     const V = this.model.vocab
     g.seqs.forEach((s, r) => {
       if (s.cancelled) {
@@ -313,6 +316,7 @@ export class Batcher {
         this.running.push(s)
       }
     })
+    this.fitPrefixCache()
   }
 
   private async decodeStep(): Promise<void> {

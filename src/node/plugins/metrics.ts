@@ -88,6 +88,7 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
     h.kvBudgetBytes > 0 ? Math.min(1, h.kvUsedBytes / h.kvBudgetBytes) : 0,
   )
   gauge('onnxd_kv_cache_used_bytes', 'KV-cache bytes in use over all workers.', (h) => h.kvUsedBytes)
+  gauge('onnxd_prefix_cache_bytes', 'Prefix-cache bytes over all workers (within the KV budget, evicted as requests need the room).', (h) => h.prefixCacheBytes)
   gauge('onnxd_kv_cache_budget_bytes', 'KV-cache bytes budgeted over all workers.', (h) => h.kvBudgetBytes)
   gauge('onnxd_workers_total', 'Engine worker threads configured.', (h) => h.workers.length)
   gauge('onnxd_workers_ready', 'Engine worker threads with the model loaded.', (h) => h.workers.filter((w) => w.ready).length)

@@ -24,6 +24,7 @@ export function healthBody(h: PoolHealth, draining: boolean, chatTemplate?: bool
       used_bytes: h.kvUsedBytes,
       budget_bytes: h.kvBudgetBytes,
       usage: h.kvBudgetBytes > 0 ? Math.min(1, h.kvUsedBytes / h.kvBudgetBytes) : 0,
+      prefix_cache_bytes: h.prefixCacheBytes,
     },
     restarts: h.restarts,
     context_length: h.contextLength,
@@ -72,6 +73,7 @@ function unknownHealth(f: { model: string; provider: string }): PoolHealth {
     waiting: 0,
     capacity: 0,
     kvUsedBytes: 0,
+    prefixCacheBytes: 0,
     kvBudgetBytes: 0,
     restarts: 0,
   }

@@ -2,7 +2,9 @@
 // runner) on the tiny default model in its GroupQueryAttention form, with requests joining and leaving all the time
 // (varied prompt and output lengths, some cancelled mid-stream). Every ORT object the runner makes is counted by
 // ort-capi (liveCounts): the counts must come back to their values at load once the engine is idle, and to zero
-// after close; and the process's RSS must not grow between the first and the last quarter of the run.
+// after close; and the process's RSS must not grow between the first and the last quarter of the run. A third of
+// the prompts start with one of a few shared prefixes, and the KV budget is small, so the prefix cache fills early
+// and then evicts all the time: its memory must come back too.
 // It takes about 110 s on the shared 2-core host under load (about 1.1 ms per decode step all in, 0.65 ms of it in
 // ORT's run at a batch of up to 8 rows), so it has a long timeout.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -17,6 +19,8 @@ import { runRequest } from '../../helpers/engine-run.js'
 const STEPS = 100_000
 /** Sequences in flight at once (the batch moves between about 1 and this). */
 const CONCURRENCY = 8
+/** The node's KV budget here: 8 rows of up to 120 tokens need well under 1 MiB of it; the prefix cache has the rest. */
+const KV_BUDGET = 4 * 2 ** 20
 
 /** A small deterministic PRNG (mulberry32), so a failing run can be replayed. */
 function rng(seed: number): () => number {
@@ -46,18 +50,24 @@ describe('runtime capi: memory over 100,000 decode steps', () => {
   it('releases every ORT object it made and keeps RSS flat, with requests joining and leaving', async () => {
     const before = liveCounts()
     let steps = 0
+    let cachedTokens = 0
+    let peakKv = 0
     /** Time inside the session's forward, by phase (the rest of the wall time is the engine's JS). */
     const stepSeconds = { prefill: 0, decode: 0 }
     /** RSS sampled every 500 decode steps. */
     const rss: number[] = []
     const e = await Engine.load(
-      { modelDir: gqaDir, intraOpThreads: 1, runtime: 'capi', maxRunning: CONCURRENCY },
+      { modelDir: gqaDir, intraOpThreads: 1, runtime: 'capi', maxRunning: CONCURRENCY, kvBudgetBytes: KV_BUDGET },
       {
+        onFinish: (f) => (cachedTokens += f.prefixHitTokens),
         onStep: (s) => {
           stepSeconds[s.phase] += s.seconds
           if (s.phase !== 'decode') return
           steps++
-          if (steps % 500 === 0) rss.push(process.memoryUsage().rss)
+          if (steps % 500 === 0) {
+            rss.push(process.memoryUsage().rss)
+            peakKv = Math.max(peakKv, e.stats().kvUsedBytes)
+          }
         },
       },
     )
@@ -72,6 +82,7 @@ describe('runtime capi: memory over 100,000 decode steps', () => {
 
     const random = rng(12)
     const V = e.model.vocab
+    const prefixes = Array.from({ length: 6 }, () => Array.from({ length: 16 + Math.floor(random() * 40) }, () => 3 + Math.floor(random() * (V - 3))))
     const t0 = performance.now()
     let started = 0
     let cancelled = 0
@@ -82,7 +93,8 @@ describe('runtime capi: memory over 100,000 decode steps', () => {
         const n = 1 + Math.floor(random() * 24)
         const maxTokens = 1 + Math.floor(random() * 96)
         const cancelAt = random() < 0.2 ? 1 + Math.floor(random() * maxTokens) : 0
-        const input_ids = Array.from({ length: n }, () => 3 + Math.floor(random() * (V - 3)))
+        const own = Array.from({ length: n }, () => 3 + Math.floor(random() * (V - 3)))
+        const input_ids = random() < 1 / 3 ? [...prefixes[Math.floor(random() * prefixes.length)], ...own] : own
         started++
         const run = runRequest(e, { input_ids, max_tokens: maxTokens, temperature: random() < 0.5 ? 0 : 0.8, seed: started, ignore_eos: true }, (k) => {
           if (k === cancelAt) run.cancel()
@@ -105,6 +117,9 @@ describe('runtime capi: memory over 100,000 decode steps', () => {
     expect(errors).toBe(0)
     expect(cancelled).toBeGreaterThan(10)
     expect(steps).toBeGreaterThanOrEqual(STEPS)
+    // The prefix cache served the shared prefixes, and stayed within the budget with the running rows.
+    expect(cachedTokens).toBeGreaterThan(1000)
+    expect(peakKv).toBeLessThanOrEqual(KV_BUDGET)
 
     // The batcher goes idle after the last step of the last request (its loop runs on in microtasks): one turn of
     // the event loop later it has let go of the binding, its tensors and the wrappers over the cache.
