@@ -35,6 +35,8 @@ export interface RequestRecord {
   itlMs: number[]
   e2eMs: number
   promptTokens: number
+  /** Prompt tokens the server's prefix cache gave (usage.prompt_tokens_details.cached_tokens; 0 when not said). */
+  cachedTokens: number
   /** From the final usage when there is one; else the tokens counted in deltas (partial for cut requests). */
   outputTokens: number
   error?: string
@@ -56,7 +58,7 @@ function body(ep: Endpoint, item: WorkItem, s: Sampling, id: string): Record<str
 
 interface Delta {
   tokens: number
-  usage?: { prompt_tokens: number; completion_tokens: number }
+  usage?: { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens?: number } }
   error?: string
 }
 
@@ -85,7 +87,7 @@ function parseEvent(protocol: Protocol, data: string): Delta {
 export async function sendRequest(agent: Agent, ep: Endpoint, item: WorkItem, s: Sampling, id: string, t0: number, signal: AbortSignal): Promise<RequestRecord> {
   const start = performance.now()
   const promptTokens = 'input_ids' in item.input ? item.input.input_ids.length : 0
-  const rec: RequestRecord = { ok: false, status: 'network', cut: false, startMs: start - t0, ttftMs: NaN, itlMs: [], e2eMs: 0, promptTokens, outputTokens: 0 }
+  const rec: RequestRecord = { ok: false, status: 'network', cut: false, startMs: start - t0, ttftMs: NaN, itlMs: [], e2eMs: 0, promptTokens, cachedTokens: 0, outputTokens: 0 }
   let last = 0
   let usage: Delta['usage']
   try {
@@ -144,6 +146,7 @@ export async function sendRequest(agent: Agent, ep: Endpoint, item: WorkItem, s:
     if (usage) {
       rec.outputTokens = usage.completion_tokens
       rec.promptTokens = usage.prompt_tokens
+      rec.cachedTokens = usage.prompt_tokens_details?.cached_tokens ?? 0
     }
     rec.ok = true
     rec.status = '200'

@@ -23,6 +23,8 @@ export interface LevelFigures extends LatencyFigures {
   /** Cut requests whose first token had not come by the deadline: TTFT includes them at deadline - start, a lower bound. */
   ttft_censored: number
   total_input_tokens: number
+  /** Of total_input_tokens, those the server's prefix cache gave instead of computing them. */
+  cached_input_tokens: number
   total_output_tokens: number
   /** Output tokens that cut requests had streamed before the deadline (counted in the throughputs). */
   cut_output_tokens: number
@@ -71,6 +73,7 @@ export function levelFigures(records: RequestRecord[], durationS: number, concur
     cut: cut.length,
     ttft_censored: censored.length,
     total_input_tokens: inputTokens,
+    cached_input_tokens: ok.reduce((a, r) => a + r.cachedTokens, 0),
     total_output_tokens: outputTokens,
     cut_output_tokens: cutOutput,
     request_throughput: ok.length / d || 0,

@@ -11,13 +11,15 @@ import { OnnxdError } from '../shared/errors.js'
 import type { ProgressMode } from './progress.js'
 import { formatLength, parseLength, readPromptFile, type LengthDist, type PromptFile } from './workload.js'
 
-export type ScenarioKind = 'standard' | 'long'
+export type ScenarioKind = 'standard' | 'long' | 'chat'
 
 /** One onnxd target the bench starts: a preset built in one graph form, served with one step runtime. */
 export interface TargetSpec {
   attention: Attention
   runtime: Runtime
-  /** `onnxd <attention>/<runtime>`. */
+  /** False: the node runs with --no-prefix-caching. */
+  prefixCaching: boolean
+  /** `onnxd ` + targetKey(). */
   name: string
 }
 
@@ -26,12 +28,18 @@ export interface TargetSpec {
  * lead sets by measurement. Standard: today's path (the node's default form and runtime). Long: the issue's
  * comparison, the new runtime against today's path on the GroupQueryAttention graph.
  */
-export const DEFAULT_TARGETS: Record<ScenarioKind, { attention: Attention[]; runtime: Runtime[]; baseline: string }> = {
-  standard: { attention: ['plain'], runtime: ['js'], baseline: 'plain/js' },
-  long: { attention: ['gqa'], runtime: ['js', 'capi'], baseline: 'gqa/js' },
+export const DEFAULT_TARGETS: Record<ScenarioKind, { attention: Attention[]; runtime: Runtime[]; prefixCaching: boolean[]; baseline: string }> = {
+  standard: { attention: ['plain'], runtime: ['js'], prefixCaching: [true], baseline: 'plain/js' },
+  long: { attention: ['gqa'], runtime: ['js', 'capi'], prefixCaching: [true], baseline: 'gqa/js' },
+  // The chat workload's question: what prefix caching gives on a shared system prompt.
+  chat: { attention: ['plain'], runtime: ['capi'], prefixCaching: [true, false], baseline: 'plain/capi/no-prefix-cache' },
 }
 
-export const targetName = (attention: Attention, runtime: Runtime): string => `onnxd ${attention}/${runtime}`
+/** A target as --baseline names it: `plain/capi`, with `/no-prefix-cache` when prefix caching is off. */
+export const targetKey = (t: Pick<TargetSpec, 'attention' | 'runtime' | 'prefixCaching'>): string =>
+  `${t.attention}/${t.runtime}${t.prefixCaching ? '' : '/no-prefix-cache'}`
+
+export const targetName = (t: Pick<TargetSpec, 'attention' | 'runtime' | 'prefixCaching'>): string => `onnxd ${targetKey(t)}`
 
 export interface BenchConfig {
   scenario: ScenarioKind
@@ -60,6 +68,8 @@ export interface BenchConfig {
   warmup: number
   promptLen: LengthDist
   outputLen: LengthDist
+  /** Tokens (or words) every synthetic prompt starts with, before its own promptLen. */
+  sharedPrefixLen: number
   prompts: PromptFile | null
   seed: number
   temperature: number
@@ -92,12 +102,16 @@ bundle. Prints a table, writes JSON and an SVG chart (see bench/README.md).
 scenario:
   --scenario NAME        standard (default: prompt 128, output 128, concurrency 1,4,16,64, every reference) or
                          long (prompt 1024, output 256, concurrency 1,16,64, one wave of requests = concurrency per
-                         level, each level cut after --duration (default 240 s); targets gqa/js and gqa/capi)
+                         level, each level cut after --duration (default 240 s); targets gqa/js and gqa/capi) or
+                         chat (a shared system prompt of 1000 tokens + 50 own tokens, output 128, concurrency
+                         1,16,64; targets plain/capi with prefix caching on and off)
 
 targets (each a node the bench starts on the preset; at each level they run one after another, alternating order):
   --attention LIST       graph forms to build and serve: plain, gqa (default: plain; long: gqa)
-  --runtime LIST         step runtimes: js, capi (default: js; long: js,capi)
-  --baseline FORM/RT     the target every target's output tok/s is divided by (default plain/js; long: gqa/js)
+  --runtime LIST         step runtimes: js, capi (default: js; long: js,capi; chat: capi)
+  --prefix-caching LIST  on, off: nodes with prefix caching on and/or off (default: on; chat: on,off)
+  --baseline KEY         the target every target's output tok/s is divided by, as FORM/RT[/no-prefix-cache]
+                         (default plain/js; long: gqa/js; chat: plain/capi/no-prefix-cache)
 
 target (default: start a node on --preset 135m):
   --model DIR            bundle to start a node on (with --url/--facade: the bundle it serves, for the references)
@@ -117,6 +131,7 @@ load:
   --warmup N             untimed requests before each target's sweep (default 2)
   --prompt-len N|A:B     prompt tokens, fixed or uniform (default 128)
   --output-len N|A:B     output tokens, fixed or uniform (default 128)
+  --shared-prefix-len N  tokens every prompt starts with, the same for all (default 0; chat: 1000)
   --prompts FILE         JSONL prompts instead ("text", {"prompt"}, {"messages"} or {"input_ids"}, optional "max_tokens")
   --seed N               seeds prompts, lengths and arrivals (default 0)
   --temperature T        (default 0: greedy)
@@ -159,6 +174,8 @@ const OPTIONS = {
   warmup: { type: 'string' },
   'prompt-len': { type: 'string' },
   'output-len': { type: 'string' },
+  'shared-prefix-len': { type: 'string' },
+  'prefix-caching': { type: 'string' },
   prompts: { type: 'string' },
   seed: { type: 'string' },
   temperature: { type: 'string' },
@@ -228,19 +245,25 @@ export function benchConfig(argv: string[]): BenchConfig {
   const scenario = (v.scenario ?? 'standard') as ScenarioKind
   if (!(scenario in DEFAULT_TARGETS)) problems.push(`--scenario must be one of ${Object.keys(DEFAULT_TARGETS).join(', ')}. Given: ${v.scenario!.slice(0, 32)}`)
   const long = scenario === 'long'
-  const defaults = DEFAULT_TARGETS[long ? 'long' : 'standard']
+  const chat = scenario === 'chat'
+  const defaults = DEFAULT_TARGETS[scenario] ?? DEFAULT_TARGETS.standard
   const remote = Boolean(v.url || v.facade)
-  if (remote && (v.attention || v.runtime || v.baseline)) problems.push('--attention, --runtime and --baseline choose the nodes the bench starts: not with --url or --facade')
+  if (remote && (v.attention || v.runtime || v.baseline || v['prefix-caching'])) {
+    problems.push('--attention, --runtime, --prefix-caching and --baseline choose the nodes the bench starts: not with --url or --facade')
+  }
   if (v.model && v.attention) problems.push('--attention builds the preset in each form: not with --model (pass --preset)')
   const forms = v.attention ? parseList('attention', v.attention, ATTENTION_FORMS, problems) : defaults.attention
   const runtimes = v.runtime ? parseList('runtime', v.runtime, RUNTIMES, problems) : defaults.runtime
-  const targets: TargetSpec[] = remote ? [] : forms.flatMap((attention) => runtimes.map((runtime) => ({ attention, runtime, name: targetName(attention, runtime) })))
+  const caching = v['prefix-caching'] ? parseList('prefix-caching', v['prefix-caching'], ['on', 'off'] as const, problems).map((x) => x === 'on') : defaults.prefixCaching
+  const targets: TargetSpec[] = remote
+    ? []
+    : forms.flatMap((attention) => runtimes.flatMap((runtime) => caching.map((prefixCaching) => ({ attention, runtime, prefixCaching, name: targetName({ attention, runtime, prefixCaching }) }))))
   let baseline: string | null = null
   if (targets.length > 1) {
     const want = v.baseline ?? defaults.baseline
-    const hit = targets.find((t) => `${t.attention}/${t.runtime}` === want)
+    const hit = targets.find((t) => targetKey(t) === want)
     if (hit) baseline = hit.name
-    else if (v.baseline) problems.push(`--baseline must be one of the targets (${targets.map((t) => `${t.attention}/${t.runtime}`).join(', ')}). Given: ${v.baseline.slice(0, 32)}`)
+    else if (v.baseline) problems.push(`--baseline must be one of the targets (${targets.map(targetKey).join(', ')}). Given: ${v.baseline.slice(0, 32)}`)
     else baseline = targets[0].name
   }
   const preset = v.preset ?? (v.model || v.url || v.facade ? null : smoke ? 'tiny' : '135m')
@@ -250,7 +273,7 @@ export function benchConfig(argv: string[]): BenchConfig {
     : v.url
       ? { kind: 'node', url: v.url.replace(/\/+$/, ''), model }
       : { kind: 'spawn', model, preset }
-  const concurrency = list('concurrency', v.concurrency, long ? (smoke ? [1, 4] : [1, 16, 64]) : smoke ? [1, 4, 16] : [1, 4, 16, 64])
+  const concurrency = list('concurrency', v.concurrency, long || chat ? (smoke ? [1, 4] : [1, 16, 64]) : smoke ? [1, 4, 16] : [1, 4, 16, 64])
   let prompts: PromptFile | null = null
   if (v.prompts) {
     try {
@@ -277,15 +300,22 @@ export function benchConfig(argv: string[]): BenchConfig {
     durationS: v.duration === undefined ? (long ? (smoke ? 30 : 240) : null) : pos('duration', v.duration, 0),
     refDurationS: pos('ref-duration', v['ref-duration'], smoke ? 3 : 30),
     warmup: int('warmup', v.warmup, smoke ? 1 : 2),
-    promptLen: length('prompt-len', v['prompt-len'], long ? (smoke ? '64' : '1024') : smoke ? '16' : '128'),
+    promptLen: length('prompt-len', v['prompt-len'], long ? (smoke ? '64' : '1024') : chat ? (smoke ? '8' : '50') : smoke ? '16' : '128'),
     outputLen: length('output-len', v['output-len'], long ? (smoke ? '32' : '256') : smoke ? '16' : '128'),
+    sharedPrefixLen: int('shared-prefix-len', v['shared-prefix-len'], chat ? (smoke ? 64 : 1000) : 0),
     prompts,
     seed: int('seed', v.seed, 0),
     temperature,
     ignoreEos: v['no-ignore-eos'] !== true,
     // The long scenario compares the targets with each other and with ORT on their graph; the one-request-at-a-time
-    // references would take hours at these lengths.
-    references: { ceiling: !v['no-ceiling'], matmul: !v['no-matmul'] && !long, unbatched: !v['no-unbatched'] && target.kind === 'spawn' && !long, peer: !v['no-peer'] && !long },
+    // references would take hours at these lengths. The chat scenario compares the targets with each other only:
+    // ORT alone has no cache shared between requests to measure.
+    references: {
+      ceiling: !v['no-ceiling'] && !chat,
+      matmul: !v['no-matmul'] && !long && !chat,
+      unbatched: !v['no-unbatched'] && target.kind === 'spawn' && !long && !chat,
+      peer: !v['no-peer'] && !long && !chat,
+    },
     peerConcurrency: list('peer-concurrency', v['peer-concurrency'], concurrency),
     matmulSizes: smoke ? [128, 256] : [512, 1024, 2048],
     refBudget: smoke ? { warmup: 1, minRuns: 2, minSeconds: 0.1, maxRuns: 5 } : { warmup: 2, minRuns: 5, minSeconds: 2, maxRuns: 50 },
@@ -318,6 +348,7 @@ export function describeConfig(c: BenchConfig): Record<string, unknown> {
     warmup: c.warmup,
     prompt_len: c.prompts ? null : formatLength(c.promptLen),
     output_len: formatLength(c.outputLen),
+    shared_prefix_len: c.prompts ? null : c.sharedPrefixLen,
     prompts_file: c.prompts?.path ?? null,
     seed: c.seed,
     temperature: c.temperature,

@@ -28,6 +28,8 @@ export interface ScenarioResult {
   /** The graph form and the step runtime the node reported serving with (/health), for onnxd targets the bench started. */
   attention?: string | null
   runtime?: string | null
+  /** False when the bench started the node with --no-prefix-caching. */
+  prefix_caching?: boolean
   /** What was driven, in words. */
   label: string
   url: string

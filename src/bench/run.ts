@@ -87,7 +87,7 @@ interface Driven {
 }
 
 /** Starts (or reaches) one target and learns the model id it serves. */
-async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, agent: Agent, runtime: string | null): Promise<Driven> {
+async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, agent: Agent, spec: TargetSpec | null): Promise<Driven> {
   let child: Child | null = null
   let url: string
   const t = cfg.target
@@ -97,7 +97,8 @@ async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, a
     url = child.url
   } else if (t.kind === 'spawn' || kind === 'unbatched') {
     const port = await freePort()
-    const args = ['--model', dir!, '--port', String(port), '--host', '127.0.0.1', '--log-level', 'warn', ...(runtime ? ['--runtime', runtime] : []), ...cfg.nodeArgs]
+    const args = ['--model', dir!, '--port', String(port), '--host', '127.0.0.1', '--log-level', 'warn', ...(spec ? ['--runtime', spec.runtime] : []), ...cfg.nodeArgs]
+    if (spec && !spec.prefixCaching) args.push('--no-prefix-caching')
     if (kind === 'unbatched') args.push('--max-running', '1')
     child = await spawnTarget({ entry: './node-main', args, what: kind === 'unbatched' ? 'the unbatched node' : 'the onnxd node', readyTimeoutS: cfg.readyTimeoutS, agent, port })
     url = child.url
@@ -147,7 +148,7 @@ async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'
   log.step(`${name}: starting`)
   let d: Driven
   try {
-    d = await reach(kind, cfg, dir, agent, spec?.runtime ?? null)
+    d = await reach(kind, cfg, dir, agent, spec)
   } catch (e) {
     await agent.close()
     throw e
@@ -163,13 +164,19 @@ async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'
     await agent.close()
     throw e
   }
-  const label = kind === 'onnxd' ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? `started by the bench${spec ? `: ${spec.attention} attention, runtime ${spec.runtime}` : ''}` : d.ep.url})` : LABELS[kind]
+  const label = kind === 'onnxd' ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? `started by the bench${spec ? `: ${spec.attention} attention, runtime ${spec.runtime}${spec.prefixCaching ? '' : ', prefix caching off'}` : ''}` : d.ep.url})` : LABELS[kind]
   const deadline = kind === 'onnxd' ? cfg.durationS : cfg.refDurationS
-  const out: ScenarioResult = { name: kind, target: name, ...(spec ? { attention: b.form ?? spec.attention, runtime: d.runtime ?? spec.runtime } : {}), label, url: d.ep.url, provider: d.provider, deadline_s: deadline, levels: [] }
+  const out: ScenarioResult = { name: kind, target: name, ...(spec ? { attention: b.form ?? spec.attention, runtime: d.runtime ?? spec.runtime, prefix_caching: spec.prefixCaching } : {}), label, url: d.ep.url, provider: d.provider, deadline_s: deadline, levels: [] }
   return { kind, d, agent, out }
 }
 
-const workloadSpec = (cfg: BenchConfig): WorkloadSpec => ({ promptLen: cfg.promptLen, outputLen: cfg.outputLen, file: cfg.prompts ?? undefined, seed: cfg.seed })
+const workloadSpec = (cfg: BenchConfig): WorkloadSpec => ({
+  promptLen: cfg.promptLen,
+  outputLen: cfg.outputLen,
+  file: cfg.prompts ?? undefined,
+  seed: cfg.seed,
+  sharedPrefixLen: cfg.sharedPrefixLen,
+})
 const sampling = (cfg: BenchConfig): Sampling => ({ temperature: cfg.temperature, ignoreEos: cfg.ignoreEos })
 
 /** Runs one level on a started target and records its figures. */
@@ -231,7 +238,7 @@ async function driveTargets(x: Load, bundleOf: (spec: TargetSpec | null) => Bund
 
 /** Mean prompt and output lengths of the workload (the references are timed at these). */
 function lengths(cfg: BenchConfig, form: PromptForm): Lengths {
-  if (!cfg.prompts) return { prompt: Math.round(meanLength(cfg.promptLen)), output: Math.round(meanLength(cfg.outputLen)) }
+  if (!cfg.prompts) return { prompt: cfg.sharedPrefixLen + Math.round(meanLength(cfg.promptLen)), output: Math.round(meanLength(cfg.outputLen)) }
   const items = makeWorkload({ promptLen: cfg.promptLen, outputLen: cfg.outputLen, file: cfg.prompts, seed: cfg.seed }, form, 64)
   const words = (s: string): number => s.split(/\s+/).filter(Boolean).length
   const p = items.map((i) => ('input_ids' in i.input ? i.input.input_ids.length : 'prompt' in i.input ? words(i.input.prompt) : i.input.messages.reduce((a, m) => a + words(m.content), 0)))
@@ -243,7 +250,7 @@ type References = BenchReport['references']
 /** The ORT decode ceiling of one bundle: through the C API with presents on the past for a GroupQueryAttention
  * graph (refs/capi.ts), else through onnxruntime-node (refs/ort.ts). */
 async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<CeilingReference | Skipped> {
-  if (!cfg.references.ceiling) return skipped('disabled by --no-ceiling')
+  if (!cfg.references.ceiling) return skipped(cfg.scenario === 'chat' ? 'not part of --scenario chat (ORT alone shares no cache between requests)' : 'disabled by --no-ceiling')
   if (!model) return skipped('no local model bundle: pass --model DIR')
   // Prefill is timed as the engine runs it: as many prompts per run as its default token budget holds.
   const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
@@ -268,7 +275,7 @@ async function measureReferences(cfg: BenchConfig, base: ModelInfo | null, byFor
     if (b.model === base) ceiling = c
   }
   ceiling ??= await ceilingOf(cfg, base, len, past, when, log)
-  let matmul: References['matmul_peak'] = skipped(cfg.scenario === 'long' ? 'not part of --scenario long' : 'disabled by --no-matmul')
+  let matmul: References['matmul_peak'] = skipped(cfg.scenario !== 'standard' ? `not part of --scenario ${cfg.scenario}` : 'disabled by --no-matmul')
   if (cfg.references.matmul) {
     log.step(`matmul peak (${when} the sweep): square MatMul ${cfg.matmulSizes.join(', ')} through ORT`)
     const m = await measureMatmulPeak(cfg.matmulSizes, cfg.threads, cfg.refBudget, (s) => log.step(`  ${s}`))
@@ -332,14 +339,14 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
       scenarios.push({ name: kind, label: LABELS[kind], ...skipped(reason) })
     }
   }
-  const long = cfg.scenario === 'long' ? 'not part of --scenario long' : null
-  await reference('unbatched', cfg.references.unbatched, long ?? (cfg.target.kind === 'spawn' ? 'disabled by --no-unbatched' : 'only when the bench starts the node itself'))
-  await reference('peer', cfg.references.peer && dir !== null, long ?? (cfg.references.peer ? 'no local model bundle: pass --model DIR' : 'disabled by --no-peer'))
+  const scenarioOnly = cfg.scenario !== 'standard' ? `not part of --scenario ${cfg.scenario}` : null
+  await reference('unbatched', cfg.references.unbatched, scenarioOnly ?? (cfg.target.kind === 'spawn' ? 'disabled by --no-unbatched' : 'only when the bench starts the node itself'))
+  await reference('peer', cfg.references.peer && dir !== null, scenarioOnly ?? (cfg.references.peer ? 'no local model bundle: pass --model DIR' : 'disabled by --no-peer'))
 
   const references = bestOf(before, await refs('after'))
   const eff = efficiency({ scenarios, references }, model, len)
   const tg = targets(eff, { scenarios, references })
-  const name = cfg.name || `onnxd-bench${cfg.scenario === 'long' ? '-long' : ''}${cfg.smoke ? '-smoke' : ''}-${stamp(created)}`
+  const name = cfg.name || `onnxd-bench${cfg.scenario !== 'standard' ? `-${cfg.scenario}` : ''}${cfg.smoke ? '-smoke' : ''}-${stamp(created)}`
   const jsonPath = join(cfg.outDir, `${name}.json`)
   const chartPath = join(cfg.outDir, `${name}.svg`)
   const report: BenchReport = {

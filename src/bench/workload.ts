@@ -76,6 +76,8 @@ export interface WorkloadSpec {
   /** A prompts file replaces synthetic prompts; its lines' own lengths win over `outputLen`. */
   file?: PromptFile
   seed: number
+  /** Synthetic prompts start with the same this many tokens (a chat's system prompt) before their own promptLen. */
+  sharedPrefixLen?: number
 }
 
 /** How synthetic prompts are written: token ids (exact lengths; needs the vocabulary size) or words of text. */
@@ -101,6 +103,10 @@ export function makeWorkload(spec: WorkloadSpec, form: PromptForm, n: number, re
   const lens = new SeededRandom(spec.seed, 'lengths')
   const toks = new SeededRandom(spec.seed, 'tokens')
   const order = new SeededRandom(spec.seed, 'order')
+  const shared = new SeededRandom(spec.seed, 'shared')
+  const prefixLen = spec.sharedPrefixLen ?? 0
+  const prefixIds = form.kind === 'ids' ? Array.from({ length: prefixLen }, () => shared.int(reserved, form.vocab - 1)) : []
+  const prefixWords = form.kind === 'ids' ? [] : Array.from({ length: prefixLen }, () => WORDS[shared.int(0, WORDS.length - 1)])
   const out: WorkItem[] = []
   for (let i = 0; i < n; i++) {
     const outputLen = length(spec.outputLen, lens)
@@ -112,10 +118,10 @@ export function makeWorkload(spec: WorkloadSpec, form: PromptForm, n: number, re
     }
     const promptLen = length(spec.promptLen, lens)
     if (form.kind === 'ids') {
-      const ids = Array.from({ length: promptLen }, () => toks.int(reserved, form.vocab - 1))
+      const ids = [...prefixIds, ...Array.from({ length: promptLen }, () => toks.int(reserved, form.vocab - 1))]
       out.push({ input: { input_ids: ids }, maxTokens: outputLen })
     } else {
-      const text = Array.from({ length: promptLen }, () => WORDS[toks.int(0, WORDS.length - 1)]).join(' ')
+      const text = [...prefixWords, ...Array.from({ length: promptLen }, () => WORDS[toks.int(0, WORDS.length - 1)])].join(' ')
       out.push({ input: toForm({ prompt: text }, form), maxTokens: outputLen })
     }
   }

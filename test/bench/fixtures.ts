@@ -14,6 +14,7 @@ export function records(n: number, o: { ttft: number; tpot: number; out: number;
     itlMs: new Array<number>(o.out - 1).fill(o.tpot),
     e2eMs: o.ttft + (o.out - 1) * o.tpot,
     promptTokens: o.prompt,
+    cachedTokens: 0,
     outputTokens: o.out,
   }))
 }

@@ -3,13 +3,16 @@ import type { RequestRecord } from '../../src/bench/client.js'
 import { levelFigures } from '../../src/bench/metrics.js'
 import { records } from './fixtures.js'
 
-const rec = (o: Partial<RequestRecord>): RequestRecord => ({ ok: true, status: '200', cut: false, startMs: 0, ttftMs: 10, itlMs: [], e2eMs: 10, promptTokens: 4, outputTokens: 1, ...o })
+const rec = (o: Partial<RequestRecord>): RequestRecord => ({ ok: true, status: '200', cut: false, startMs: 0, ttftMs: 10, itlMs: [], e2eMs: 10, promptTokens: 4, cachedTokens: 0, outputTokens: 1, ...o })
 
 describe('levelFigures', () => {
   it("computes vLLM's figures: throughputs, TTFT, TPOT = (e2e - ttft) / (out - 1), ITL", () => {
     const f = levelFigures(records(4, { ttft: 100, tpot: 20, out: 11, prompt: 30 }), 2, 4, Infinity)
     expect(f).toMatchObject({ completed: 4, failed: 0, cut: 0, max_concurrency: 4, request_rate: null, total_input_tokens: 120, total_output_tokens: 44 })
     expect(f.request_throughput).toBe(2)
+    expect(f.cached_input_tokens).toBe(0)
+    // Prompt tokens a server's prefix cache gave, as its usage said, of the completed requests only.
+    expect(levelFigures([rec({ cachedTokens: 16 }), rec({ cachedTokens: 32 }), rec({ ok: false, status: '500', cachedTokens: 48 })], 1, 3, Infinity).cached_input_tokens).toBe(48)
     expect(f.output_throughput).toBe(22)
     expect(f.total_token_throughput).toBe(82)
     expect(f.mean_ttft_ms).toBe(100)

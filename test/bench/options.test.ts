@@ -66,9 +66,25 @@ describe('benchConfig', () => {
     expect(benchConfig(['--scenario', 'long', '--duration', '60', '--attention', 'plain,gqa', '--runtime', 'js']).durationS).toBe(60)
   })
 
+  it('makes --scenario chat the shared-system-prompt run: the same 1000 tokens before each prompt, prefix caching on against off', () => {
+    const c = benchConfig(['--scenario', 'chat'])
+    expect(c).toMatchObject({ scenario: 'chat', sharedPrefixLen: 1000, promptLen: { kind: 'fixed', value: 50 }, outputLen: { kind: 'fixed', value: 128 }, concurrency: [1, 16, 64] })
+    expect(c.targets.map((t) => t.name)).toEqual(['onnxd plain/capi', 'onnxd plain/capi/no-prefix-cache'])
+    expect(c.targets.map((t) => t.prefixCaching)).toEqual([true, false])
+    expect(c.baseline).toBe('onnxd plain/capi/no-prefix-cache')
+    expect(c.references).toEqual({ ceiling: false, matmul: false, unbatched: false, peer: false })
+    expect(describeConfig(c)).toMatchObject({ shared_prefix_len: 1000 })
+    const g = benchConfig(['--scenario', 'chat', '--attention', 'gqa', '--prefix-caching', 'off,on', '--baseline', 'gqa/capi', '--shared-prefix-len', '300'])
+    expect(g.targets.map((t) => t.name)).toEqual(['onnxd gqa/capi/no-prefix-cache', 'onnxd gqa/capi'])
+    expect(g).toMatchObject({ baseline: 'onnxd gqa/capi', sharedPrefixLen: 300 })
+    // Elsewhere one target per form x runtime, with the node's default (on).
+    expect(benchConfig([]).targets.map((t) => t.prefixCaching)).toEqual([true])
+    expect(() => benchConfig(['--prefix-caching', 'maybe'])).toThrow(/--prefix-caching must be a comma-separated list of on, off\. Given: maybe/)
+  })
+
   it('refuses target flags it cannot honour, naming each', () => {
     expect(() => benchConfig(['--attention', 'plain,mha', '--runtime', 'cuda', '--scenario', 'short'])).toThrow(
-      /--scenario must be one of standard, long[\s\S]*--attention must be a comma-separated list of plain, gqa\. Given: plain,mha[\s\S]*--runtime must be a comma-separated list of js, capi/,
+      /--scenario must be one of standard, long, chat[\s\S]*--attention must be a comma-separated list of plain, gqa\. Given: plain,mha[\s\S]*--runtime must be a comma-separated list of js, capi/,
     )
     expect(() => benchConfig(['--attention', 'gqa', '--runtime', 'js,capi', '--baseline', 'plain/js'])).toThrow(/--baseline must be one of the targets \(gqa\/js, gqa\/capi\)\. Given: plain\/js/)
     expect(() => benchConfig(['--url', 'http://n:1', '--runtime', 'capi'])).toThrow(/not with --url or --facade/)

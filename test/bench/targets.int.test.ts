@@ -76,4 +76,24 @@ describe('onnxd bench: several targets', () => {
     expect(r.target_ratios.map((t) => Object.keys(t.vs_baseline))).toEqual([['onnxd gqa/js', 'onnxd gqa/capi'], ['onnxd gqa/js', 'onnxd gqa/capi']])
     expect(isSkipped(r.references.ort_ceiling) ? r.references.ort_ceiling.reason : r.references.ort_ceiling.api).toMatch(/C API/)
   }, 90_000)
+
+  it('--scenario chat: prompts on one shared system prompt, the node with prefix caching against the node without', async () => {
+    const { report: r } = await runBench(benchConfig([...common, ...out(), '--scenario', 'chat']))
+    expect(r.scenario).toBe('chat')
+    expect(r.config).toMatchObject({ shared_prefix_len: 64, prompt_len: '8', concurrency: [1, 4] })
+    expect(runs(r.scenarios).map((s) => s.target).sort()).toEqual(['onnxd plain/capi', 'onnxd plain/capi/no-prefix-cache'])
+    const on = runs(r.scenarios).find((s) => s.target === 'onnxd plain/capi')!
+    const off = runs(r.scenarios).find((s) => s.target === 'onnxd plain/capi/no-prefix-cache')!
+    expect([on.prefix_caching, off.prefix_caching]).toEqual([true, false])
+    expect(r.baseline).toBe('onnxd plain/capi/no-prefix-cache')
+    for (const l of on.levels) {
+      expect(l.completed).toBeGreaterThan(0)
+      // Every request after the first few finds the shared prompt's whole blocks (64 tokens) in the cache.
+      expect(l.cached_input_tokens).toBeGreaterThanOrEqual((l.completed - 1) * 64)
+      expect(l.cached_input_tokens).toBeLessThan(l.total_input_tokens)
+    }
+    for (const l of off.levels) expect(l.cached_input_tokens).toBe(0)
+    for (const t of r.target_ratios) expect(Object.keys(t.vs_baseline).sort()).toEqual(['onnxd plain/capi', 'onnxd plain/capi/no-prefix-cache'])
+    expect(isSkipped(r.references.ort_ceiling) && r.references.ort_ceiling.reason).toMatch(/not part of --scenario chat/)
+  }, 90_000)
 })

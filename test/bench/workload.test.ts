@@ -49,6 +49,21 @@ describe('makeWorkload', () => {
     expect('messages' in c.input && c.input.messages[0].role).toBe('user')
   })
 
+  it('starts every prompt with the same shared prefix (a system prompt), then the prompt’s own tokens', () => {
+    const spec = { promptLen: parseLength('p', '5'), outputLen: parseLength('o', '3'), seed: 2, sharedPrefixLen: 12 }
+    const items = makeWorkload(spec, { kind: 'ids', vocab: 1000 }, 4).map((i) => ('input_ids' in i.input ? i.input.input_ids : []))
+    for (const ids of items) {
+      expect(ids).toHaveLength(17)
+      expect(ids.slice(0, 12)).toEqual(items[0].slice(0, 12))
+    }
+    expect(new Set(items.map((ids) => ids.slice(12).join())).size).toBe(4)
+    // The prompts' own tokens are those of the same workload without a prefix.
+    expect(makeWorkload({ ...spec, sharedPrefixLen: 0 }, { kind: 'ids', vocab: 1000 }, 4).map((i) => ('input_ids' in i.input ? i.input.input_ids : []))).toEqual(items.map((ids) => ids.slice(12)))
+    const texts = makeWorkload(spec, { kind: 'text' }, 2).map((i) => ('prompt' in i.input ? i.input.prompt.split(' ') : []))
+    expect(texts[0]).toHaveLength(17)
+    expect(texts[1].slice(0, 12)).toEqual(texts[0].slice(0, 12))
+  })
+
   it('takes prompts from a JSONL file, with their own output lengths', () => {
     const dir = mkdtempSync(join(tmpdir(), 'onnxd-bench-'))
     const path = join(dir, 'p.jsonl')
