@@ -31,7 +31,7 @@ function print(r: BenchReport): void {
   const out = process.stdout
   out.write(`\n${systemLine(r.machine)}; provider ${r.machine.provider}; load average ${r.machine.loadavg_start.join(' ')} -> ${r.machine.loadavg_end.join(' ')}\n`)
   const c = r.config
-  out.write(`scenario ${r.scenario}; model ${r.model.id}${r.model.preset ? ` (preset ${r.model.preset})` : ''}; prompt ${c.prompt_len ?? c.prompts_file} tokens, output ${c.output_len}${c.ignore_eos ? ' (ignore_eos)' : ''}; request rate ${c.request_rate}; seed ${c.seed}\n\n`)
+  out.write(`scenario ${r.scenario}; model ${r.model.id}${r.model.preset ? ` (preset ${r.model.preset})` : ''}; prompt ${c.shared_prefix_len ? `${c.shared_prefix_len} shared + ` : ''}${c.prompt_len ?? c.prompts_file} tokens, output ${c.output_len}${c.ignore_eos ? ' (ignore_eos)' : ''}; request rate ${c.request_rate}; seed ${c.seed}\n\n`)
   for (const l of referenceLines(r)) out.write(`${l}\n`)
   const t = tables(r)
   out.write(`\nthroughput\n${formatTable(t.throughput)}`)

@@ -54,6 +54,10 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
       onListening: async () => {
         facade = await startFacade(facadeOpts)
       },
+      // The facade sees the node ready at once, not up to one health interval later (503 no_healthy_node meanwhile).
+      onReady: async () => {
+        await facade?.app.facade.router.refresh()
+      },
       // The facade outlives the node's drain, so streams in flight reach their clients; then it closes.
       onDrained: async () => {
         await facade?.close()

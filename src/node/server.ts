@@ -10,6 +10,8 @@ import { DEFAULT_MODEL_DIR, servedModelId, toPoolOptions, type NodeOptions } fro
 export interface NodeHooks {
   /** After the node listens (before the model is ready), e.g. to start a co-located facade. */
   onListening?(url: string): Promise<void>
+  /** Once the model has loaded and /health says ready, e.g. so that facade polls it now rather than at its next tick. */
+  onReady?(): Promise<void>
   /** After in-flight requests drained, before the node closes, e.g. to close that facade. */
   onDrained?(): Promise<void>
 }
@@ -57,6 +59,7 @@ export async function serveNode(opts: NodeOptions, shutdown: Promise<NodeJS.Sign
     throw e
   }
   if (loaded === 'ready') {
+    await hooks.onReady?.()
     const h = engine.health()
     app.log.info({ model: h.model, provider: h.provider, context_length: h.contextLength, url: `http://${opts.host}:${opts.port}` }, 'node ready')
   }
