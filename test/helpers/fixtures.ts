@@ -16,6 +16,13 @@ export const DECODER_FIXTURES = [
   { name: 'tiny-qwen35-cuda', fp16: true },
 ] as const
 
+/** The tiny preset in its GroupQueryAttention form (onnxruntime-genai layout), built by test/setup/default-model.ts. */
+export const tinyGqaModelDir = (): string => {
+  const dir = process.env.ONNXD_TEST_MODEL_GQA
+  if (!dir) throw new Error('ONNXD_TEST_MODEL_GQA is not set: run the tests through vitest (globalSetup builds the model)')
+  return dir
+}
+
 /** The embedded default model (tiny preset), built by test/setup/default-model.ts. */
 export const defaultModelDir = (): string => {
   const dir = process.env.ONNXD_TEST_MODEL

@@ -25,9 +25,8 @@ export class Sequence {
   private readonly history: TokenHistory
   private readonly arrival = performance.now()
   private admittedAt: number | null = null
-  /** Prompt tokens looked up in the prefix cache, and found there (both 0 when prefix caching is off). */
-  private prefixQueried = 0
-  private cachedTokens = 0
+  /** Prompt tokens found in the prefix cache; null until admitted, or when prefix caching is off. */
+  private cachedTokens: number | null = null
   private readonly tokenTimes: number[] = []
 
   constructor(
@@ -54,8 +53,6 @@ export class Sequence {
   /** Admission into a prefill group; `cached`: the prompt tokens its cached prefix gave (null: no prefix cache). */
   admitted(cached: number | null = null): void {
     this.admittedAt = performance.now()
-    if (cached === null) return
-    this.prefixQueried = this.promptIds.length
     this.cachedTokens = cached
   }
 
@@ -134,7 +131,7 @@ export class Sequence {
       // finish() and stop strings only end a sequence inside step(), so the last sampled token is not yet sent.
       ids: this.generated.slice(-1),
       finishReason: this.finishReason!,
-      usage: { prompt_tokens: this.promptIds.length, completion_tokens: this.generated.length, prompt_tokens_details: { cached_tokens: this.cachedTokens } },
+      usage: { prompt_tokens: this.promptIds.length, completion_tokens: this.generated.length, prompt_tokens_details: { cached_tokens: this.cachedTokens ?? 0 } },
       timings: {
         queue_ms: round((this.admittedAt ?? now) - this.arrival),
         ttft_ms: round(first - this.arrival),
@@ -158,8 +155,8 @@ export class Sequence {
       finishReason: reason === 'done' ? (this.finishReason ?? 'stop') : reason,
       promptTokens: this.promptIds.length,
       completionTokens: this.generated.length,
-      prefixQueryTokens: this.prefixQueried,
-      prefixHitTokens: this.cachedTokens,
+      prefixQueryTokens: this.cachedTokens === null ? 0 : this.promptIds.length,
+      prefixHitTokens: this.cachedTokens ?? 0,
       queueSeconds: ((this.admittedAt ?? now) - this.arrival) / 1000,
       ttftSeconds: t.length ? (t[0] - this.arrival) / 1000 : null,
       e2eSeconds: (now - this.arrival) / 1000,

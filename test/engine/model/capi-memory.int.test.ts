@@ -7,14 +7,11 @@
 // and then evicts all the time: its memory must come back too.
 // It takes about 110 s on the shared 2-core host under load (about 1.1 ms per decode step all in, 0.65 ms of it in
 // ORT's run at a batch of up to 8 rows), so it has a long timeout.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { buildModel } from '../../../src/builder/index.js'
+import { describe, expect, it } from 'vitest'
 import { Engine } from '../../../src/engine/engine.js'
 import { liveCounts } from '../../../src/engine/model/ort-capi.js'
 import { runRequest } from '../../helpers/engine-run.js'
+import { tinyGqaModelDir } from '../../helpers/fixtures.js'
 
 const STEPS = 100_000
 /** Sequences in flight at once (the batch moves between about 1 and this). */
@@ -36,15 +33,6 @@ function rng(seed: number): () => number {
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]
 
-let root: string
-let gqaDir: string
-beforeAll(async () => {
-  root = await mkdtemp(join(tmpdir(), 'onnxd-capi-mem-'))
-  gqaDir = (await buildModel({ preset: 'tiny', outDir: join(root, 'gqa'), seed: 0, attention: 'gqa' })).dir
-})
-afterAll(async () => {
-  await rm(root, { recursive: true, force: true })
-})
 
 describe('runtime capi: memory over 100,000 decode steps', () => {
   it('releases every ORT object it made and keeps RSS flat, with requests joining and leaving', async () => {
@@ -57,7 +45,7 @@ describe('runtime capi: memory over 100,000 decode steps', () => {
     /** RSS sampled every 500 decode steps. */
     const rss: number[] = []
     const e = await Engine.load(
-      { modelDir: gqaDir, intraOpThreads: 1, runtime: 'capi', maxRunning: CONCURRENCY, kvBudgetBytes: KV_BUDGET },
+      { modelDir: tinyGqaModelDir(), intraOpThreads: 1, runtime: 'capi', maxRunning: CONCURRENCY, kvBudgetBytes: KV_BUDGET },
       {
         onFinish: (f) => (cachedTokens += f.prefixHitTokens),
         onStep: (s) => {

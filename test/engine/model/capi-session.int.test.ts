@@ -6,19 +6,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { buildModel } from '../../../src/builder/index.js'
 import { Engine } from '../../../src/engine/engine.js'
 import type { ForwardInput } from '../../../src/engine/model/session.js'
 import { runRequest } from '../../helpers/engine-run.js'
-import { defaultModelDir } from '../../helpers/fixtures.js'
+import { defaultModelDir, tinyGqaModelDir } from '../../helpers/fixtures.js'
 
 const prompt = (n: number, salt: number, vocab: number): number[] => Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 3) % vocab)
 
 let root: string
-let gqaDir: string
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'onnxd-capi-'))
-  gqaDir = (await buildModel({ preset: 'tiny', outDir: join(root, 'gqa'), seed: 0, attention: 'gqa' })).dir
 })
 afterAll(async () => {
   await rm(root, { recursive: true, force: true })
@@ -26,7 +23,7 @@ afterAll(async () => {
 
 const MODELS = [
   { name: 'tiny (plain attention)', dir: () => defaultModelDir(), gqa: false },
-  { name: 'tiny (GroupQueryAttention, in-place present)', dir: () => gqaDir, gqa: true },
+  { name: 'tiny (GroupQueryAttention, in-place present)', dir: tinyGqaModelDir, gqa: true },
 ]
 
 for (const m of MODELS) {

@@ -1,15 +1,11 @@
 // Step-by-step decoding through the engine's KV cache (rows read in place, holes masked, only new rows fetched)
 // must give the logits of one full forward pass without it.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { describe, expect, it } from 'vitest'
 import { readBundle } from '../../../src/engine/model/bundle.js'
 import { DecoderSession } from '../../../src/engine/model/session.js'
 import { KvCache, kvShapeOf } from '../../../src/engine/scheduler/kv.js'
 import type { Runtime } from '../../../src/engine/model/runtime.js'
-import { buildModel } from '../../../src/builder/index.js'
-import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
+import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../../helpers/fixtures.js'
 
 async function maxDiffCachedVsFull(dir: string, runtime: Runtime = 'js'): Promise<{ diff: number; scale: number }> {
   const s = await DecoderSession.create(readBundle(dir), { allLogits: true, runtime })
@@ -68,15 +64,6 @@ describe.skipIf(!haveFixtures)('KV cache equivalence on the shared fixtures, run
 })
 
 describe('KV cache equivalence on the embedded default model, both forms and both runtimes', () => {
-  let root: string
-  let gqaDir: string
-  beforeAll(async () => {
-    root = await mkdtemp(join(tmpdir(), 'onnxd-kv-eq-'))
-    gqaDir = (await buildModel({ preset: 'tiny', outDir: join(root, 'gqa'), seed: 0, attention: 'gqa' })).dir
-  })
-  afterAll(async () => {
-    await rm(root, { recursive: true, force: true })
-  })
   for (const runtime of ['js', 'capi'] as const) {
     it(`onnxd-tiny (${runtime}): cached decoding equals the full forward pass`, async () => {
       const { diff, scale } = await maxDiffCachedVsFull(defaultModelDir(), runtime)
@@ -84,7 +71,7 @@ describe('KV cache equivalence on the embedded default model, both forms and bot
       expect(diff).toBeLessThanOrEqual(1e-4)
     })
     it(`onnxd-tiny GroupQueryAttention form, lengths fed (${runtime}): cached decoding equals the full forward pass`, async () => {
-      const { diff, scale } = await maxDiffCachedVsFull(gqaDir, runtime)
+      const { diff, scale } = await maxDiffCachedVsFull(tinyGqaModelDir(), runtime)
       expect(scale).toBeGreaterThan(0)
       expect(diff).toBeLessThanOrEqual(1e-4)
     })

@@ -3,33 +3,19 @@
 // request or the sharing prompts are prefilled together; usage and the finish observations say how many prompt
 // tokens came from the cache. On the tiny default model in both graph forms and runtimes, and on the decoder fixtures.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { buildModel } from '../../../src/builder/index.js'
 import { Engine } from '../../../src/engine/engine.js'
 import { PREFIX_BLOCK } from '../../../src/engine/scheduler/prefix-cache.js'
 import type { FinishObservation, SeqEvent } from '../../../src/engine/types.js'
-import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
+import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../../helpers/fixtures.js'
 import { runRequest, type RunResult } from '../../helpers/engine-run.js'
 
 const tokens = (n: number, salt: number, vocab: number): number[] => Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 3) % vocab)
 
-let root: string
-let gqaDir: string
-beforeAll(async () => {
-  root = await mkdtemp(join(tmpdir(), 'onnxd-prefix-'))
-  gqaDir = (await buildModel({ preset: 'tiny', outDir: join(root, 'gqa'), seed: 0, attention: 'gqa' })).dir
-})
-afterAll(async () => {
-  await rm(root, { recursive: true, force: true })
-})
-
 const MODELS = [
   { name: 'onnxd-tiny, plain, capi', dir: defaultModelDir, runtime: 'capi', needsFixtures: false },
   { name: 'onnxd-tiny, plain, js', dir: defaultModelDir, runtime: 'js', needsFixtures: false },
-  { name: 'onnxd-tiny, gqa, capi', dir: () => gqaDir, runtime: 'capi', needsFixtures: false },
-  { name: 'onnxd-tiny, gqa, js', dir: () => gqaDir, runtime: 'js', needsFixtures: false },
+  { name: 'onnxd-tiny, gqa, capi', dir: tinyGqaModelDir, runtime: 'capi', needsFixtures: false },
+  { name: 'onnxd-tiny, gqa, js', dir: tinyGqaModelDir, runtime: 'js', needsFixtures: false },
   // tiny-random-gpt2-fp32 is left out: its tokenizer does not match its logits, so it refuses to load.
   ...DECODER_FIXTURES.filter((f) => f.name !== 'tiny-random-gpt2-fp32').map((f) => ({ name: f.name, dir: () => fixture(f.name), runtime: 'auto' as const, needsFixtures: true })),
 ] as const
