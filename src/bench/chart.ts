@@ -1,5 +1,5 @@
-// The report's chart: output throughput and TTFT p99 against concurrency for onnxd, the unbatched node and the
-// transformers.js peer, with the ORT decode ceiling and the matmul-peak bound drawn as references. A vega-lite
+// The report's chart: output throughput and TTFT p99 against concurrency for onnxd, the unbatched node, the
+// transformers.js peer and llama.cpp, with the ORT decode ceiling and the matmul-peak bound drawn as references. A vega-lite
 // spec, compiled and rendered to SVG headlessly by vega. Imports: vega, vega-lite, report types.
 import * as vega from 'vega'
 import { compile, type TopLevelSpec } from 'vega-lite'
@@ -26,8 +26,8 @@ export function chartPoints(r: BenchReport, model: ModelInfo | null, len: Length
   for (const s of r.scenarios) {
     if (isSkipped(s)) continue
     for (const l of s.levels) {
-      // Several onnxd targets in one run: a line each, named by its form and runtime.
-      const series = s.name === 'onnxd' && s.target && r.baseline ? s.target : NAMES[s.name]
+      // Several onnxd targets in one run: a line each, named by its form and runtime; a line per llama.cpp server.
+      const series = (s.name === 'onnxd' && s.target && r.baseline) || s.name === 'llama.cpp' ? (s.target ?? s.name) : NAMES[s.name]
       const at = { series, concurrency: l.max_concurrency, reference: false, lowerBound: false }
       if (l.output_throughput > 0) pts.push({ ...at, panel: 'throughput', value: l.output_throughput })
       if (l.p99_ttft_ms > 0) pts.push({ ...at, panel: 'ttft', value: l.p99_ttft_ms, lowerBound: l.ttft_censored > 0 })
@@ -45,8 +45,8 @@ export function chartPoints(r: BenchReport, model: ModelInfo | null, len: Length
   return pts
 }
 
-/** Colours past the fixed series' (one per extra onnxd target). */
-const COLORS_ALL = [...COLORS, '#9467bd', '#8c564b', '#e377c2', '#bcbd22', '#17becf']
+/** Colours past the fixed series' (one per extra onnxd target or llama.cpp server). */
+const COLORS_ALL = [...COLORS, '#9467bd', '#8c564b', '#e377c2', '#bcbd22', '#17becf', '#393b79', '#637939', '#8c6d31', '#843c39', '#7b4173']
 /** The fixed series in their order, then any onnxd targets. */
 const seriesOf = (values: Point[]): string[] => [...SERIES, ...new Set(values.map((v) => v.series).filter((x) => !SERIES.includes(x)))]
 

@@ -51,7 +51,7 @@ export function compareReports(a: BenchReport, b: BenchReport): CompareRow[] {
   for (const sa of a.scenarios) {
     // Matched by target (`onnxd gqa/capi`); reports of schema 2 name one onnxd target 'onnxd'.
     const key = (s: (typeof a.scenarios)[number]): string => (isSkipped(s) ? s.name : (s.target ?? s.name))
-    const sb = b.scenarios.find((s) => key(s) === key(sa)) ?? (a.baseline || b.baseline ? undefined : b.scenarios.find((s) => s.name === sa.name))
+    const sb = b.scenarios.find((s) => key(s) === key(sa)) ?? (a.baseline || b.baseline || sa.name !== 'onnxd' ? undefined : b.scenarios.find((s) => s.name === sa.name))
     if (isSkipped(sa) || !sb || isSkipped(sb)) continue
     for (const la of sa.levels) {
       const lb = sb.levels.find((l) => l.max_concurrency === la.max_concurrency)

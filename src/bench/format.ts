@@ -113,6 +113,23 @@ export function targetTable(r: BenchReport): Record<string, string | number>[] {
   return rows
 }
 
+/** Per level, each onnxd target against the llama.cpp server on its paired weights: output tok/s, their ratio, and
+ * TTFT p50 and TPOT mean of both. */
+export function llamaCppTable(r: BenchReport): Record<string, string | number>[] {
+  return (r.llama_cpp_ratios ?? []).map((p) => ({
+    conc: p.concurrency,
+    onnxd: p.onnxd,
+    'llama.cpp': p.llama_cpp,
+    'onnxd tok/s': f(p.onnxd_output_throughput),
+    'llama tok/s': f(p.llama_cpp_output_throughput),
+    ratio: p.output_throughput == null ? '-' : `${p.output_throughput.toFixed(2)}x`,
+    'TTFT p50 onnxd': f(p.ttft_p50_ms.onnxd, 0),
+    'TTFT p50 llama': f(p.ttft_p50_ms.llama_cpp, 0),
+    'TPOT onnxd': f(p.tpot_mean_ms.onnxd),
+    'TPOT llama': f(p.tpot_mean_ms.llama_cpp),
+  }))
+}
+
 /** Rows as a fixed-width text table: text columns left-aligned, numeric ones right-aligned. */
 export function formatTable(rows: Record<string, string | number>[]): string {
   if (!rows.length) return ''

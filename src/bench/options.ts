@@ -5,7 +5,8 @@
 // runtime) the bench starts, each compared with the --baseline target.
 import { parseArgs } from 'node:util'
 import { resolve } from 'node:path'
-import { ATTENTION_FORMS, type Attention } from '../builder/index.js'
+import { ATTENTION_FORMS, WEIGHT_DTYPES, type Attention } from '../builder/index.js'
+import { GGUF_TYPES, type GgufType } from '../builder/gguf.js'
 import { RUNTIMES, type Runtime } from '../engine/model/runtime.js'
 import { OnnxdError } from '../shared/errors.js'
 import type { ProgressMode } from './progress.js'
@@ -13,10 +14,18 @@ import { formatLength, parseLength, readPromptFile, type LengthDist, type Prompt
 
 export type ScenarioKind = 'standard' | 'long' | 'chat'
 
-/** One onnxd target the bench starts: a preset built in one graph form, served with one step runtime. */
+/** The weight forms an onnxd target can serve: the builder's float32 model.onnx, or one of its variants. */
+export const TARGET_DTYPES = ['fp32', ...WEIGHT_DTYPES] as const
+export type TargetDtype = (typeof TARGET_DTYPES)[number]
+
+/** The GGUF type llama.cpp users run in place of each onnxd weight form (fp16 has none among the writer's). */
+export const GGUF_PAIR: Partial<Record<TargetDtype, GgufType>> = { fp32: 'f32', int8: 'q8_0', q4: 'q4_0' }
+
+/** One onnxd target the bench starts: a preset built in one graph form and weight form, served with one step runtime. */
 export interface TargetSpec {
   attention: Attention
   runtime: Runtime
+  dtype: TargetDtype
   /** False: the node runs with --no-prefix-caching. */
   prefixCaching: boolean
   /** `onnxd ` + targetKey(). */
@@ -35,16 +44,32 @@ export const DEFAULT_TARGETS: Record<ScenarioKind, { attention: Attention[]; run
   chat: { attention: ['plain'], runtime: ['capi'], prefixCaching: [true, false], baseline: 'plain/capi/no-prefix-cache' },
 }
 
-/** A target as --baseline names it: `plain/capi`, with `/no-prefix-cache` when prefix caching is off. */
-export const targetKey = (t: Pick<TargetSpec, 'attention' | 'runtime' | 'prefixCaching'>): string =>
-  `${t.attention}/${t.runtime}${t.prefixCaching ? '' : '/no-prefix-cache'}`
+type TargetFields = Pick<TargetSpec, 'attention' | 'runtime' | 'dtype' | 'prefixCaching'>
 
-export const targetName = (t: Pick<TargetSpec, 'attention' | 'runtime' | 'prefixCaching'>): string => `onnxd ${targetKey(t)}`
+/** A target as --baseline names it: `plain/capi`, with `/q4` (etc.) for a weight form other than fp32 and
+ * `/no-prefix-cache` when prefix caching is off. */
+export const targetKey = (t: TargetFields): string => `${t.attention}/${t.runtime}${t.dtype === 'fp32' ? '' : `/${t.dtype}`}${t.prefixCaching ? '' : '/no-prefix-cache'}`
+
+export const targetName = (t: TargetFields): string => `onnxd ${targetKey(t)}`
+
+/** One llama.cpp server the bench starts (src/bench/peer/llama-cpp.ts) on the preset's weights written as GGUF. */
+export interface LlamaSpec {
+  type: GgufType
+  /** llama.cpp compute threads. */
+  threads: number
+  /** `llama.cpp <type> t<threads>`. */
+  name: string
+}
+
+export const llamaName = (type: GgufType, threads: number): string => `llama.cpp ${type} t${threads}`
 
 export interface BenchConfig {
   scenario: ScenarioKind
   /** The onnxd targets the bench starts (empty for --url / --facade, whose one target is the given server). */
   targets: TargetSpec[]
+  /** The llama.cpp servers that run beside the targets, level by level in the same rotation; why none, if none. */
+  llamaCpp: LlamaSpec[]
+  llamaCppOff: string | null
   /** The target whose output tok/s every target's is divided by, per level; null with fewer than two targets. */
   baseline: string | null
   /** Where load goes: a node it starts itself, an existing node, or a facade. */
@@ -110,7 +135,8 @@ targets (each a node the bench starts on the preset; at each level they run one 
   --attention LIST       graph forms to build and serve: plain, gqa (default: plain; long: gqa)
   --runtime LIST         step runtimes: js, capi (default: js; long: js,capi; chat: capi)
   --prefix-caching LIST  on, off: nodes with prefix caching on and/or off (default: on; chat: on,off)
-  --baseline KEY         the target every target's output tok/s is divided by, as FORM/RT[/no-prefix-cache]
+  --dtype LIST           weight forms to build and serve: fp32, q4, int8, fp16 (default fp32)
+  --baseline KEY         the target every target's output tok/s is divided by, as FORM/RT[/DTYPE][/no-prefix-cache]
                          (default plain/js; long: gqa/js; chat: plain/capi/no-prefix-cache)
 
 target (default: start a node on --preset 135m):
@@ -139,7 +165,13 @@ load:
 
 references:
   --no-ceiling --no-matmul --no-unbatched --no-peer    skip one (the report says so)
-  --peer-concurrency LIST  levels for the peer (default: --concurrency)
+  --peer-concurrency LIST  levels for the transformers.js peer (default: --concurrency)
+  --llama-cpp LIST       GGUF types llama.cpp serves beside the targets, in their rotation at every level: f32, q8_0,
+                         q4_0 (default: the types paired with the targets' --dtype: fp32-f32, int8-q8_0, q4-q4_0;
+                         standard scenario only). Needs the node-llama-cpp dev dependency; the report says if absent
+  --llama-threads LIST   llama.cpp compute threads, one server per value (default 1; its threads spin-wait, so on a
+                         busy host 2 can be slower than 1)
+  --no-llama-cpp         no llama.cpp servers
   --threads N            ORT intra-op threads of the ORT references (default 0: all cores, as the node)
 
 output:
@@ -184,6 +216,10 @@ const OPTIONS = {
   'no-matmul': { type: 'boolean' },
   'no-unbatched': { type: 'boolean' },
   'no-peer': { type: 'boolean' },
+  'llama-cpp': { type: 'string' },
+  'llama-threads': { type: 'string' },
+  'no-llama-cpp': { type: 'boolean' },
+  dtype: { type: 'string' },
   'peer-concurrency': { type: 'string' },
   threads: { type: 'string' },
   out: { type: 'string' },
@@ -248,16 +284,20 @@ export function benchConfig(argv: string[]): BenchConfig {
   const chat = scenario === 'chat'
   const defaults = DEFAULT_TARGETS[scenario] ?? DEFAULT_TARGETS.standard
   const remote = Boolean(v.url || v.facade)
-  if (remote && (v.attention || v.runtime || v.baseline || v['prefix-caching'])) {
-    problems.push('--attention, --runtime, --prefix-caching and --baseline choose the nodes the bench starts: not with --url or --facade')
+  if (remote && (v.attention || v.runtime || v.baseline || v['prefix-caching'] || v.dtype)) {
+    problems.push('--attention, --runtime, --dtype, --prefix-caching and --baseline choose the nodes the bench starts: not with --url or --facade')
   }
+  if (v.model && v.dtype) problems.push('--dtype builds the preset in each weight form: not with --model (pass --preset, or --node-arg=--dtype=X)')
   if (v.model && v.attention) problems.push('--attention builds the preset in each form: not with --model (pass --preset)')
   const forms = v.attention ? parseList('attention', v.attention, ATTENTION_FORMS, problems) : defaults.attention
   const runtimes = v.runtime ? parseList('runtime', v.runtime, RUNTIMES, problems) : defaults.runtime
   const caching = v['prefix-caching'] ? parseList('prefix-caching', v['prefix-caching'], ['on', 'off'] as const, problems).map((x) => x === 'on') : defaults.prefixCaching
+  const dtypes: TargetDtype[] = v.dtype ? parseList('dtype', v.dtype, TARGET_DTYPES, problems) : ['fp32']
   const targets: TargetSpec[] = remote
     ? []
-    : forms.flatMap((attention) => runtimes.flatMap((runtime) => caching.map((prefixCaching) => ({ attention, runtime, prefixCaching, name: targetName({ attention, runtime, prefixCaching }) }))))
+    : forms.flatMap((attention) =>
+        runtimes.flatMap((runtime) => dtypes.flatMap((dtype) => caching.map((prefixCaching) => ({ attention, runtime, dtype, prefixCaching, name: targetName({ attention, runtime, dtype, prefixCaching }) })))),
+      )
   let baseline: string | null = null
   if (targets.length > 1) {
     const want = v.baseline ?? defaults.baseline
@@ -282,12 +322,25 @@ export function benchConfig(argv: string[]): BenchConfig {
       problems.push((e as Error).message)
     }
   }
+  if (v['no-llama-cpp'] && (v['llama-cpp'] || v['llama-threads'])) problems.push('--no-llama-cpp and --llama-cpp/--llama-threads are exclusive')
+  const ggufTypes = v['llama-cpp'] ? parseList('llama-cpp', v['llama-cpp'], GGUF_TYPES, problems) : [...new Set(dtypes.flatMap((d) => GGUF_PAIR[d] ?? []))]
+  const llamaThreads = [...new Set(list('llama-threads', v['llama-threads'], [1]))]
+  const llamaCppOff = v['no-llama-cpp']
+    ? 'disabled by --no-llama-cpp'
+    : scenario !== 'standard' && !v['llama-cpp']
+      ? `not part of --scenario ${scenario} (pass --llama-cpp TYPES)`
+      : remote && !model
+        ? 'no local model bundle: pass --model DIR (the GGUF is written from its weights)'
+        : null
+  const llamaCpp: LlamaSpec[] = llamaCppOff ? [] : ggufTypes.flatMap((type) => llamaThreads.map((threads) => ({ type, threads, name: llamaName(type, threads) })))
   const temperature = v.temperature === undefined ? 0 : Number(v.temperature)
   if (!(temperature >= 0)) problems.push(`--temperature must be >= 0. Given: ${v.temperature}`)
   const cfg: BenchConfig = {
     scenario,
     targets,
     baseline,
+    llamaCpp,
+    llamaCppOff,
     target,
     modelsDir: resolve(v['models-dir'] ?? '.cache/models'),
     servedModel: v['served-model'] ?? null,
@@ -337,6 +390,7 @@ export function describeConfig(c: BenchConfig): Record<string, unknown> {
   return {
     scenario: c.scenario,
     targets: c.targets.map((t) => t.name),
+    llama_cpp: c.llamaCpp.map((t) => t.name),
     baseline: c.baseline,
     target: c.target.kind === 'facade' ? { ...c.target, apiKey: '[redacted]' } : c.target,
     served_model: c.servedModel,

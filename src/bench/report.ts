@@ -7,11 +7,12 @@ import type { LevelFigures } from './metrics.js'
 import { flopsPerToken, type ModelInfo } from './model-info.js'
 import type { DecodeCeiling, MatmulPoint, PrefillTiming } from './refs/ort.js'
 import type { SystemInfo } from './system.js'
+import { GGUF_PAIR, type TargetDtype } from './options.js'
 
 export const REPORT_KIND = 'onnxd-bench'
-export const REPORT_SCHEMA = 3
+export const REPORT_SCHEMA = 4
 
-export type ScenarioName = 'onnxd' | 'unbatched' | 'peer'
+export type ScenarioName = 'onnxd' | 'unbatched' | 'peer' | 'llama.cpp'
 
 export interface Skipped {
   skipped: true
@@ -28,8 +29,13 @@ export interface ScenarioResult {
   /** The graph form and the step runtime the node reported serving with (/health), for onnxd targets the bench started. */
   attention?: string | null
   runtime?: string | null
+  /** The weight form the node served (--dtype), for onnxd targets the bench started. */
+  dtype?: string
   /** False when the bench started the node with --no-prefix-caching. */
   prefix_caching?: boolean
+  /** For llama.cpp servers: the GGUF weight type and llama.cpp's compute threads. */
+  gguf_type?: string
+  threads?: number
   /** What was driven, in words. */
   label: string
   url: string
@@ -114,6 +120,23 @@ export interface TargetRatios {
   vs_ort_same_work: Record<string, number | null>
 }
 
+/** One onnxd target against one llama.cpp server on the same weights in their paired forms, at one level. */
+export interface LlamaCppRatio {
+  concurrency: number
+  onnxd: string
+  llama_cpp: string
+  dtype: string
+  gguf_type: string
+  threads: number
+  /** onnxd output tok/s over llama.cpp's (above 1: onnxd is faster). */
+  output_throughput: number | null
+  onnxd_output_throughput: number
+  llama_cpp_output_throughput: number
+  /** Median TTFT and mean TPOT of each, ms. */
+  ttft_p50_ms: { onnxd: number; llama_cpp: number }
+  tpot_mean_ms: { onnxd: number; llama_cpp: number }
+}
+
 export interface BenchReport {
   bench: typeof REPORT_KIND
   schema: typeof REPORT_SCHEMA
@@ -122,6 +145,8 @@ export interface BenchReport {
   /** The target the ratios divide by (null with one target). */
   baseline: string | null
   target_ratios: TargetRatios[]
+  /** Per level, each onnxd target against each llama.cpp server on the paired weights (GGUF_PAIR). */
+  llama_cpp_ratios: LlamaCppRatio[]
   /** The order the onnxd targets ran in at each level (one after another, reversed from level to level). */
   run_order: { concurrency: number; targets: string[] }[]
   /** What the reader must know to read the figures: per-level cuts, how throughput counts unfinished requests. */
@@ -131,7 +156,7 @@ export interface BenchReport {
   machine: SystemInfo & { provider: string; loadavg_start: number[]; loadavg_end: number[] }
   versions: Record<string, string | null>
   model: { id: string; dir: string | null; preset: string | null; builder_version: string | null; vocab: number | null; matmul_params: number | null; flops_per_output_token: number | null }
-  scenarios: (ScenarioResult | (Skipped & { name: ScenarioName; label: string }))[]
+  scenarios: (ScenarioResult | (Skipped & { name: ScenarioName; target?: string; label: string }))[]
   /** ort_ceiling is the baseline target's graph form's; ort_ceiling_by_form has every form the targets serve (a
    * GroupQueryAttention form's through ORT's C API with presents on the past, refs/capi.ts). */
   references: { ort_ceiling: CeilingReference | Skipped; matmul_peak: MatmulReference | Skipped; ort_ceiling_by_form?: Record<string, CeilingReference | Skipped> }
@@ -229,6 +254,58 @@ export function targetRatios(r: Pick<BenchReport, 'scenarios' | 'references'>, b
       out.vs_ort_same_work[key] = ratio(l.output_throughput, ortSameWork(ceil && !isSkipped(ceil) ? ceil : null, c, len))
     }
     return out
+  })
+}
+
+/**
+ * Each onnxd target against each llama.cpp server whose GGUF type is its weight form's pair (fp32-F32, int8-Q8_0,
+ * q4-Q4_0), at every level both ran.
+ */
+export function llamaCppRatios(scenarios: BenchReport['scenarios']): LlamaCppRatio[] {
+  const runs = scenarios.filter((s): s is ScenarioResult => !isSkipped(s))
+  const out: LlamaCppRatio[] = []
+  for (const o of runs.filter((s) => s.name === 'onnxd' && s.dtype)) {
+    const pair = GGUF_PAIR[o.dtype as TargetDtype]
+    for (const l of runs.filter((s) => s.name === 'llama.cpp' && s.gguf_type === pair)) {
+      for (const ol of o.levels) {
+        const ll = level(l, ol.max_concurrency)
+        if (!ll) continue
+        out.push({
+          concurrency: ol.max_concurrency,
+          onnxd: o.target ?? o.name,
+          llama_cpp: l.target ?? l.name,
+          dtype: o.dtype!,
+          gguf_type: pair!,
+          threads: l.threads ?? 0,
+          output_throughput: ratio(ol.output_throughput, ll.output_throughput),
+          onnxd_output_throughput: ol.output_throughput,
+          llama_cpp_output_throughput: ll.output_throughput,
+          ttft_p50_ms: { onnxd: ol.median_ttft_ms, llama_cpp: ll.median_ttft_ms },
+          tpot_mean_ms: { onnxd: ol.mean_tpot_ms, llama_cpp: ll.mean_tpot_ms },
+        })
+      }
+    }
+  }
+  return out
+}
+
+/** Issue 13's targets against llama.cpp, per pair of onnxd target and llama.cpp server: output tok/s at least 1x at one
+ * stream, and at least 2x at 16 streams and more (the lowest such level). */
+export function llamaCppTargets(rs: LlamaCppRatio[]): TargetCheck[] {
+  const pairs = [...new Set(rs.map((r) => `${r.onnxd}|${r.llama_cpp}`))]
+  return pairs.flatMap((p) => {
+    const of = rs.filter((r) => `${r.onnxd}|${r.llama_cpp}` === p && r.output_throughput !== null)
+    const { onnxd, llama_cpp } = rs.find((r) => `${r.onnxd}|${r.llama_cpp}` === p)!
+    const one = of.find((r) => r.concurrency === 1)
+    const many = of.filter((r) => r.concurrency >= 16)
+    const low = many.length ? many.reduce((a, r) => (r.output_throughput! < a.output_throughput! ? r : a)) : null
+    const id = `llama_cpp:${onnxd.replace(/^onnxd /, '')}:${llama_cpp.replace(/^llama\.cpp /, '')}`
+    const check = (suffix: string, text: string, threshold: number, v: number | null, reason: string): TargetCheck =>
+      v === null ? { id: `${id}:${suffix}`, text, value: null, threshold, direction: '>=', met: null, reason } : { id: `${id}:${suffix}`, text, value: v, threshold, direction: '>=', met: v >= threshold }
+    return [
+      check('1', `${onnxd} output tok/s at 1 stream vs ${llama_cpp}`, 1, one?.output_throughput ?? null, 'no level at 1 stream in both'),
+      check('16+', `${onnxd} output tok/s at >= 16 streams vs ${llama_cpp} (lowest level)`, 2, low?.output_throughput ?? null, 'no level at >= 16 streams in both'),
+    ]
   })
 }
 

@@ -1,6 +1,7 @@
 // One `onnxd bench` run: builds or resolves the bundles (one per graph form the targets serve), measures the ORT
-// references on each form, drives the onnxd targets (form x runtime) level by level, then the unbatched node and the
-// transformers.js peer through the same levels, and builds the report, the chart and the printed tables.
+// references on each form, drives the onnxd targets (form x runtime x weights) and the llama.cpp servers level by level
+// in one rotation, then the unbatched node and the transformers.js peer through the same levels, and builds the
+// report, the chart and the printed tables.
 // Imports: every bench module; the builder (to build presets).
 import { loadavg } from 'node:os'
 import { writeFileSync } from 'node:fs'
@@ -9,14 +10,14 @@ import type { Agent } from 'undici'
 import { DEFAULT_BATCHER } from '../engine/engine.js'
 import { existsSync } from 'node:fs'
 import { BUILDER_VERSION, configJson, presetOf, type Attention } from '../builder/index.js'
-import { ensureBundle } from './bundles.js'
+import { ensureBundle, ensureGguf } from './bundles.js'
 import { chartSpec, renderSvg } from './chart.js'
 import { createAgent, getJson, type Endpoint, type Sampling } from './client.js'
 import { engineTime, scrapeStepTotals } from './engine-metrics.js'
 import { runLevel } from './loadgen.js'
 import { levelFigures } from './metrics.js'
 import { flopsPerToken, readModelInfo, type ModelInfo } from './model-info.js'
-import { describeConfig, requestsFor, type BenchConfig, type TargetSpec } from './options.js'
+import { describeConfig, requestsFor, type BenchConfig, type LlamaSpec, type TargetSpec } from './options.js'
 import { Progress } from './progress.js'
 import { measureCapiCeiling, usesGroupQueryAttention } from './refs/capi.js'
 import { measureCeiling, measureMatmulPeak } from './refs/ort.js'
@@ -38,10 +39,12 @@ import {
   type ScenarioResult,
   type Skipped,
   bestOf,
+  llamaCppRatios,
+  llamaCppTargets,
 } from './report.js'
 import { packageVersion, stamp, systemInfo } from './system.js'
 import { freePort, spawnTarget, type Child } from './targets/spawn.js'
-import { makeWorkload, meanLength, type PromptForm, type WorkloadSpec } from './workload.js'
+import { makeWorkload, maxLength, meanLength, type PromptForm, type WorkloadSpec } from './workload.js'
 
 export interface BenchResult {
   report: BenchReport
@@ -66,7 +69,8 @@ async function bundles(cfg: BenchConfig, log: Progress): Promise<{ byForm: Map<A
     const shape = configJson(presetOf(t.preset), { preset: t.preset, seed: 0 })
     const forms = [...new Set(cfg.targets.map((x) => x.attention))]
     for (const form of forms) {
-      const dir = await ensureBundle(cfg.modelsDir, t.preset, form, (s) => log.step(s))
+      const variants = [...new Set(cfg.targets.flatMap((x) => (x.attention === form && x.dtype !== 'fp32' ? [x.dtype] : [])))]
+      const dir = await ensureBundle(cfg.modelsDir, t.preset, form, (s) => log.step(s), variants)
       log.step(`model: preset ${t.preset} (${form} attention) in ${dir}`)
       byForm.set(form, { dir, form, model: readModelInfo(dir, shape) })
     }
@@ -86,12 +90,26 @@ interface Driven {
   stop(): Promise<void>
 }
 
+/** A llama.cpp server to start: its settings and the GGUF file it serves. */
+interface LlamaRun {
+  spec: LlamaSpec
+  gguf: string
+}
+
+/** Tokens one request of the workload can hold (prompt and output), for llama.cpp's per-sequence context. */
+const contextPerRequest = (cfg: BenchConfig): number => (cfg.prompts ? 4096 : cfg.sharedPrefixLen + maxLength(cfg.promptLen) + maxLength(cfg.outputLen) + 16)
+
 /** Starts (or reaches) one target and learns the model id it serves. */
-async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, agent: Agent, spec: TargetSpec | null): Promise<Driven> {
+async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, agent: Agent, spec: TargetSpec | null, llama: LlamaRun | null = null): Promise<Driven> {
   let child: Child | null = null
   let url: string
   const t = cfg.target
-  if (kind === 'peer') {
+  if (kind === 'llama.cpp' && llama) {
+    const port = await freePort()
+    const args = ['--model', llama.gguf, '--port', String(port), '--threads', String(llama.spec.threads), '--sequences', String(Math.max(...cfg.concurrency)), '--context-per-sequence', String(contextPerRequest(cfg))]
+    child = await spawnTarget({ entry: '../peer/llama-cpp', args, what: `the ${llama.spec.name} server`, readyTimeoutS: cfg.readyTimeoutS, agent, port })
+    url = child.url
+  } else if (kind === 'peer') {
     const port = await freePort()
     child = await spawnTarget({ entry: '../peer/server', args: ['--model', dir!, '--port', String(port)], what: 'the transformers.js peer', readyTimeoutS: cfg.readyTimeoutS, agent, port })
     url = child.url
@@ -99,6 +117,7 @@ async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, a
     const port = await freePort()
     const args = ['--model', dir!, '--port', String(port), '--host', '127.0.0.1', '--log-level', 'warn', ...(spec ? ['--runtime', spec.runtime] : []), ...cfg.nodeArgs]
     if (spec && !spec.prefixCaching) args.push('--no-prefix-caching')
+    if (spec && spec.dtype !== 'fp32') args.push('--dtype', spec.dtype)
     if (kind === 'unbatched') args.push('--max-running', '1')
     child = await spawnTarget({ entry: './node-main', args, what: kind === 'unbatched' ? 'the unbatched node' : 'the onnxd node', readyTimeoutS: cfg.readyTimeoutS, agent, port })
     url = child.url
@@ -123,6 +142,7 @@ const LABELS: Record<ScenarioName, string> = {
   onnxd: 'onnxd',
   unbatched: 'onnxd node, unbatched (max running 1)',
   peer: 'transformers.js pipeline behind node:http, one request at a time',
+  'llama.cpp': 'llama.cpp (node-llama-cpp) behind node:http, one sequence per stream, stepped together',
 }
 
 /** One target, started (and warmed up), ready to run levels. */
@@ -140,15 +160,15 @@ interface Load {
 }
 
 /** Starts one target and sends it its untimed warm-up requests. */
-async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'>, spec: TargetSpec | null, levels: number[]): Promise<Running> {
+async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'>, spec: TargetSpec | null, levels: number[], llama: LlamaRun | null = null): Promise<Running> {
   const dir = b.dir
   const { cfg, form, log } = x
   const agent = createAgent(Math.max(...levels, cfg.warmup))
-  const name = spec?.name ?? kind
+  const name = spec?.name ?? llama?.spec.name ?? kind
   log.step(`${name}: starting`)
   let d: Driven
   try {
-    d = await reach(kind, cfg, dir, agent, spec)
+    d = await reach(kind, cfg, dir, agent, spec, llama)
   } catch (e) {
     await agent.close()
     throw e
@@ -164,10 +184,49 @@ async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'
     await agent.close()
     throw e
   }
-  const label = kind === 'onnxd' ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? `started by the bench${spec ? `: ${spec.attention} attention, runtime ${spec.runtime}${spec.prefixCaching ? '' : ', prefix caching off'}` : ''}` : d.ep.url})` : LABELS[kind]
-  const deadline = kind === 'onnxd' ? cfg.durationS : cfg.refDurationS
-  const out: ScenarioResult = { name: kind, target: name, ...(spec ? { attention: b.form ?? spec.attention, runtime: d.runtime ?? spec.runtime, prefix_caching: spec.prefixCaching } : {}), label, url: d.ep.url, provider: d.provider, deadline_s: deadline, levels: [] }
+  const label =
+    kind === 'onnxd'
+      ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? `started by the bench${spec ? `: ${spec.attention} attention, runtime ${spec.runtime}, ${spec.dtype} weights${spec.prefixCaching ? '' : ', prefix caching off'}` : ''}` : d.ep.url})`
+      : llama
+        ? `${LABELS[kind]}: ${llama.spec.type.toUpperCase()} GGUF of the same weights, ${llama.spec.threads} thread${llama.spec.threads > 1 ? 's' : ''}`
+        : LABELS[kind]
+  const deadline = kind === 'onnxd' || kind === 'llama.cpp' ? cfg.durationS : cfg.refDurationS
+  const out: ScenarioResult = {
+    name: kind,
+    target: name,
+    ...(spec ? { attention: b.form ?? spec.attention, runtime: d.runtime ?? spec.runtime, dtype: spec.dtype, prefix_caching: spec.prefixCaching } : {}),
+    ...(llama ? { gguf_type: llama.spec.type, threads: llama.spec.threads } : {}),
+    label,
+    url: d.ep.url,
+    provider: d.provider,
+    deadline_s: deadline,
+    levels: [],
+  }
   return { kind, d, agent, out }
+}
+
+/** The llama.cpp servers to start, each with its GGUF file written (from the preset's weights, or the --model bundle's);
+ * the ones that cannot be, and why (also when the run has none: --no-llama-cpp, another scenario). */
+async function llamaRuns(cfg: BenchConfig, preset: string | null, dir: string | null, log: Progress): Promise<{ llamas: LlamaRun[]; notWritten: BenchReport['scenarios'] }> {
+  const off = (reason: string, target?: string): BenchReport['scenarios'][number] => ({ name: 'llama.cpp', ...(target ? { target } : {}), label: LABELS['llama.cpp'], ...skipped(reason) })
+  if (cfg.llamaCppOff) return { llamas: [], notWritten: [off(cfg.llamaCppOff)] }
+  const from = preset ? { preset } : dir ? { dir } : null
+  const llamas: LlamaRun[] = []
+  const notWritten: BenchReport['scenarios'] = []
+  const files = new Map<string, string | Error>()
+  for (const spec of cfg.llamaCpp) {
+    if (!files.has(spec.type)) {
+      try {
+        files.set(spec.type, from ? await ensureGguf(cfg.modelsDir, from, spec.type, (s) => log.step(s)) : new Error('no local model bundle: pass --model DIR'))
+      } catch (e) {
+        files.set(spec.type, e as Error)
+      }
+    }
+    const f = files.get(spec.type)!
+    if (typeof f === 'string') llamas.push({ spec, gguf: f })
+    else notWritten.push(off(`no GGUF: ${f.message}`, spec.name))
+  }
+  return { llamas, notWritten }
 }
 
 const workloadSpec = (cfg: BenchConfig): WorkloadSpec => ({
@@ -214,23 +273,38 @@ async function drive(kind: ScenarioName, x: Load, dir: string | null): Promise<S
 }
 
 /**
- * Drives the onnxd targets: all started up front (idle ones only hold memory), then at each level one after
- * another, never together, in alternating order from level to level so that neither always runs first on a host
- * whose speed drifts.
+ * Drives the onnxd targets and the llama.cpp servers: all started up front (idle ones only hold memory; llama.cpp's
+ * threads sleep while it has no work), then at each level one after another, never together, in alternating order
+ * from level to level so that none always runs first on a host whose speed drifts. A llama.cpp server that cannot
+ * start is reported skipped with the reason; the rest run.
  */
-async function driveTargets(x: Load, bundleOf: (spec: TargetSpec | null) => Bundle): Promise<{ runs: ScenarioResult[]; order: BenchReport['run_order'] }> {
+async function driveTargets(
+  x: Load,
+  bundleOf: (spec: TargetSpec | null) => Bundle,
+  llamas: LlamaRun[],
+): Promise<{ runs: ScenarioResult[]; skipped: BenchReport['scenarios']; order: BenchReport['run_order'] }> {
   const specs: (TargetSpec | null)[] = x.cfg.targets.length ? x.cfg.targets : [null]
   const running: Running[] = []
   const order: BenchReport['run_order'] = []
+  const notStarted: BenchReport['scenarios'] = []
   try {
     for (const spec of specs) running.push(await start('onnxd', x, bundleOf(spec), spec, x.cfg.concurrency))
+    for (const l of llamas) {
+      try {
+        running.push(await start('llama.cpp', x, { dir: null, form: null }, null, x.cfg.concurrency, l))
+      } catch (e) {
+        const reason = `failed to start: ${(e as Error).message.split('\n').slice(0, 6).join(' | ')}`
+        x.log.step(`${l.spec.name}: skipped: ${reason}`)
+        notStarted.push({ name: 'llama.cpp', target: l.spec.name, label: LABELS['llama.cpp'], ...skipped(reason) })
+      }
+    }
     const levels = [...x.cfg.concurrency].sort((a, b) => a - b)
     for (let i = 0; i < levels.length; i++) {
       const now = i % 2 === 0 ? running : [...running].reverse()
       order.push({ concurrency: levels[i], targets: now.map((r) => r.out.target ?? r.kind) })
       for (const r of now) await level(r, levels[i], x)
     }
-    return { runs: running.map((r) => r.out), order }
+    return { runs: running.map((r) => r.out), skipped: notStarted, order }
   } finally {
     await stopAll(running)
   }
@@ -323,10 +397,11 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
   // better of the two (both are in the report).
   const refs = (when: 'before' | 'after'): Promise<References> => measureReferences(cfg, model, byForm, len, past, when, log)
   const before = await refs('before')
-  const { runs, order } = await driveTargets(x, bundleOf)
+  const { llamas, notWritten } = await llamaRuns(cfg, preset, dir, log)
+  const { runs, skipped: notStarted, order } = await driveTargets(x, bundleOf, llamas)
   // The baseline first: the efficiency figures, targets and summary read the first onnxd scenario.
   runs.sort((a, b) => Number(b.target === cfg.baseline) - Number(a.target === cfg.baseline))
-  const scenarios: BenchReport['scenarios'] = [...runs]
+  const scenarios: BenchReport['scenarios'] = [...runs, ...notWritten, ...notStarted]
   const main = runs[0]
   const reference = async (kind: 'unbatched' | 'peer', on: boolean, off: string): Promise<void> => {
     if (!on) return void scenarios.push({ name: kind, label: LABELS[kind], ...skipped(off) })
@@ -345,7 +420,7 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
 
   const references = bestOf(before, await refs('after'))
   const eff = efficiency({ scenarios, references }, model, len)
-  const tg = targets(eff, { scenarios, references })
+  const tg = [...targets(eff, { scenarios, references }), ...llamaCppTargets(llamaCppRatios(scenarios))]
   const name = cfg.name || `onnxd-bench${cfg.scenario !== 'standard' ? `-${cfg.scenario}` : ''}${cfg.smoke ? '-smoke' : ''}-${stamp(created)}`
   const jsonPath = join(cfg.outDir, `${name}.json`)
   const chartPath = join(cfg.outDir, `${name}.svg`)
@@ -355,6 +430,7 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
     scenario: cfg.scenario,
     baseline: cfg.baseline,
     target_ratios: targetRatios({ scenarios, references }, cfg.baseline, len),
+    llama_cpp_ratios: llamaCppRatios(scenarios),
     run_order: order,
     notes: cutNotes(scenarios, cfg),
     created: created.toISOString(),

@@ -5,7 +5,7 @@
 import { CONTEXT_USAGE, contextOptions, formatSweep, runContextCommand } from '../bench/context.js'
 import { caveats, compareReports, formatComparison, readReport } from '../bench/compare.js'
 import { USAGE, benchConfig, parseFlags } from '../bench/options.js'
-import { formatTable, referenceLines, tables, targetTable, timeTable } from '../bench/format.js'
+import { formatTable, llamaCppTable, referenceLines, tables, targetTable, timeTable } from '../bench/format.js'
 import type { BenchReport } from '../bench/report.js'
 import { runBench } from '../bench/run.js'
 import { systemLine } from '../bench/system.js'
@@ -38,6 +38,8 @@ function print(r: BenchReport): void {
   out.write(`\nlatency, ms (vLLM's definitions; ">=" marks a TTFT lower bound from requests cut at the deadline)\n${formatTable(t.latency)}`)
   const byTarget = targetTable(r)
   if (byTarget.length) out.write(`\ntargets, per level (baseline ${r.baseline}; TTFT and TPOT mean, ms)\n${formatTable(byTarget)}`)
+  const llama = llamaCppTable(r)
+  if (llama.length) out.write(`\nonnxd vs llama.cpp on the same weights (F32-fp32, Q8_0-int8, Q4_0-q4), per level; TTFT p50 and TPOT mean, ms\n${formatTable(llama)}`)
   for (const n of r.notes) out.write(`note: ${n}\n`)
   const time = timeTable(r)
   if (time.length) out.write(`\nwhere the time goes (the node's /metrics: time inside forward passes, per level)\n${formatTable(time)}`)
@@ -45,10 +47,11 @@ function print(r: BenchReport): void {
   for (const l of r.summary) out.write(`${l}\n`)
   if (r.drift.warning) out.write(`warning: ${r.drift.warning}\n`)
   out.write('\ntargets\n')
+  const idWidth = Math.max(22, ...r.targets.map((g) => g.id.length))
   for (const g of r.targets) {
     const bound = g.bound == null ? '' : `; ORT alone doing the same work would give ${g.bound.toFixed(2)}`
     const v = g.value === null ? `not measured (${g.reason})` : `${g.value.toFixed(2)} (${g.direction} ${g.threshold}): ${g.met ? 'met' : 'MISSED'}${bound}`
-    out.write(`  ${g.id.padEnd(22)} ${g.text}: ${v}\n`)
+    out.write(`  ${g.id.padEnd(idWidth)} ${g.text}: ${v}\n`)
   }
   out.write(`\nJSON:  ${r.files.json}\nchart: ${r.files.chart}\n`)
 }

@@ -44,6 +44,7 @@ export function fakeReport(over: Partial<BenchReport> = {}): BenchReport {
     scenario: 'standard',
     baseline: null,
     target_ratios: [],
+    llama_cpp_ratios: [],
     run_order: [],
     notes: [],
     created: '2026-01-01T00:00:00.000Z',

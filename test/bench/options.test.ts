@@ -82,6 +82,32 @@ describe('benchConfig', () => {
     expect(() => benchConfig(['--prefix-caching', 'maybe'])).toThrow(/--prefix-caching must be a comma-separated list of on, off\. Given: maybe/)
   })
 
+  it('--dtype adds a target per weight form; llama.cpp runs on the paired GGUF types unless told otherwise', () => {
+    const c = benchConfig(['--runtime', 'capi', '--dtype', 'fp32,q4,int8,fp16'])
+    expect(c.targets.map((t) => t.name)).toEqual(['onnxd plain/capi', 'onnxd plain/capi/q4', 'onnxd plain/capi/int8', 'onnxd plain/capi/fp16'])
+    expect(c.targets.map((t) => t.dtype)).toEqual(['fp32', 'q4', 'int8', 'fp16'])
+    // fp16 has no GGUF pair among the writer's types.
+    expect(c.llamaCpp.map((l) => l.name)).toEqual(['llama.cpp f32 t1', 'llama.cpp q4_0 t1', 'llama.cpp q8_0 t1'])
+    expect(benchConfig(['--dtype', 'q4', '--runtime', 'capi', '--baseline', 'plain/capi/q4']).baseline).toBeNull()
+    expect(benchConfig(['--dtype', 'fp32,q4', '--runtime', 'capi', '--baseline', 'plain/capi/q4']).baseline).toBe('onnxd plain/capi/q4')
+    const t = benchConfig(['--llama-cpp', 'q4_0', '--llama-threads', '1,2'])
+    expect(t.llamaCpp).toEqual([
+      { type: 'q4_0', threads: 1, name: 'llama.cpp q4_0 t1' },
+      { type: 'q4_0', threads: 2, name: 'llama.cpp q4_0 t2' },
+    ])
+    expect(describeConfig(t)).toMatchObject({ llama_cpp: ['llama.cpp q4_0 t1', 'llama.cpp q4_0 t2'] })
+    // Off, each with its reason: asked, another scenario (unless asked for), no local weights.
+    expect(benchConfig(['--no-llama-cpp'])).toMatchObject({ llamaCpp: [], llamaCppOff: 'disabled by --no-llama-cpp' })
+    expect(benchConfig(['--scenario', 'chat']).llamaCppOff).toMatch(/not part of --scenario chat/)
+    expect(benchConfig(['--scenario', 'chat', '--llama-cpp', 'f32']).llamaCpp.map((l) => l.name)).toEqual(['llama.cpp f32 t1'])
+    expect(benchConfig(['--url', 'http://n:1']).llamaCppOff).toMatch(/pass --model DIR/)
+    expect(() => benchConfig(['--dtype', 'q3', '--llama-cpp', 'q5_k', '--llama-threads', '0'])).toThrow(
+      /--dtype must be a comma-separated list of fp32, q4, int8, fp16\. Given: q3[\s\S]*--llama-cpp must be a comma-separated list of f32, q8_0, q4_0\. Given: q5_k[\s\S]*--llama-threads must be a comma-separated list of positive integers/,
+    )
+    expect(() => benchConfig(['--no-llama-cpp', '--llama-cpp', 'f32'])).toThrow(/exclusive/)
+    expect(() => benchConfig(['--model', 'm', '--dtype', 'q4'])).toThrow(/--dtype builds the preset[\s\S]*not with --model/)
+  })
+
   it('refuses target flags it cannot honour, naming each', () => {
     expect(() => benchConfig(['--attention', 'plain,mha', '--runtime', 'cuda', '--scenario', 'short'])).toThrow(
       /--scenario must be one of standard, long, chat[\s\S]*--attention must be a comma-separated list of plain, gqa\. Given: plain,mha[\s\S]*--runtime must be a comma-separated list of js, capi/,

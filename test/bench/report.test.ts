@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest'
 import { chartPoints, chartSpec, renderSvg } from '../../src/bench/chart.js'
 import type { ModelInfo } from '../../src/bench/model-info.js'
 import { formatTable, tables } from '../../src/bench/format.js'
-import { bestOf, efficiency, hostDrift, isSkipped, summaryLines, targets, type BenchReport, type CeilingReference } from '../../src/bench/report.js'
+import { bestOf, efficiency, hostDrift, isSkipped, llamaCppRatios, llamaCppTargets, summaryLines, targets, type BenchReport, type CeilingReference } from '../../src/bench/report.js'
 import { fakeReport, scenarioOf } from './fixtures.js'
 
 const model: ModelInfo = { dir: '/m', id: 'm', onnxPath: '/m/onnx/model.onnx', vocab: 100, layers: 2, hidden: 8, heads: 2, kvHeads: 1, headDim: 4, intermediate: 16, matmulParams: 1000, builderVersion: null }
@@ -132,5 +132,51 @@ describe('chart', () => {
     const svg = await renderSvg(chartSpec(r, model, len))
     expect(svg.startsWith('<svg')).toBe(true)
     for (const s of ['Output throughput', 'Time to first token, p99', 'transformers.js peer', 'ORT decode ceiling']) expect(svg).toContain(s)
+  })
+})
+
+describe('onnxd against llama.cpp', () => {
+  const cs = [1, 16, 64]
+  const onnxd = (dtype: string, tps: (c: number) => number) => ({ ...scenarioOf('onnxd', cs, tps, 10), target: `onnxd plain/capi${dtype === 'fp32' ? '' : `/${dtype}`}`, dtype })
+  const llama = (type: string, threads: number, tps: (c: number) => number) => ({ ...scenarioOf('llama.cpp', cs, tps, 30), target: `llama.cpp ${type} t${threads}`, gguf_type: type, threads })
+  const scenarios = [onnxd('fp32', (c) => 40 * c), onnxd('q4', (c) => 50 * c), onnxd('fp16', () => 5), llama('f32', 1, () => 40), llama('q4_0', 1, (c) => (c === 1 ? 100 : 10 * c)), llama('q4_0', 2, () => 1), llama('q8_0', 1, () => 70)]
+
+  it('pairs each target with the servers on its weight form, per level, as output tok/s ratios beside TTFT and TPOT', () => {
+    const rs = llamaCppRatios(scenarios)
+    expect(rs.map((r) => `${r.concurrency} ${r.onnxd} ${r.llama_cpp}`)).toEqual([
+      ...cs.map((c) => `${c} onnxd plain/capi llama.cpp f32 t1`),
+      ...cs.map((c) => `${c} onnxd plain/capi/q4 llama.cpp q4_0 t1`),
+      ...cs.map((c) => `${c} onnxd plain/capi/q4 llama.cpp q4_0 t2`),
+    ])
+    const at16 = rs.find((r) => r.concurrency === 16 && r.llama_cpp === 'llama.cpp q4_0 t1')!
+    expect(at16).toMatchObject({ dtype: 'q4', gguf_type: 'q4_0', threads: 1 })
+    expect(at16.output_throughput).toBeCloseTo(800 / 160, 6)
+    expect(at16.tpot_mean_ms).toEqual({ onnxd: 10, llama_cpp: 30 })
+    expect(at16.ttft_p50_ms).toEqual({ onnxd: 50, llama_cpp: 50 })
+  })
+
+  it('checks >= 1x at one stream and >= 2x at the lowest level of 16+ streams for every pair', () => {
+    const tg = llamaCppTargets(llamaCppRatios(scenarios))
+    const byId = Object.fromEntries(tg.map((t) => [t.id, t]))
+    expect(Object.keys(byId)).toEqual([
+      'llama_cpp:plain/capi:f32 t1:1',
+      'llama_cpp:plain/capi:f32 t1:16+',
+      'llama_cpp:plain/capi/q4:q4_0 t1:1',
+      'llama_cpp:plain/capi/q4:q4_0 t1:16+',
+      'llama_cpp:plain/capi/q4:q4_0 t2:1',
+      'llama_cpp:plain/capi/q4:q4_0 t2:16+',
+    ])
+    expect(byId['llama_cpp:plain/capi:f32 t1:1']).toMatchObject({ value: 1, met: true, threshold: 1 })
+    expect(byId['llama_cpp:plain/capi:f32 t1:16+']).toMatchObject({ value: 16, met: true, threshold: 2 })
+    expect(byId['llama_cpp:plain/capi/q4:q4_0 t1:1']).toMatchObject({ value: 0.5, met: false })
+    // The lowest of 16 (800/160 = 5) and 64 (3200/640 = 5): 5.
+    expect(byId['llama_cpp:plain/capi/q4:q4_0 t1:16+'].value).toBeCloseTo(5, 6)
+    const one = llamaCppTargets(llamaCppRatios([onnxd('fp32', () => 1), { ...llama('f32', 1, () => 1), levels: scenarioOf('llama.cpp', [4], () => 1).levels }]))
+    expect(one).toEqual([])
+    const only1 = llamaCppTargets(llamaCppRatios([onnxd('fp32', () => 1), { ...llama('f32', 1, () => 2), levels: scenarioOf('llama.cpp', [1], () => 2).levels }]))
+    expect(only1.map((t) => [t.id, t.met, t.reason ?? null])).toEqual([
+      ['llama_cpp:plain/capi:f32 t1:1', false, null],
+      ['llama_cpp:plain/capi:f32 t1:16+', null, 'no level at >= 16 streams in both'],
+    ])
   })
 })

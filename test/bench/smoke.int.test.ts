@@ -33,19 +33,21 @@ describe('onnxd bench --smoke', () => {
     expect(existsSync(chartPath!) && readFileSync(chartPath!, 'utf8').startsWith('<svg')).toBe(true)
 
     const r: BenchReport = report
-    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 3, scenario: 'standard', baseline: null, target_ratios: [], model: { id: 'onnxd-tiny', preset: 'tiny' } })
+    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 4, scenario: 'standard', baseline: null, target_ratios: [], model: { id: 'onnxd-tiny', preset: 'tiny' } })
     expect(r.machine).toMatchObject({ provider: 'cpu' })
     expect(r.machine.cores).toBeGreaterThan(0)
     expect(r.machine.cpu.length).toBeGreaterThan(0)
     expect(r.versions).toMatchObject({ 'onnxruntime-node': expect.any(String), vega: expect.any(String), 'vega-lite': expect.any(String) })
     expect(r.config).toMatchObject({ concurrency: [1, 4, 16], ignore_eos: true, smoke: true })
 
-    // The target and both serving references, each at every level (the peer only when transformers.js is here).
+    // The target, llama.cpp on the same weights (F32), and both serving references, each at every level (the peer only
+    // when transformers.js is here, llama.cpp when node-llama-cpp's binary loads).
     const haveTf = packageVersion('@huggingface/transformers') !== null
-    expect(r.scenarios.map((s) => s.name)).toEqual(['onnxd', 'unbatched', 'peer'])
+    const haveLlama = packageVersion('node-llama-cpp') !== null
+    expect(r.scenarios.map((s) => s.name)).toEqual(['onnxd', 'llama.cpp', 'unbatched', 'peer'])
     for (const s of r.scenarios) {
       if (isSkipped(s)) {
-        expect(s.name === 'peer' && !haveTf, `${s.name} skipped: ${s.reason}`).toBe(true)
+        expect((s.name === 'peer' && !haveTf) || (s.name === 'llama.cpp' && !haveLlama), `${s.name} skipped: ${s.reason}`).toBe(true)
         continue
       }
       expect(s.levels.map((l) => l.max_concurrency)).toEqual([1, 4, 16])
@@ -72,7 +74,7 @@ describe('onnxd bench --smoke', () => {
       expect(e.bound_vs_ceiling).toBeLessThan(1)
       if (haveTf) expect(e.vs_peer).toBeGreaterThan(0)
     }
-    expect(r.targets.map((t) => t.id)).toEqual(['peer_throughput', 'peer_tpot', 'unbatched_throughput', 'ceiling_throughput'])
+    expect(r.targets.map((t) => t.id)).toEqual(['peer_throughput', 'peer_tpot', 'unbatched_throughput', 'ceiling_throughput', ...(haveLlama ? ['llama_cpp:plain/js:f32 t1:1', 'llama_cpp:plain/js:f32 t1:16+'] : [])])
     for (const t of r.targets) expect(t.value !== null || (t.reason ?? '').length > 0).toBe(true)
     expect(r.summary).toHaveLength(3)
 

@@ -1,5 +1,5 @@
-// `onnxd bench --smoke` with several onnxd targets (graph form x step runtime) and with --scenario long, on the tiny
-// preset: the report carries every target with the runtime its node says it serves, each level's ratios to the
+// `onnxd bench --smoke` with several onnxd targets (graph form x step runtime x weight form, beside llama.cpp on the
+// same weights) and with --scenario long, on the tiny preset: the report carries every target with the runtime its node says it serves, each level's ratios to the
 // baseline and to ORT alone on the target's graph (a GroupQueryAttention graph's ceiling through the C API), and,
 // when a level's cap cuts requests, a note saying so and how throughput counts them.
 import { mkdtempSync } from 'node:fs'
@@ -9,6 +9,12 @@ import { describe, expect, it } from 'vitest'
 import { benchConfig } from '../../src/bench/options.js'
 import { isSkipped, type ScenarioResult } from '../../src/bench/report.js'
 import { runBench } from '../../src/bench/run.js'
+import { loadLlama } from '../../src/bench/peer/llama-cpp.js'
+
+const llamaLoads = await loadLlama(1).then(
+  async (l) => (await l.dispose(), true),
+  () => false,
+)
 
 const common = ['--smoke', '--quiet', '--no-peer', '--no-unbatched', '--no-matmul', '--models-dir', join(process.cwd(), '.cache/models')]
 const out = (): string[] => ['--out', mkdtempSync(join(tmpdir(), 'onnxd-bench-targets-'))]
@@ -96,4 +102,36 @@ describe('onnxd bench: several targets', () => {
     for (const t of r.target_ratios) expect(Object.keys(t.vs_baseline).sort()).toEqual(['onnxd plain/capi', 'onnxd plain/capi/no-prefix-cache'])
     expect(isSkipped(r.references.ort_ceiling) && r.references.ort_ceiling.reason).toMatch(/not part of --scenario chat/)
   }, 90_000)
+
+  it.skipIf(!llamaLoads)('--dtype fp32,q4 runs llama.cpp on F32 and Q4_0 GGUF of the same weights in the rotation, each pair as ratios', async () => {
+    const { report: r } = await runBench(benchConfig([...common, ...out(), '--runtime', 'capi', '--dtype', 'fp32,q4', '--concurrency', '1,2', '--no-ceiling']))
+    const llama = r.scenarios.filter((s): s is ScenarioResult => s.name === 'llama.cpp' && !isSkipped(s as ScenarioResult))
+    expect(llama.map((s) => [s.target, s.gguf_type, s.threads])).toEqual([
+      ['llama.cpp f32 t1', 'f32', 1],
+      ['llama.cpp q4_0 t1', 'q4_0', 1],
+    ])
+    expect(runs(r.scenarios).map((s) => [s.target, s.dtype])).toEqual([
+      ['onnxd plain/capi', 'fp32'],
+      ['onnxd plain/capi/q4', 'q4'],
+    ])
+    for (const s of [...llama, ...runs(r.scenarios)]) {
+      expect(s.levels.map((l) => l.max_concurrency)).toEqual([1, 2])
+      // Every request streamed the whole output: the same work on both sides.
+      for (const l of s.levels) expect(l).toMatchObject({ failed: 0, cut: 0, total_output_tokens: l.completed * 16 })
+    }
+    // One rotation: the llama.cpp servers take turns with the onnxd targets, reversed from level to level.
+    const asked = ['onnxd plain/capi', 'onnxd plain/capi/q4', 'llama.cpp f32 t1', 'llama.cpp q4_0 t1']
+    expect(r.run_order).toEqual([
+      { concurrency: 1, targets: asked },
+      { concurrency: 2, targets: [...asked].reverse() },
+    ])
+    expect(r.llama_cpp_ratios.map((p) => `${p.concurrency} ${p.onnxd} ${p.llama_cpp}`)).toEqual(['1 onnxd plain/capi llama.cpp f32 t1', '2 onnxd plain/capi llama.cpp f32 t1', '1 onnxd plain/capi/q4 llama.cpp q4_0 t1', '2 onnxd plain/capi/q4 llama.cpp q4_0 t1'])
+    for (const p of r.llama_cpp_ratios) expect(p.output_throughput).toBeCloseTo(p.onnxd_output_throughput / p.llama_cpp_output_throughput, 9)
+    expect(r.targets.filter((t) => t.id.startsWith('llama_cpp:')).map((t) => t.id)).toEqual([
+      'llama_cpp:plain/capi:f32 t1:1',
+      'llama_cpp:plain/capi:f32 t1:16+',
+      'llama_cpp:plain/capi/q4:q4_0 t1:1',
+      'llama_cpp:plain/capi/q4:q4_0 t1:16+',
+    ])
+  }, 120_000)
 })
