@@ -1,6 +1,7 @@
 // The embedded model's tokenizer: a byte-level BPE (GPT-2 / SmolLM2 style) trained deterministically on CORPUS,
 // written as Hugging Face tokenizer.json, tokenizer_config.json (ChatML chat template) and special_tokens_map.json.
 import { CORPUS } from './corpus.js'
+import { byteAlphabet } from '../shared/byte-level.js'
 
 /** Special tokens, ids 0.. in this order, as in SmolLM2: `<|endoftext|>` is also BOS, pad and unk; `<|im_end|>` is EOS. */
 export const SPECIAL_TOKENS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>'] as const
@@ -17,29 +18,6 @@ export const CHAT_TEMPLATE =
 
 /** GPT-2's pre-tokenizer split (what the ByteLevel pre-tokenizer does with use_regex: true). */
 const GPT2_SPLIT = /'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+/gu
-
-/**
- * GPT-2's bytes_to_unicode, as a list in GPT-2's vocabulary order: printable bytes stand for themselves, the
- * others map to U+0100 upward, so every byte is a visible character. Entry i is [byte, character].
- */
-function byteAlphabet(): [number, string][] {
-  const bs: number[] = []
-  const range = (a: number, b: number): void => {
-    for (let i = a; i <= b; i++) bs.push(i)
-  }
-  range(0x21, 0x7e)
-  range(0xa1, 0xac)
-  range(0xae, 0xff)
-  const cs = [...bs]
-  let n = 0
-  for (let b = 0; b < 256; b++) {
-    if (!bs.includes(b)) {
-      bs.push(b)
-      cs.push(256 + n++)
-    }
-  }
-  return bs.map((b, i) => [b, String.fromCharCode(cs[i])])
-}
 
 export interface TrainedBpe {
   /** Token strings by id: special tokens, the 256 byte symbols, then one token per merge. */

@@ -42,6 +42,13 @@ export type Usage = Static<typeof Usage>
 export const Timings = Type.Object({ queue_ms: Type.Number(), ttft_ms: Type.Number(), total_ms: Type.Number() })
 export type Timings = Static<typeof Timings>
 
+/** A token as logprobs report it (OpenAI's shape): its text, its bytes and its log-probability. */
+const TokenAlternative = Type.Object({ token: Type.String(), logprob: Type.Number(), bytes: Type.Array(Type.Integer()) })
+
+/** A generated token's log-probability (log-softmax of the raw logits) and, with top_logprobs, the likeliest tokens. */
+export const TokenLogprob = Type.Object({ token: Type.String(), logprob: Type.Number(), bytes: Type.Array(Type.Integer()), top_logprobs: Type.Array(TokenAlternative) })
+export type TokenLogprob = Static<typeof TokenLogprob>
+
 export const CompletionResponse = Type.Object({
   id: Type.String(),
   model: Type.String(),
@@ -51,16 +58,18 @@ export const CompletionResponse = Type.Object({
   timings: Timings,
   /** Token ids of the completion (the same tokens as `text`), for callers that detokenize or audit themselves. */
   output_ids: Type.Optional(Type.Array(Type.Integer())),
+  /** With `logprobs`: one entry per generated token, in order. */
+  logprobs: Type.Optional(Type.Array(TokenLogprob)),
 })
 export type CompletionResponse = Static<typeof CompletionResponse>
 
 /**
- * One SSE `data:` event of a streamed completion. Deltas carry `text` (and the delta's token `ids`); the last event
- * carries finish and usage.
+ * One SSE `data:` event of a streamed completion. Deltas carry `text` (and the delta's token `ids`, and with
+ * `logprobs` one entry per id); the last event carries finish and usage.
  */
 export type StreamEvent =
   /** A delta. `usage` is the running count, so a stream cut short can still be billed for its prompt. */
-  | { id: string; text: string; ids?: number[]; usage?: Usage }
+  | { id: string; text: string; ids?: number[]; logprobs?: TokenLogprob[]; usage?: Usage }
   | { id: string; text: ''; finish_reason: FinishReason; usage: Usage; timings: Timings }
   /** An error after the stream began; `usage` counts what was produced before it (billing a stream that ends early). */
   | { error: { message: string; type: string; code: number }; usage?: Usage }

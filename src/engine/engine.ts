@@ -9,6 +9,7 @@ import { Batcher, type BatcherObserver, type BatcherOptions } from './scheduler/
 import { Sequence, type SeqSink } from './scheduler/sequence.js'
 import { validateSampling } from './generation/params.js'
 import { SamplerScratch } from './generation/sampling.js'
+import { Grammars } from './generation/grammar.js'
 import { checkOnePrompt } from '../shared/prompt-input.js'
 import { checkModel } from '../shared/model.js'
 import { encodeTextPrompt } from './tokenizer/prompt.js'
@@ -40,6 +41,8 @@ export function batcherOptions(opts: Partial<BatcherOptions>): BatcherOptions {
 export class Engine {
   /** Sampling scratch memory, shared by every sequence of this engine (they sample one at a time). */
   private readonly scratch: SamplerScratch
+  /** The model's JSON grammars (response_format), made on the first request that asks for one. */
+  private grammars: Grammars | null = null
 
   private constructor(
     readonly model: LoadedModel,
@@ -73,6 +76,22 @@ export class Engine {
       const ids = this.promptIds(req)
       const params = validateSampling(req, { maxContext: this.model.contextLength, promptTokens: ids.length, vocab: this.model.vocab })
       seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink, this.scratch)
+      if (params.response_format) {
+        const s = seq
+        this.grammarsOf()
+          .matcher(params.response_format)
+          .then((g) => {
+            if (s.cancelled) {
+              g.dispose()
+              return s.fail({ code: 'internal', message: 'request cancelled' })
+            }
+            s.constrain(g)
+            this.batcher.submit(s)
+            sink({ type: 'accepted', promptTokens: ids.length })
+          })
+          .catch((e: unknown) => s.fail(toErrorData(e)))
+        return () => s.cancel()
+      }
       this.batcher.submit(seq)
       sink({ type: 'accepted', promptTokens: ids.length })
     } catch (e) {
@@ -80,6 +99,13 @@ export class Engine {
       return () => {}
     }
     return () => seq.cancel()
+  }
+
+  private grammarsOf(): Grammars {
+    const tok = this.model.tokenizer
+    if (!tok) throw new OnnxdError('invalid_value', '`response_format` needs the model\'s tokenizer, and this bundle has none', { param: 'response_format' })
+    this.grammars ??= new Grammars(() => tok.vocabulary(this.model.vocab), [...this.model.eos])
+    return this.grammars
   }
 
   stats(): EngineStats {

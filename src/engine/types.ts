@@ -35,14 +35,26 @@ export interface Timings {
 
 /**
  * Events of one sequence, in order: accepted, then token deltas, then exactly one of done or error. Every event
- * carries only what is new: `done` has the last delta (text held back until the end, and the last token id), so
- * the whole completion is the concatenation of all token events and `done`.
+ * carries only what is new: `done` has the last delta (text held back until the end, and the last token id and its
+ * logprobs), so the whole completion is the concatenation of all token events and `done`.
  */
 export type SeqEvent =
   | { type: 'accepted'; promptTokens: number; queueMs?: number; /** The engine replica's thread (set by the pool's workers). */ threadId?: number }
-  | { type: 'token'; text: string; tokens: number; ids: number[] }
-  | { type: 'done'; text: string; ids: number[]; finishReason: FinishReason; usage: Usage; timings: Timings }
+  | { type: 'token'; text: string; tokens: number; ids: number[]; logprobs?: TokenLogprob[] }
+  | { type: 'done'; text: string; ids: number[]; logprobs?: TokenLogprob[]; finishReason: FinishReason; usage: Usage; timings: Timings }
   | { type: 'error'; error: ErrorData }
+
+/** A token as logprobs report it (OpenAI's shape): its text, its bytes, its raw log-probability. */
+export interface TokenAlternative {
+  token: string
+  logprob: number
+  bytes: number[]
+}
+
+/** One generated token's log-probability, and the most likely tokens at its step (with `top_logprobs`). */
+export interface TokenLogprob extends TokenAlternative {
+  top_logprobs: TokenAlternative[]
+}
 
 /** Per-step and per-request observations, for metrics (reported by value; the node turns them into Prometheus). */
 export interface StepObservation {

@@ -44,6 +44,14 @@ const Penalty = Type.Number({ minimum: -2, maximum: 2 })
 const NO_STRINGS: readonly string[] = Object.freeze([])
 const NO_IDS: readonly number[] = Object.freeze([])
 
+/** What a response_format asks the engine for: any JSON object, or JSON valid under one JSON Schema. */
+export type StructuredOutput = { type: 'json_object' } | { type: 'json_schema'; schema: Record<string, unknown> }
+const NO_BIAS: readonly (readonly [number, number])[] = Object.freeze([])
+/** OpenAI's limit on top_logprobs. */
+export const MAX_TOP_LOGPROBS = 20
+/** Entries of logit_bias at most (OpenAI documents no limit; each costs a write per step). */
+export const MAX_LOGIT_BIAS = 1024
+
 /** The sampling fields, in the order they are checked (the first bad one is reported). Ranges follow OpenAI and vLLM. */
 export const SAMPLING_FIELDS = {
   max_tokens: field({
@@ -114,6 +122,49 @@ export const SAMPLING_FIELDS = {
     default: 0,
     doc: 'End-of-sequence and stop_token_ids tokens cannot be drawn before this many tokens (vLLM).',
   }),
+  logit_bias: field({
+    // OpenAI's: token ids (as strings) to a bias added to their logits; -100 bans a token, 100 all but forces it.
+    schema: Type.Record(Type.RegExp(/^(0|[1-9][0-9]{0,9})$/), Type.Number({ minimum: -100, maximum: 100 }), { additionalProperties: false, maxProperties: MAX_LOGIT_BIAS }),
+    default: NO_BIAS,
+    tokenIds: true,
+    normalise: (m: Record<string, number>): readonly (readonly [number, number])[] => Object.entries(m).map(([id, b]) => [Number(id), b] as const),
+    doc: 'Token id (a string key) to a bias in [-100, 100] added to its logit after the penalties (OpenAI). At most 1024 entries.',
+  }),
+  logprobs: field({
+    schema: Type.Boolean(),
+    default: false,
+    doc: "Report each generated token's log-probability: log-softmax of the model's raw logits (vLLM's raw_logprobs), before penalties, logit_bias, temperature and masks.",
+  }),
+  top_logprobs: field({
+    schema: Type.Integer({ minimum: 0, maximum: MAX_TOP_LOGPROBS }),
+    default: 0,
+    doc: 'With logprobs: the most likely tokens at each step (up to 20), with their raw log-probabilities.',
+  }),
+  response_format: field({
+    schema: Type.Union([
+      Type.Object({ type: Type.Literal('text') }, { additionalProperties: false }),
+      Type.Object({ type: Type.Literal('json_object') }, { additionalProperties: false }),
+      Type.Object(
+        {
+          type: Type.Literal('json_schema'),
+          json_schema: Type.Object(
+            {
+              name: Type.String({ minLength: 1, maxLength: 64 }),
+              description: Type.Optional(Type.String()),
+              schema: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+              strict: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+            },
+            { additionalProperties: false },
+          ),
+        },
+        { additionalProperties: false },
+      ),
+    ]),
+    default: null as StructuredOutput | null,
+    normalise: (f): StructuredOutput | null =>
+      f.type === 'text' ? null : f.type === 'json_object' ? { type: 'json_object' } : { type: 'json_schema', schema: f.json_schema.schema ?? {} },
+    doc: 'OpenAI\'s: {"type":"json_object"} or {"type":"json_schema","json_schema":{"name","schema"}} constrain every token to JSON (valid under the schema): the output always parses. {"type":"text"} is the default.',
+  }),
   stop_token_ids: field({
     schema: Type.Array(Type.Integer({ minimum: 0 })),
     default: NO_IDS,
@@ -139,7 +190,7 @@ export const DEFAULT_SAMPLING: SamplingParams = Object.freeze(
 )
 
 /** JSON Schema keywords that bound a value rather than type it. */
-const BOUNDS = new Set(['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minLength', 'maxLength', 'minItems', 'maxItems'])
+const BOUNDS = new Set(['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minLength', 'maxLength', 'minItems', 'maxItems', 'maxProperties'])
 
 /** A copy of `schema` without its bounds (the symbol-keyed TypeBox kind is kept). */
 function typeOnly<S extends TSchema>(schema: S): S {
@@ -147,7 +198,14 @@ function typeOnly<S extends TSchema>(schema: S): S {
   for (const key of Reflect.ownKeys(schema)) {
     if (typeof key === 'string' && BOUNDS.has(key)) continue
     const v = (schema as Record<string | symbol, unknown>)[key]
-    out[key] = key === 'items' ? typeOnly(v as TSchema) : key === 'anyOf' ? (v as TSchema[]).map(typeOnly) : v
+    out[key] =
+      key === 'items'
+        ? typeOnly(v as TSchema)
+        : key === 'anyOf'
+          ? (v as TSchema[]).map(typeOnly)
+          : key === 'patternProperties'
+            ? Object.fromEntries(Object.entries(v as Record<string, TSchema>).map(([k, x]) => [k, typeOnly(x)]))
+            : v
   }
   return out as S
 }
@@ -155,6 +213,20 @@ function typeOnly<S extends TSchema>(schema: S): S {
 /** The node contract's sampling properties: types only, so a bound is the engine's 422, not the schema's 400. */
 export function samplingContractProperties(): { [K in SamplingFieldName]: TOptional<Fields[K]['schema']> } {
   return Object.fromEntries(SAMPLING_FIELD_NAMES.map((k) => [k, Type.Optional(typeOnly(SAMPLING_FIELDS[k].schema))])) as never
+}
+
+/**
+ * Rules between fields, checked by the facade (422 before billing) and the engine alike; `invalid` makes the error
+ * naming the field, the rule and the value. Bounds of single fields come from SAMPLING_FIELDS.
+ */
+export function checkFieldCombinations<E>(input: SamplingInput, invalid: (field: string, rule: string, given: unknown) => E): void {
+  const structured = input.response_format !== undefined && input.response_format.type !== 'text'
+  if (structured && input.ignore_eos === true) throw invalid('ignore_eos', 'false with a JSON response_format (the output ends with the JSON)', true)
+  if (structured && (input.min_tokens ?? 0) > 0) throw invalid('min_tokens', '0 with a JSON response_format (the output ends with the JSON)', input.min_tokens)
+  if (input.top_logprobs !== undefined && input.top_logprobs > 0 && input.logprobs !== true) throw invalid('top_logprobs', 'used only with logprobs: true', input.top_logprobs)
+  if (input.max_tokens !== undefined && input.min_tokens !== undefined && input.min_tokens > input.max_tokens) {
+    throw invalid('min_tokens', `>= 0 and <= max_tokens (${input.max_tokens})`, input.min_tokens)
+  }
 }
 
 /** Every OpenAI name of a field: its own, then its aliases. */

@@ -41,13 +41,14 @@ describe('/v1/chat/completions refuses what it cannot honour', () => {
     ['tool_choice', { tool_choice: { type: 'function', function: { name: 'get_weather' } } }, /tool calls/],
     ['functions', { functions: [tool.function] }, /tool calls/],
     ['function_call', { function_call: { name: 'get_weather' } }, /tool calls/],
-    ['response_format', { response_format: { type: 'json_object' } }, /structured outputs are not supported/],
-    ['response_format', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } }, /structured outputs/],
-    ['logprobs', { logprobs: true }, /logprobs are not supported/],
-    ['top_logprobs', { top_logprobs: 5 }, /logprobs are not supported/],
-    ['n', { n: 2 }, /only one choice/],
-    ['n', { n: 0 }, /only 1 is accepted/],
-    ['logit_bias', { logit_bias: { '50256': -100 } }, /logit_bias is not supported/],
+    ['response_format', { response_format: { type: 'xml' } }, /Invalid value for 'response_format'/],
+    ['ignore_eos', { response_format: { type: 'json_object' }, ignore_eos: true }, /Invalid value for 'ignore_eos': must be false with a JSON response_format/],
+    ['top_logprobs', { top_logprobs: 5 }, /Invalid value for 'top_logprobs': must be used only with logprobs: true. Given: 5/],
+    ['top_logprobs', { logprobs: true, top_logprobs: 21 }, /Invalid value for 'top_logprobs'/],
+    ['n', { n: 17 }, /Invalid value for 'n'/],
+    ['n', { n: 0 }, /Invalid value for 'n'/],
+    ['logit_bias.x', { logit_bias: { x: -100 } }, /Invalid value for 'logit_bias.x': Unexpected property/],
+    ['logit_bias.7', { logit_bias: { '7': 101 } }, /Invalid value for 'logit_bias.7'/],
     ['modalities', { modalities: ['text', 'audio'] }, /only text output/],
     ['audio', { audio: { voice: 'alloy', format: 'wav' } }, /audio output is not supported/],
     ['prediction', { prediction: { type: 'content', content: 'x' } }, /predicted outputs/],
@@ -89,6 +90,9 @@ describe('/v1/chat/completions accepts what it honours or takes as information',
     { user: 'u-1', metadata: { team: 'a' }, store: false, service_tier: 'auto', safety_identifier: 's', prompt_cache_key: 'k' },
     { service_tier: 'default' },
     { n: 1, logprobs: false, top_logprobs: 0, logit_bias: {} },
+    { n: 3, logprobs: true, top_logprobs: 5, logit_bias: { '50256': -100 } },
+    { response_format: { type: 'json_object' } },
+    { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' }, strict: true } } },
     { tools: [], functions: [], tool_choice: 'none', function_call: 'auto', parallel_tool_calls: false },
     { response_format: { type: 'text' }, modalities: ['text'] },
     { stream: true, stream_options: { include_usage: true, include_obfuscation: false } },
@@ -105,7 +109,7 @@ describe('/v1/chat/completions accepts what it honours or takes as information',
       chatBody({ user: 'u', tools: [], response_format: { type: 'text' }, max_tokens: 2, seed: 1, messages: [{ role: 'user', name: 'ann', content: 'hi' }] }),
     )
     const sent = f.nodes[0]!.requests[before]!
-    expect(Object.keys(sent).sort()).toEqual(['max_tokens', 'messages', 'model', 'request_id', 'seed'])
+    expect(Object.keys(sent).sort()).toEqual(['max_tokens', 'messages', 'model', 'request_id', 'response_format', 'seed'])
     // A message's name goes to the chat template, as transformers passes it.
     expect(sent.messages).toEqual([{ role: 'user', name: 'ann', content: 'hi' }])
   })
@@ -114,17 +118,18 @@ describe('/v1/chat/completions accepts what it honours or takes as information',
 describe('/v1/completions refuses what it cannot honour', () => {
   it.each([
     ['suffix', { suffix: ' the end' }, /suffix/],
-    ['logprobs', { logprobs: 2 }, /logprobs are not supported/],
-    ['logprobs', { logprobs: 0 }, /logprobs are not supported/],
+    ['logprobs', { logprobs: 21 }, /Invalid value for 'logprobs'/],
+    ['logprobs', { logprobs: true }, /Invalid value for 'logprobs'/],
+    ['logprobs', { logprobs: 2, echo: true }, /Unsupported parameter 'logprobs'.*not with echo/],
+    ['top_logprobs', { top_logprobs: 2 }, /Unrecognized/],
     ['best_of', { best_of: 3 }, /only 1/],
-    ['n', { n: 2 }, /only one choice/],
-    ['logit_bias', { logit_bias: { '1': 5 } }, /logit_bias/],
+    ['n', { n: 17 }, /Invalid value for 'n'/],
+    ['logit_bias.1', { logit_bias: { '1': 500 } }, /logit_bias/],
     ['echo', { echo: true, prompt: [1, 2, 3] }, /token-id prompts/],
     ['prompt', { prompt: { text: 'x' } }, /expected a string/],
     ['prompt', { prompt: [] }, /expected a string/],
     ['prompt', { prompt: Array.from({ length: 33 }, () => 'x') }, /at most 32 prompts/],
     ['tools', { tools: [] }, /Unrecognized/],
-    ['response_format', { response_format: { type: 'text' } }, /Unrecognized/],
     ['messages', { messages: [{ role: 'user', content: 'x' }] }, /Unrecognized/],
     ['temperature', { temperature: 3 }, /Invalid value/],
   ])('%s (%j)', async (field, extra, message) => {
@@ -133,6 +138,10 @@ describe('/v1/completions refuses what it cannot honour', () => {
 
   it('accepts best_of 1, n 1, logit_bias {}, user, echo with text, and nulls', async () => {
     await expectAccepted('/v1/completions', completionBody({ best_of: 1, n: 1, logit_bias: {}, user: 'u', echo: true, suffix: null, logprobs: null }))
+  })
+
+  it('accepts n, logprobs as a count, logit_bias and response_format', async () => {
+    await expectAccepted('/v1/completions', completionBody({ n: 2, logprobs: 3, logit_bias: { '1': 5 }, response_format: { type: 'json_object' } }))
   })
 
   it('a missing prompt is a 400', async () => {
@@ -151,13 +160,13 @@ describe('the official openai client', () => {
 
   it('surfaces a refused field as UnprocessableEntityError carrying the message', async () => {
     const e = await client.chat.completions
-      .create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], response_format: { type: 'json_object' } })
+      .create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], prediction: { type: 'content', content: 'x' } })
       .catch((x: unknown) => x)
     expect(e).toBeInstanceOf(UnprocessableEntityError)
     const err = e as UnprocessableEntityError
     expect(err.status).toBe(422)
     expect(err.type).toBe('invalid_request_error')
-    expect(err.message).toMatch(/Unsupported parameter 'response_format': structured outputs are not supported yet/)
+    expect(err.message).toMatch(/Unsupported parameter 'prediction': predicted outputs are not supported/)
   })
 
   it('a tools request through the client is refused, not answered with free text', async () => {

@@ -17,7 +17,7 @@ const limits = { maxContext: 2 ** 60, promptTokens: 1, vocab: 2 ** 40 }
 
 function facadeAccepts(k: string, v: unknown): boolean {
   try {
-    parseChatParams({ ...chat, [k]: v })
+    parseChatParams({ ...chat, ...WITH[k as SamplingFieldName], [k]: v })
     return true
   } catch (e) {
     if (isOnnxdError(e) && e.code === 'invalid_value') return false
@@ -25,9 +25,12 @@ function facadeAccepts(k: string, v: unknown): boolean {
   }
 }
 
+/** Fields that only mean something beside another: probed with it (top_logprobs with logprobs: true). */
+const WITH: Partial<Record<SamplingFieldName, Record<string, unknown>>> = { top_logprobs: { logprobs: true } }
+
 function engineAccepts(k: SamplingFieldName, v: unknown): boolean {
   try {
-    validateSampling({ [k]: v }, limits)
+    validateSampling({ ...WITH[k], [k]: v }, limits)
     return true
   } catch (e) {
     if (isOnnxdError(e) && e.code === 'invalid_value') return false
@@ -44,10 +47,26 @@ const PROBES: Record<string, unknown[]> = {
   // Token ids: the vocabulary bound is the engine's alone (the facade does not know the model); below it they agree.
   ids: [[], [0], [5, 7], [-1], [1.5], [2 ** 30], 'x'],
   strings: ['', 'a', [], ['a'], ['a', ''], ['a', 'b', 'c', 'd'], ['a', 'b', 'c', 'd', 'e'], Array(20).fill('x')],
+  // logit_bias: token ids as decimal keys (the vocabulary bound is the engine's), biases in [-100, 100].
+  tokenMap: [{}, { '5': 1 }, { '0': -100, '7': 100 }, { '5': 101 }, { '5': -100.5 }, { x: 1 }, { '-1': 2 }, { '05': 1 }, { '5': 'a' }, [], 'x', 3],
+  responseFormat: [
+    { type: 'text' },
+    { type: 'json_object' },
+    { type: 'json_schema', json_schema: { name: 'a', schema: { type: 'object' } } },
+    { type: 'json_schema', json_schema: { name: 'a', strict: true } },
+    { type: 'json_schema' },
+    { type: 'json_schema', json_schema: { schema: {} } },
+    { type: 'xml' },
+    { type: 'text', extra: 1 },
+    {},
+    'json',
+  ],
 }
 
 function probesOf(k: SamplingFieldName): unknown[] {
-  const s = SAMPLING_FIELDS[k].schema as { type?: string; anyOf?: unknown[]; items?: { type?: string } }
+  const s = SAMPLING_FIELDS[k].schema as { type?: string; anyOf?: { type?: string }[]; items?: { type?: string } }
+  if (s.type === 'object') return PROBES.tokenMap!
+  if (s.anyOf?.some((x) => x.type === 'object')) return PROBES.responseFormat!
   if (s.items?.type === 'integer') return PROBES.ids!
   if (s.anyOf || s.type === 'array') return PROBES.strings!
   return PROBES[s.type!]!
@@ -96,6 +115,10 @@ describe('one definition per sampling field', () => {
       ignore_eos: true,
       min_tokens: 2,
       stop_token_ids: [3],
+      logit_bias: { '4': -3 },
+      logprobs: true,
+      top_logprobs: 2,
+      response_format: { type: 'text' },
       user: 'u',
     }
     const req = toNodeRequest(parseChatParams(openAi), 'r1')

@@ -88,7 +88,8 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
   const llama = await loadLlama(threads)
   const model = await llama.loadModel({ modelPath, gpuLayers: 0 })
   const vocabSize = model.fileInfo.metadata.tokenizer.ggml.tokens.length
-  const ctx: LlamaContext = await model.createContext({ contextSize: perSeq * sequences, sequences, threads: { ideal: threads, min: threads }, batchSize: Math.max(512, sequences) })
+  // node-llama-cpp's contextSize is per sequence: it allocates contextSize x sequences cells.
+  const ctx: LlamaContext = await model.createContext({ contextSize: perSeq, sequences, threads: { ideal: threads, min: threads }, batchSize: Math.max(512, sequences) })
   const waitingForSlot: (() => void)[] = []
   let running = 0
   let ready = false

@@ -1,7 +1,9 @@
 // The engine's 422 validation of a request's sampling fields, derived from their one definition
 // (shared/sampling.ts), plus what only the engine knows: the context length and the vocabulary. Imports: shared.
+import { Value } from '@sinclair/typebox/value'
 import { OnnxdError } from '../../shared/errors.js'
 import {
+  checkFieldCombinations,
   DEFAULT_MAX_TOKENS,
   SAMPLING_FIELD_NAMES,
   SAMPLING_FIELDS,
@@ -33,8 +35,10 @@ interface Bounds {
   exclusiveMaximum?: number
   minLength?: number
   maxItems?: number
+  maxProperties?: number
   items?: Bounds
   anyOf?: Bounds[]
+  patternProperties?: Record<string, Bounds>
 }
 
 function describe(b: Bounds): string {
@@ -81,10 +85,28 @@ function checkIntegers(field: string, v: unknown, list: Bounds, tokenIds: boolea
   })
 }
 
+/** A map of token ids (decimal string keys, below the vocabulary size) to numbers within the values' bounds. */
+function checkTokenMap(field: string, v: unknown, map: Bounds, vocab: number): void {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid(field, 'an object of token ids to numbers', v)
+  const entries = Object.entries(v)
+  if (map.maxProperties !== undefined && entries.length > map.maxProperties) throw invalid(field, `at most ${map.maxProperties} entries`, entries.length)
+  const values = Object.values(map.patternProperties ?? {})[0] ?? {}
+  for (const [k, x] of entries) {
+    if (!/^(0|[1-9][0-9]{0,9})$/.test(k) || Number(k) >= vocab) throw invalid(field, `keyed by token ids in [0, ${vocab})`, JSON.stringify(k).slice(0, 24))
+    checkNumber(`${field}.${k}`, x, values, undefined)
+  }
+}
+
 /** Checks one field's bounds as its definition states them; throws `invalid_value` (422) naming it. */
 function checkField(field: string, def: SamplingField, v: unknown, vocab: number): void {
   const b = def.schema as Bounds
   if (b.type === 'number' || b.type === 'integer') return checkNumber(field, v, b, def.rule)
+  if (b.type === 'object' && def.tokenIds) return checkTokenMap(field, v, b, vocab)
+  // Objects of other shapes (response_format): their schema is the whole rule.
+  if (b.type === 'object' || b.anyOf?.some((s) => s.type === 'object')) {
+    if (!Value.Check(def.schema, v)) throw invalid(field, 'a valid object of its kind (see the API reference)', JSON.stringify(v).slice(0, 64))
+    return
+  }
   const list = b.type === 'array' ? b : b.anyOf?.find((s) => s.type === 'array')
   if (list?.items?.type === 'string') return checkStrings(field, v, list)
   if (list?.items?.type === 'integer') return checkIntegers(field, v, list, def.tokenIds === true, vocab)
@@ -99,9 +121,7 @@ export function validateSampling(input: SamplingInput, limits: SamplingLimits): 
   for (const k of SAMPLING_FIELD_NAMES) {
     if (input[k] !== undefined) checkField(k, FIELDS[k], input[k], limits.vocab)
   }
-  if (input.max_tokens !== undefined && input.min_tokens !== undefined && input.min_tokens > input.max_tokens) {
-    throw invalid('min_tokens', `>= 0 and <= max_tokens (${input.max_tokens})`, input.min_tokens)
-  }
+  checkFieldCombinations(input, invalid)
 
   const { maxContext, promptTokens } = limits
   const room = maxContext - promptTokens

@@ -6,6 +6,24 @@ import { Rng, randomSeed } from '../../shared/prng.js'
 /** Temperatures below this are greedy, as in vLLM: dividing by them would overflow to Infinity/NaN. */
 export const SAMPLING_EPS = 1e-5
 
+/** One step's log-probabilities from the raw logits: the picked token's, and the `top_logprobs` most likely ones. */
+export interface StepLogprobs {
+  token: number
+  logprob: number
+  top: { token: number; logprob: number }[]
+}
+
+/** The picked token's log-probability and the top `k` (best first) under log-softmax of the raw row. */
+export function rawLogprobs(raw: Float32Array, token: number, k: number, scratch: SamplerScratch): StepLogprobs {
+  const lse = logSumExp(raw)
+  const top: StepLogprobs['top'] = []
+  if (k > 0) {
+    const n = selectTop(raw, k, scratch)
+    for (let i = 0; i < n; i++) top.push({ token: scratch.heapIdx[i]!, logprob: scratch.heapVal[i]! - lse })
+  }
+  return { token, logprob: raw[token]! - lse, top }
+}
+
 /** What the penalties need to know about a sequence so far. `TokenHistory` is the ready-made implementation. */
 export interface SamplingHistory {
   /** Distinct ids occurring in the prompt or the output: the repetition penalty's domain (HF). */
@@ -117,6 +135,8 @@ export class SamplerScratch {
   readonly counts = new Int32Array(N_BUCKETS)
   readonly kept = new Int32Array(N_BUCKETS)
   readonly masses = new Float64Array(N_BUCKETS)
+  /** A copy of a row's raw logits, for the log-probabilities of a sequence that asks for them. */
+  readonly raw: Float32Array
   /** top_k candidates (logits and ids), best-first after a selection; grown by `reserve`. */
   heapVal = new Float32Array(0)
   heapIdx = new Int32Array(0)
@@ -125,6 +145,7 @@ export class SamplerScratch {
   constructor(readonly vocabSize: number) {
     if (vocabSize > MAX_VOCAB) throw new RangeError(`vocabSize must be <= ${MAX_VOCAB}. Given: ${vocabSize}`)
     this.bucketOf = new Uint16Array(vocabSize)
+    this.raw = new Float32Array(vocabSize)
   }
 
   /** A keys array of length n for the top_p cut's sort (a view of a buffer grown on demand). */
@@ -155,7 +176,7 @@ export interface SamplerOptions {
  * The sampler of one sequence. It owns its RNG, and a step allocates nothing: working memory is a SamplerScratch.
  * Not shareable between sequences: the RNG stream is the sequence's.
  *
- * Pipeline (HF and vLLM v0 order): penalties → mask (EOS before min_tokens) → greedy argmax when
+ * Pipeline (HF and vLLM v0 order): penalties → logit_bias → masks (EOS before min_tokens, a grammar's) → greedy argmax when
  * temperature < SAMPLING_EPS, else temperature → top_k → top_p → min_p → one seeded draw. top_p is measured on
  * the top_k set renormalised; min_p is relative to the top probability, so its place in the order does not matter
  * to its own cut (vLLM v1 applies it before top_k/top_p, which changes top_p's normaliser only).
@@ -190,11 +211,22 @@ export class Sampler {
   /**
    * Picks the next token from `logits[0:vocabSize)` (a longer array or a view is fine, e.g. into an ORT output
    * buffer), applying penalties and masks to the row itself: it is left holding the penalised, masked logits.
+   * With `logprobs` asked for, `lastLogprobs` then holds the pick's log-probability and the top ones. `allowed`
+   * (a grammar's bitmask) leaves only its tokens drawable.
    */
-  sampleInPlace(logits: Float32Array, history: SamplingHistory): number {
+  sampleInPlace(logits: Float32Array, history: SamplingHistory, allowed?: Int32Array): number {
     this.checkRow(logits)
-    return this.pick(logits.subarray(0, this.vocabSize), history)
+    const row = logits.subarray(0, this.vocabSize)
+    if (!this.params.logprobs) return this.pick(row, history, allowed)
+    const raw = this.scratch.raw.subarray(0, this.vocabSize)
+    raw.set(row)
+    const token = this.pick(row, history, allowed)
+    this.lastLogprobs = rawLogprobs(raw, token, this.params.top_logprobs, this.scratch)
+    return token
   }
+
+  /** The last pick's raw log-probabilities (only when the params ask for logprobs). */
+  lastLogprobs: StepLogprobs | null = null
 
   /**
    * Whether the next pick is the plain argmax of the raw logits: greedy, no penalty to apply, and EOS not masked
@@ -204,6 +236,8 @@ export class Sampler {
     const p = this.params
     return (
       p.temperature < SAMPLING_EPS &&
+      !p.logprobs &&
+      p.logit_bias.length === 0 &&
       p.repetition_penalty === 1 &&
       p.presence_penalty === 0 &&
       p.frequency_penalty === 0 &&
@@ -217,10 +251,12 @@ export class Sampler {
     }
   }
 
-  private pick(row: Float32Array, history: SamplingHistory): number {
+  private pick(row: Float32Array, history: SamplingHistory, allowed?: Int32Array): number {
     const p = this.params
     applyPenalties(row, p, history)
+    for (const [id, bias] of p.logit_bias) if (id < row.length) row[id] = row[id]! + bias
     if (history.outputLength < p.min_tokens) mask(row, this.eosIds)
+    if (allowed) applyMask(row, allowed)
 
     const best = argmax(row)
     if (best < 0) throw new OnnxdError('internal', 'no token can be sampled: every logit is -Infinity or NaN')
@@ -240,7 +276,7 @@ export class Sampler {
    * logit falls under the min_p floor, and draw among the rest.
    */
   private drawTopK(row: Float32Array, maxLogit: number, invT: number, floor: number, k: number): number {
-    const n = this.selectTop(row, k)
+    const n = selectTop(row, k, this.scratch)
     const hv = this.scratch.heapVal
     const hi = this.scratch.heapIdx
     let keep = n
@@ -393,39 +429,52 @@ export class Sampler {
     }
     return proposal
   }
+}
 
-  /**
-   * Leaves the best `k` finite logits of `row` in the scratch heap arrays [0:n), sorted best-first (higher logit,
-   * then lower id), and returns n (< k only when fewer than k logits are finite). O(V + n log k): most entries fail
-   * the comparison with the heap's root and cost one compare.
-   */
-  private selectTop(row: Float32Array, k: number): number {
-    this.scratch.reserve(k)
-    const hv = this.scratch.heapVal
-    const hi = this.scratch.heapIdx
-    let n = 0
-    for (let i = 0; i < row.length; i++) {
-      const v = row[i]!
-      if (!(v > -Infinity)) continue // -Infinity (masked) and NaN are never candidates
-      if (n < k) {
-        hv[n] = v
-        hi[n] = i
-        siftUp(hv, hi, n)
-        n++
-      } else if (v > hv[0]!) {
-        // Ids arrive in increasing order, so an equal logit never displaces the root: ties keep the lower id.
-        hv[0] = v
-        hi[0] = i
-        siftDown(hv, hi, 0, n)
-      }
+/**
+ * Leaves the best `k` finite logits of `row` in the scratch heap arrays [0:n), sorted best-first (higher logit, then
+ * lower id), and returns n (< k only when fewer than k logits are finite). O(V + n log k): most entries fail the
+ * comparison with the heap's root and cost one compare.
+ */
+function selectTop(row: Float32Array, k: number, scratch: SamplerScratch): number {
+  scratch.reserve(k)
+  const hv = scratch.heapVal
+  const hi = scratch.heapIdx
+  let n = 0
+  for (let i = 0; i < row.length; i++) {
+    const v = row[i]!
+    if (!(v > -Infinity)) continue // -Infinity (masked) and NaN are never candidates
+    if (n < k) {
+      hv[n] = v
+      hi[n] = i
+      siftUp(hv, hi, n)
+      n++
+    } else if (v > hv[0]!) {
+      // Ids arrive in increasing order, so an equal logit never displaces the root: ties keep the lower id.
+      hv[0] = v
+      hi[0] = i
+      siftDown(hv, hi, 0, n)
     }
-    // Heapsort in place: popping the worst to the end leaves the array best-first.
-    for (let end = n - 1; end > 0; end--) {
-      swap(hv, hi, 0, end)
-      siftDown(hv, hi, 0, end)
-    }
-    return n
   }
+  // Heapsort in place: popping the worst to the end leaves the array best-first.
+  for (let end = n - 1; end > 0; end--) {
+    swap(hv, hi, 0, end)
+    siftDown(hv, hi, 0, end)
+  }
+  return n
+}
+
+/** log(sum(exp(row))) over the finite logits, computed around the maximum so nothing overflows. */
+export function logSumExp(row: Float32Array): number {
+  let m = -Infinity
+  for (let i = 0; i < row.length; i++) if (row[i]! > m) m = row[i]!
+  if (!(m > -Infinity) || m === Infinity) return m
+  let z = 0
+  for (let i = 0; i < row.length; i++) {
+    const l = row[i]!
+    if (l > -Infinity) z += Math.exp(l - m)
+  }
+  return m + Math.log(z)
 }
 
 /**
@@ -454,6 +503,17 @@ export function argmax(row: Float32Array): number {
   const m = Math.max(m0, m1, m2, m3)
   if (!(m > -Infinity)) return -1
   return row.indexOf(m)
+}
+
+/** Sets every logit whose bit in `bits` (bit i of word i >> 5: token i) is clear to -Infinity. */
+export function applyMask(row: Float32Array, bits: Int32Array): void {
+  for (let w = 0; w < bits.length; w++) {
+    const word = bits[w]!
+    if (word === -1) continue
+    const base = w * 32
+    const end = Math.min(base + 32, row.length)
+    for (let i = base; i < end; i++) if ((word & (1 << (i - base))) === 0) row[i] = -Infinity
+  }
 }
 
 function mask(row: Float32Array, ids: ArrayLike<number>): void {

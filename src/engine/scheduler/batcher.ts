@@ -14,6 +14,12 @@ import { KvCache, kvShapeOf, type KvShape } from './kv.js'
 import type { Sequence } from './sequence.js'
 import { PREFIX_BLOCK, PrefixCache } from './prefix-cache.js'
 
+/** The next step's grammar masks of the rows that have one (JSON response_format). */
+async function prepareGrammars(seqs: readonly Sequence[]): Promise<void> {
+  const constrained = seqs.filter((s) => s.constrained)
+  if (constrained.length) await Promise.all(constrained.map((s) => s.prepare()))
+}
+
 /** Fewest prompt columns per row a prefill chunk is cut to when a group has many rows (see admit()). */
 const MIN_CHUNK = 32
 
@@ -220,6 +226,9 @@ export class Batcher {
     const chunked = this.model.session.chunkedPrefill
     let width = 0
     const fitsWhole = (): boolean => (take.length + 1) * Math.max(width, this.waiting[0].promptIds.length) <= this.opts.maxBatchedTokens
+    // Prompts that would compute a block another prompt of the group computes wait for the next group, which finds
+    // it cached: n choices of one prompt, or a burst of requests on one system prompt, prefill it once.
+    const later: Sequence[] = []
     while (
       this.waiting.length &&
       (take.length === 0 || (!oneAtATime && ((chunked && take.length < maxGroup) || fitsWhole()))) &&
@@ -227,9 +236,14 @@ export class Batcher {
       this.reserveBytes([...take, this.waiting[0]]) <= this.opts.kvBudgetBytes
     ) {
       const s = this.waiting.shift()!
+      if (this.sharesUncachedBlock(s, take)) {
+        later.push(s)
+        continue
+      }
       width = Math.max(width, s.promptIds.length)
       take.push(s)
     }
+    this.waiting.unshift(...later)
     if (!take.length) return
     // Each prompt's longest cached prefix, leaving at least its last token to compute (its logits are wanted).
     const hits = take.map((s) => this.prefix?.lookup(s.promptIds, s.promptIds.length - 1) ?? { tokens: 0, blocks: [] })
@@ -249,6 +263,21 @@ export class Batcher {
     this.group = { seqs: take, width, cursor: 0, ids, pads, cached, kv }
     this.reserveKv()
     this.fitPrefixCache()
+  }
+
+  /** Whether `s` shares a whole block beyond what the prefix cache gives it now with a prompt in `take`. */
+  private sharesUncachedBlock(s: Sequence, take: readonly Sequence[]): boolean {
+    if (!this.prefix || take.length === 0) return false
+    const ids = s.promptIds
+    const limit = ids.length - 1
+    const need = this.prefix.lookup(ids, limit).tokens + PREFIX_BLOCK
+    if (need > limit) return false
+    // A group member caches every whole block of its prompt when its prefill ends.
+    return take.some((t) => {
+      if (t.promptIds.length < need) return false
+      for (let i = 0; i < need; i++) if (t.promptIds[i] !== ids[i]) return false
+      return true
+    })
   }
 
   /**
@@ -293,6 +322,7 @@ export class Batcher {
     }
     const last = total === g.width
     const picks = last ? g.seqs.map((_, r) => r * seq + seq - 1) : []
+    if (last) await prepareGrammars(g.seqs)
     const t0 = performance.now()
     const out = await this.model.session.forward(x, picks)
     this.observer.onStep?.({ phase: 'prefill', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows * seq })
@@ -345,6 +375,7 @@ export class Batcher {
       lengths[r] = kv.lens[r] + 1
       if (masked) kv.maskRow(x.mask, r, 1, 1)
     }
+    await prepareGrammars(this.running)
     // When every row decodes greedily the graph's argmax is the step's sampling: no logits leave ORT.
     const greedy = session.signature.nextToken !== null && this.running.every((s) => s.greedyNow)
     const t0 = performance.now()

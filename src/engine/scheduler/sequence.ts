@@ -2,11 +2,12 @@
 // its event sink. The batcher calls step() once per forward with this row's logits.
 import type { ErrorData } from '../../shared/errors.js'
 import type { LoadedModel } from '../model/load.js'
-import type { FinishObservation, FinishReason, SeqEvent } from '../types.js'
+import type { FinishObservation, FinishReason, SeqEvent, TokenLogprob } from '../types.js'
 import type { SamplingParams } from '../../shared/sampling.js'
-import { Sampler, SamplerScratch, TokenHistory } from '../generation/sampling.js'
+import { Sampler, SamplerScratch, TokenHistory, type StepLogprobs } from '../generation/sampling.js'
 import { StopMatcher } from '../generation/stopping.js'
 import { IncrementalDecoder } from '../generation/detokenize.js'
+import type { TokenMask } from '../generation/grammar.js'
 
 export type SeqSink = (e: SeqEvent) => void
 
@@ -28,6 +29,10 @@ export class Sequence {
   /** Prompt tokens found in the prefix cache; null until admitted, or when prefix caching is off. */
   private cachedTokens: number | null = null
   private readonly tokenTimes: number[] = []
+  /** The grammar a JSON response_format walks (null: free text). */
+  private grammar: TokenMask | null = null
+  /** The last token's log-probabilities as reported, until its event goes out. */
+  private lastLogprobs: TokenLogprob[] | undefined
 
   constructor(
     readonly id: string,
@@ -62,22 +67,60 @@ export class Sequence {
 
   /** Whether this step's token is the argmax of the raw logits, which the graph can compute (see stepToken). */
   get greedyNow(): boolean {
-    return this.sampler.picksArgmax(this.history)
+    return this.grammar === null && this.sampler.picksArgmax(this.history)
+  }
+
+  /** Constrains every token to `g`'s grammar (before the sequence is queued). */
+  constrain(g: TokenMask): void {
+    this.grammar = g
+  }
+
+  get constrained(): boolean {
+    return this.grammar !== null
+  }
+
+  /** Computes the grammar's mask for the next step (the batcher awaits it before the step's forward). */
+  async prepare(): Promise<void> {
+    if (this.grammar && !this.done) await this.grammar.next()
   }
 
   /** Samples the next token from this row's logits (overwriting them); returns true when the sequence has finished. */
   step(logits: Float32Array): boolean {
     // The row is this step's own copy, so sampling may overwrite it.
-    return this.stepToken(this.sampler.sampleInPlace(logits, this.history))
+    const token = this.sampler.sampleInPlace(logits, this.history, this.grammar?.bits)
+    return this.stepToken(token, this.params.logprobs ? this.sampler.lastLogprobs : null)
   }
 
-  /** Takes `token` as the next one (the graph's argmax when greedyNow); returns true when the sequence has finished. */
-  stepToken(token: number): boolean {
+  /** A step's log-probabilities as events carry them: token ids as their text and bytes. */
+  private reported(lp: StepLogprobs): TokenLogprob[] {
+    const tok = this.model.tokenizer
+    const text = (id: number): string => tok?.tokenText(id) ?? `token_id:${id}`
+    const bytes = (id: number): number[] => tok?.tokenBytes(id) ?? [...Buffer.from(text(id), 'utf8')]
+    return [
+      {
+        token: text(lp.token),
+        logprob: lp.logprob,
+        bytes: bytes(lp.token),
+        top_logprobs: lp.top.map((t) => ({ token: text(t.token), logprob: t.logprob, bytes: bytes(t.token) })),
+      },
+    ]
+  }
+
+  /**
+   * Takes `token` as the next one (the graph's argmax when greedyNow), with its log-probabilities when the request
+   * asks for them; returns true when the sequence has finished.
+   */
+  stepToken(token: number, logprobs: StepLogprobs | null = null): boolean {
     const p = this.params
+    this.lastLogprobs = logprobs ? this.reported(logprobs) : undefined
     this.history.push(token)
     this.tokenTimes.push(performance.now())
     this.generated.push(token)
     let text = ''
+    if (this.grammar && !this.grammar.accept(token)) {
+      this.fail({ code: 'internal', message: `token ${token} is outside the response_format grammar` })
+      return true
+    }
     if (this.stopIds.has(token)) {
       this.finish('stop')
       return true
@@ -94,12 +137,17 @@ export class Sequence {
         }
       } else text = delta
     }
+    // The JSON value is complete: nothing may follow it.
+    if (this.grammar?.terminated) {
+      this.finish('stop', text)
+      return true
+    }
     if (this.generated.length >= p.max_tokens || this.promptIds.length + this.generated.length >= this.model.contextLength) {
       this.finish('length', text)
       return true
     }
     this.pending = token
-    this.sink({ type: 'token', text, tokens: 1, ids: [token] })
+    this.sink({ type: 'token', text, tokens: 1, ids: [token], ...(this.lastLogprobs ? { logprobs: this.lastLogprobs } : {}) })
     return false
   }
 
@@ -123,6 +171,8 @@ export class Sequence {
 
   private emitDone(text: string): void {
     this.done = true
+    this.grammar?.dispose()
+    this.grammar = null
     const now = performance.now()
     const first = this.tokenTimes[0] ?? now
     this.sink({
@@ -130,6 +180,7 @@ export class Sequence {
       text,
       // finish() and stop strings only end a sequence inside step(), so the last sampled token is not yet sent.
       ids: this.generated.slice(-1),
+      ...(this.lastLogprobs ? { logprobs: this.lastLogprobs } : {}),
       finishReason: this.finishReason!,
       usage: { prompt_tokens: this.promptIds.length, completion_tokens: this.generated.length, prompt_tokens_details: { cached_tokens: this.cachedTokens ?? 0 } },
       timings: {
@@ -143,6 +194,8 @@ export class Sequence {
   fail(error: ErrorData): void {
     if (this.done) return
     this.done = true
+    this.grammar?.dispose()
+    this.grammar = null
     this.sink({ type: 'error', error })
   }
 

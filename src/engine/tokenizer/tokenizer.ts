@@ -4,6 +4,9 @@ import { Tokenizer } from '@huggingface/tokenizers'
 import { Template } from '@huggingface/jinja'
 import { OnnxdError } from '../../shared/errors.js'
 import { promptByteLimit } from './prompt.js'
+import { BYTE_OF_CHAR } from '../../shared/byte-level.js'
+
+const UTF8 = new TextDecoder('utf-8', { fatal: true })
 
 export interface Message {
   role: string
@@ -16,18 +19,20 @@ const tokenText = (v: unknown): string | undefined =>
 interface TokenizerJson {
   normalizer?: TokenizerPart | null
   pre_tokenizer?: TokenizerPart | null
+  decoder?: TokenizerPart | null
   model?: { type?: string; byte_fallback?: boolean }
 }
 interface TokenizerPart {
   type?: string
   normalizers?: TokenizerPart[]
   pretokenizers?: TokenizerPart[]
+  decoders?: TokenizerPart[]
   pattern?: { String?: string }
   content?: string
 }
 
 const flatten = (p: TokenizerPart | null | undefined): TokenizerPart[] =>
-  !p ? [] : p.type === 'Sequence' ? [...(p.normalizers ?? []), ...(p.pretokenizers ?? [])].flatMap(flatten) : [p]
+  !p ? [] : p.type === 'Sequence' ? [...(p.normalizers ?? []), ...(p.pretokenizers ?? []), ...(p.decoders ?? [])].flatMap(flatten) : [p]
 
 /**
  * See TextTokenizer.lengthPreserving: normalizers that only add text (Prepend, a Replace by something no shorter),
@@ -55,6 +60,13 @@ export class TextTokenizer {
    * Then a text of B bytes is at least B / maxTokenBytes tokens.
    */
   readonly lengthPreserving: boolean
+  /** Whether token strings are written in GPT-2's byte alphabet (a ByteLevel decoder): then they map back to bytes. */
+  private readonly byteLevel: boolean
+  /** Whether token strings write a space as `▁` (SentencePiece: a Metaspace decoder, or a Replace of it). */
+  private readonly metaspace: boolean
+  /** Whether bytes outside the vocabulary are tokens `<0x00>`..`<0xFF>` (SentencePiece's byte fallback). */
+  private readonly byteFallback: boolean
+  private readonly bytesOf = new Map<number, number[]>()
 
   constructor(json: object, config: Record<string, unknown>, chatTemplate: string | null, where = 'tokenizer.json') {
     try {
@@ -66,6 +78,10 @@ export class TextTokenizer {
     for (const id of this.tok.get_vocab(true).values()) if (id > max) max = id
     this.vocabSize = max + 1
     this.lengthPreserving = lengthPreserving(json)
+    const decoders = flatten((json as TokenizerJson).decoder)
+    this.byteLevel = decoders.some((d) => d.type === 'ByteLevel')
+    this.metaspace = decoders.some((d) => d.type === 'Metaspace' || (d.type === 'Replace' && d.pattern?.String === '\u2581'))
+    this.byteFallback = (json as TokenizerJson).model?.byte_fallback === true
     try {
       this.template = chatTemplate ? new Template(chatTemplate) : null
     } catch (e) {
@@ -117,6 +133,47 @@ export class TextTokenizer {
    */
   decode(ids: number[]): string {
     return this.tok.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false })
+  }
+
+  /**
+   * One token's text as logprobs report it: its bytes (tokenBytes) as UTF-8, so a SentencePiece token keeps its
+   * leading space; a token holding part of a character reads as the decoder gives it (U+FFFD).
+   */
+  tokenText(id: number): string {
+    try {
+      return UTF8.decode(Uint8Array.from(this.tokenBytes(id)))
+    } catch {
+      return this.tok.decode([id], { skip_special_tokens: false, clean_up_tokenization_spaces: false })
+    }
+  }
+
+  /**
+   * The bytes one token stands for, as logprobs report them: exact for byte-level BPE (its string in GPT-2's byte
+   * alphabet), for byte-fallback tokens (`<0xE2>`) and for SentencePiece pieces (`▁` is a space), so a character
+   * split across tokens can be put back together; otherwise the UTF-8 of the token decoded alone. Kept per id.
+   */
+  tokenBytes(id: number): number[] {
+    let b = this.bytesOf.get(id)
+    if (b) return b
+    const piece = this.tok.id_to_token(id) ?? ''
+    const fallback = /^<0x([0-9A-Fa-f]{2})>$/.exec(piece)
+    const chars = [...piece]
+    if (fallback) b = [parseInt(fallback[1]!, 16)]
+    else if (this.byteLevel && piece && chars.every((c) => BYTE_OF_CHAR.has(c))) b = chars.map((c) => BYTE_OF_CHAR.get(c)!)
+    else if (this.metaspace && piece) b = [...Buffer.from(piece.replaceAll('\u2581', ' '), 'utf8')]
+    else b = [...Buffer.from(this.tok.decode([id], { skip_special_tokens: false, clean_up_tokenization_spaces: false }), 'utf8')]
+    this.bytesOf.set(id, b)
+    return b
+  }
+
+  /**
+   * Every token's string as the vocabulary writes it (GPT-2's byte alphabet, `▁` for a space, `<0x0A>`), ids 0 to
+   * `size` - 1 ('' past the vocabulary), and how to read them: what a grammar engine needs to know which token
+   * spells which bytes.
+   */
+  vocabulary(size: number): { pieces: string[]; kind: 'byte_level' | 'byte_fallback' | 'raw'; prependsSpace: boolean } {
+    const pieces = Array.from({ length: size }, (_, id) => this.tok.id_to_token(id) ?? '')
+    return { pieces, kind: this.byteLevel ? 'byte_level' : this.byteFallback ? 'byte_fallback' : 'raw', prependsSpace: this.metaspace }
   }
 
   tokenId(token: string): number | undefined {

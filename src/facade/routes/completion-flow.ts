@@ -5,7 +5,7 @@
 import type { OutgoingHttpHeaders } from 'node:http'
 import { Type, type Static } from '@sinclair/typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { CompletionRequest, CompletionResponse, FinishReason, StreamEvent, Usage } from '../../contract/completions.js'
+import type { CompletionRequest, CompletionResponse, FinishReason, StreamEvent, TokenLogprob, Usage } from '../../contract/completions.js'
 import { clip, errorBody, errorStatus, OnnxdError } from '../../shared/errors.js'
 import { codeForStatus } from '../../shared/http-errors.js'
 import { SseWriter } from '../../shared/sse.js'
@@ -40,7 +40,8 @@ export const sumUsage = (us: Usage[]): Usage => ({
 export interface ChunkFormat {
   /** Frames before the choice's first delta (chat: the role; completions: the echoed prompt). */
   start(index: number): string[]
-  content(index: number, text: string): string
+  /** A delta: its text, and with logprobs one entry per token it carries. */
+  content(index: number, text: string, logprobs?: TokenLogprob[]): string
   finish(index: number, reason: FinishReason): string
   /** The usage frame (with `stream_options.include_usage`), else null. */
   usage(u: Usage): string | null
@@ -185,7 +186,8 @@ async function streamCompletion(
         }
         // Deltas carry their token ids; a delta without ids counts as one token.
         c.deltas += Array.isArray((ev as { ids?: unknown }).ids) ? (ev as { ids: unknown[] }).ids.length : ev.text ? 1 : 0
-        if (ev.text) await sse.write(out.content(index, ev.text))
+        const lp = (ev as { logprobs?: TokenLogprob[] }).logprobs
+        if (ev.text || lp?.length) await sse.write(out.content(index, ev.text, lp))
         progress()
         if (gone.signal.aborted || failure !== null) break
       }

@@ -5,7 +5,7 @@
 // Imports: shared errors and sampling field definitions, the contract's request type.
 import type { CompletionRequest } from '../../contract/completions.js'
 import { clip, OnnxdError, quote } from '../../shared/errors.js'
-import { openAiNames, SAMPLING_FIELD_NAMES } from '../../shared/sampling.js'
+import { checkFieldCombinations, openAiNames, SAMPLING_FIELD_NAMES } from '../../shared/sampling.js'
 
 export type Endpoint = 'chat' | 'completions'
 
@@ -29,8 +29,6 @@ const NO_TOOLS = 'tool calls are not supported yet'
 /** Fields both endpoints know. */
 const COMMON: Readonly<Record<string, Passive>> = {
   user: { accepts: isString, why: 'it must be a string', malformed: true },
-  n: { accepts: (v) => v === 1, why: 'only one choice per request is supported; only 1 is accepted' },
-  logit_bias: { accepts: (v) => isObject(v) && Object.keys(v).length === 0, why: 'logit_bias is not supported; only {} is accepted' },
 }
 
 /** Chat's own (OpenAI's chat completions request). */
@@ -49,15 +47,6 @@ const CHAT: Readonly<Record<string, Passive>> = {
     why: "there is one service tier; only 'auto' or 'default' is accepted",
   },
   // Honoured trivially: they ask for what onnxd does anyway.
-  logprobs: {
-    accepts: (v) => v === false,
-    why: 'logprobs are not supported yet; only false is accepted',
-  },
-  top_logprobs: { accepts: (v) => v === 0, why: 'logprobs are not supported yet; only 0 is accepted' },
-  response_format: {
-    accepts: (v) => isObject(v) && v.type === 'text' && Object.keys(v).length === 1,
-    why: 'structured outputs are not supported yet; only {"type":"text"} is accepted',
-  },
   modalities: {
     accepts: (v) => Array.isArray(v) && v.length === 1 && v[0] === 'text',
     why: 'only text output is supported; only ["text"] is accepted',
@@ -78,7 +67,6 @@ const CHAT: Readonly<Record<string, Passive>> = {
 /** Legacy completions' own (OpenAI's completions request). */
 const COMPLETIONS: Readonly<Record<string, Passive>> = {
   best_of: { accepts: (v) => v === 1, why: 'only 1 is accepted' },
-  logprobs: { accepts: never, why: 'logprobs are not supported yet' },
   suffix: { accepts: never, why: 'insertion (a suffix) is not supported' },
 }
 
@@ -151,6 +139,27 @@ const fieldName = (path: string): string => clip(path.slice(1).replace(/\//g, '.
 export function firstInvalid(check: { Errors(v: unknown): { First(): { path: string; message: string; value: unknown } | undefined } }, value: unknown): OnnxdError {
   const e = check.Errors(value).First()!
   return new OnnxdError('invalid_value', `Invalid value for '${fieldName(e.path)}': ${e.message}. Given: ${quote(e.value)}`)
+}
+
+/** Choices one request may ask for (`n`), and in all (`n` times the prompts of a legacy completion). */
+export const MAX_N = 16
+export const MAX_CHOICES = 64
+
+/**
+ * OpenAI's `n`: each node request `n` times, one per choice, in order. With a seed, choice j runs with seed + j, so
+ * the choices differ and each replays. The node's prefix cache computes their shared prompt once (the batcher holds
+ * back prompts whose blocks another prompt of the same group computes).
+ */
+export function withChoices(requests: CompletionRequest[], n: number): CompletionRequest[] {
+  if (requests.length * n > MAX_CHOICES) {
+    throw new OnnxdError('invalid_value', `Invalid value for 'n': at most ${MAX_CHOICES} choices per request (n x prompts). Given: ${n} x ${requests.length}`)
+  }
+  return requests.flatMap((r) => Array.from({ length: n }, (_, j) => (r.seed === undefined || j === 0 ? { ...r } : { ...r, seed: r.seed + j })))
+}
+
+/** The rules between sampling fields (shared with the engine), as 422s in OpenAI's wording; `given` under node names. */
+export function checkCombinations(given: Partial<CompletionRequest>): void {
+  checkFieldCombinations(given, (field, rule, value) => new OnnxdError('invalid_value', `Invalid value for '${field}': must be ${rule}. Given: ${quote(value)}`))
 }
 
 /** The sampling fields of an OpenAI request, each under its node name, from the first of its OpenAI names given. */

@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { COMPLETIONS_PATH, CompletionRequest, CompletionResponse, type StreamEvent, type Usage } from '../../contract/completions.js'
+import { COMPLETIONS_PATH, CompletionRequest, CompletionResponse, type StreamEvent, type TokenLogprob, type Usage } from '../../contract/completions.js'
 import type { EngineClient, EngineRequest } from '../../engine/index.js'
 import { fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
 import { checkOnePrompt } from '../../shared/prompt-input.js'
@@ -93,17 +93,20 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
         // text the detokenizer or the stop matcher held back). The answer is their concatenation.
         const text: string[] = []
         const ids: number[] = []
+        const logprobs: TokenLogprob[] = []
         let e = pending ?? (await seq.next())
         for (; e.type === 'accepted' || e.type === 'token'; e = await seq.next()) {
           if (e.type === 'token') {
             text.push(e.text)
             ids.push(...e.ids)
+            if (e.logprobs) logprobs.push(...e.logprobs)
           }
         }
         if (e.type === 'gone') return abandon(reply, log, metrics)
         if (e.type === 'error') throw fromErrorData(e.error)
         text.push(e.text)
         ids.push(...e.ids)
+        if (e.logprobs) logprobs.push(...e.logprobs)
         log.info({ prompt_tokens: e.usage.prompt_tokens, completion_tokens: e.usage.completion_tokens, finish_reason: e.finishReason }, 'completion finished')
         const res: CompletionResponse = {
           id: requestId,
@@ -113,6 +116,7 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
           usage: e.usage,
           timings: e.timings,
           output_ids: ids,
+          ...(body.logprobs === true ? { logprobs } : {}),
         }
         return reply.code(200).send(res)
       } finally {
@@ -160,12 +164,12 @@ async function streamSse(
     if (e.type === 'token') {
       completionTokens += e.tokens
       if (e.text !== '' || e.ids.length > 0) {
-        const ev: StreamEvent = { id, text: e.text, ids: e.ids, usage: { prompt_tokens: ctx.promptTokens, completion_tokens: completionTokens } }
+        const ev: StreamEvent = { id, text: e.text, ids: e.ids, ...(e.logprobs ? { logprobs: e.logprobs } : {}), usage: { prompt_tokens: ctx.promptTokens, completion_tokens: completionTokens } }
         await sse.data(JSON.stringify(ev))
       }
     } else if (e.type === 'done') {
       // `done` is the last delta: the last sampled token, and text the detokenizer or stop matcher held back.
-      if (e.text !== '' || e.ids.length > 0) await sse.data(JSON.stringify({ id, text: e.text, ids: e.ids, usage: e.usage } satisfies StreamEvent))
+      if (e.text !== '' || e.ids.length > 0) await sse.data(JSON.stringify({ id, text: e.text, ids: e.ids, ...(e.logprobs ? { logprobs: e.logprobs } : {}), usage: e.usage } satisfies StreamEvent))
       const last: StreamEvent = { id, text: '', finish_reason: e.finishReason, usage: e.usage, timings: e.timings }
       void sse.data(JSON.stringify(last))
       log.info({ prompt_tokens: e.usage.prompt_tokens, completion_tokens: e.usage.completion_tokens, finish_reason: e.finishReason }, 'completion finished')

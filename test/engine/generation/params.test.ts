@@ -31,8 +31,45 @@ describe('validateSampling', () => {
       min_tokens: 0,
       ignore_eos: false,
       stop: [],
+      logit_bias: [],
+      logprobs: false,
+      top_logprobs: 0,
+      response_format: null,
       stop_token_ids: [],
     })
+  })
+
+  it('reads logit_bias as (id, bias) pairs, and refuses keys that are not token ids below the vocabulary and biases outside [-100, 100]', () => {
+    expect(validateSampling({ logit_bias: { '0': -100, '511': 100, '7': 0.5 } }, limits).logit_bias).toEqual([
+      [0, -100],
+      [7, 0.5],
+      [511, 100],
+    ])
+    for (const [bias, rule] of [
+      [{ '512': 1 }, /`logit_bias` must be keyed by token ids in \[0, 512\)\. Given: "512"/],
+      [{ '-1': 1 }, /keyed by token ids/],
+      [{ '01': 1 }, /keyed by token ids/],
+      [{ x: 1 }, /keyed by token ids/],
+      [{ '3': 100.5 }, /`logit_bias\.3` must be >= -100 and <= 100\. Given: 100\.5/],
+      [{ '3': Number.NaN }, /`logit_bias\.3` must be a finite number/],
+    ] as const) {
+      const e = errorOf({ logit_bias: bias as Record<string, number> })
+      expect(e.code).toBe('invalid_value')
+      expect(e.message).toMatch(rule)
+    }
+  })
+
+  it('takes at most 1024 logit_bias entries', () => {
+    const many = (n: number): Record<string, number> => Object.fromEntries(Array.from({ length: n }, (_, i) => [String(i), 1]))
+    expect(validateSampling({ logit_bias: many(1024) }, { ...limits, vocab: 4096 }).logit_bias).toHaveLength(1024)
+    expect(errorOf({ logit_bias: many(1025) }, { ...limits, vocab: 4096 }).message).toMatch(/`logit_bias` must be at most 1024 entries\. Given: 1025/)
+  })
+
+  it('takes top_logprobs up to 20, and only with logprobs', () => {
+    expect(validateSampling({ logprobs: true, top_logprobs: 20 }, limits)).toMatchObject({ logprobs: true, top_logprobs: 20 })
+    expect(errorOf({ logprobs: true, top_logprobs: 21 }).message).toMatch(/`top_logprobs` must be >= 0 and <= 20/)
+    expect(errorOf({ top_logprobs: 3 }).message).toMatch(/`top_logprobs` must be used only with logprobs: true\. Given: 3/)
+    expect(validateSampling({ top_logprobs: 0 }, limits).logprobs).toBe(false)
   })
 
   it('keeps given values, normalises top_k -1 to 0 (off) and a single stop string to a list', () => {

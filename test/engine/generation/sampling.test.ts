@@ -399,3 +399,52 @@ describe('Sampler: masks and buffers', () => {
     }
   })
 })
+
+describe('Sampler: logprobs and logit_bias', () => {
+  const rng = new Rng(11)
+  const row = randomLogits(rng, 500)
+  /** Log-softmax in float64, independently of the sampler. */
+  const logSoftmax = (r: Float32Array): number[] => {
+    const m = Math.max(...r)
+    const lse = m + Math.log(r.reduce((z, x) => z + Math.exp(x - m), 0))
+    return [...r].map((x) => x - lse)
+  }
+
+  it('reports the pick and the top tokens under log-softmax of the raw logits, before penalties and bias', () => {
+    const ref = logSoftmax(row)
+    const byRank = ref.map((v, i) => [v, i] as const).sort((a, b) => b[0] - a[0] || a[1] - b[1])
+    // Penalties and a bias move the pick (the best token is penalised away), never the reported values.
+    const best = byRank[0]![1]
+    const s = new Sampler(samplingParams({ temperature: 0, logprobs: true, top_logprobs: 4, repetition_penalty: 2, logit_bias: [[best, -50]] }), row.length)
+    const token = sample(s, row, new TokenHistory([best]))
+    expect(token).not.toBe(best)
+    const lp = s.lastLogprobs!
+    expect(lp.token).toBe(token)
+    expect(lp.logprob).toBeCloseTo(ref[token]!, 5)
+    expect(lp.top.map((t) => t.token)).toEqual(byRank.slice(0, 4).map(([, i]) => i))
+    for (const t of lp.top) expect(t.logprob).toBeCloseTo(ref[t.token]!, 5)
+    // top_logprobs 0: the pick only.
+    const none = new Sampler(samplingParams({ temperature: 0, logprobs: true }), row.length)
+    sample(none, row, new TokenHistory())
+    expect(none.lastLogprobs).toEqual({ token: best, logprob: expect.closeTo(ref[best]!, 5), top: [] })
+  })
+
+  it('logprobs or a bias take the step off the graph’s argmax; without them a greedy step stays on it', () => {
+    const h = new TokenHistory()
+    expect(new Sampler(samplingParams({ temperature: 0 }), 10).picksArgmax(h)).toBe(true)
+    expect(new Sampler(samplingParams({ temperature: 0, logprobs: true }), 10).picksArgmax(h)).toBe(false)
+    expect(new Sampler(samplingParams({ temperature: 0, logit_bias: [[3, 1]] }), 10).picksArgmax(h)).toBe(false)
+    expect(new Sampler(samplingParams({ temperature: 0 }), 10).lastLogprobs).toBeNull()
+  })
+
+  it('adds each bias to its logit: -100 bans a token, +100 forces one at any temperature', () => {
+    const best = argmax(row)
+    const banned = histogram({ temperature: 0, logit_bias: [[best, -100]] }, row, 5)
+    expect(banned[best]).toBe(0)
+    expect(drawn(histogram({ temperature: 1.5, logit_bias: [[42, 100]] }, row, 200))).toEqual([42])
+    // A small bias shifts a sampled distribution by exp(bias), as OpenAI defines it.
+    const two = Float32Array.from([0, 0])
+    const counts = histogram({ temperature: 1, logit_bias: [[1, Math.log(3)]] }, two, 4000)
+    expect(counts[1]! / 4000).toBeCloseTo(0.75, 1)
+  })
+})

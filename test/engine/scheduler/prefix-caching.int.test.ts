@@ -80,6 +80,19 @@ describe('prefix caching', () => {
         expect(together.map((r) => r.ids)).toEqual(whole.map((r) => r.ids))
         if (on.model.session.chunkedPrefill) for (const r of together) expect(cachedOf(r)).toBeGreaterThanOrEqual(2 * PREFIX_BLOCK)
       })
+
+      it('prompts that arrive together on an uncached shared prefix compute it once: the others wait a group and reuse it', async () => {
+        const V = on.model.vocab
+        const shared = tokens(3 * PREFIX_BLOCK + 5, 9, V)
+        const reqs = [4, 11, 2, 7].map((n, i) => ({ input_ids: [...shared, ...tokens(n, 20 + i, V)], max_tokens: 6, temperature: 0, ignore_eos: true }))
+        const together = await Promise.all(reqs.map((r) => runRequest(on, r)))
+        const whole = await Promise.all(reqs.map((r) => runRequest(off, r)))
+        expect(together.map((r) => r.ids)).toEqual(whole.map((r) => r.ids))
+        const cached = together.map(cachedOf)
+        // One of them computed the shared blocks; every other one found all three cached.
+        if (on.model.session.chunkedPrefill) expect([...cached].sort((a, b) => a! - b!)).toEqual([0, 3 * PREFIX_BLOCK, 3 * PREFIX_BLOCK, 3 * PREFIX_BLOCK])
+        else expect(cached).toEqual([0, 0, 0, 0])
+      })
     })
   }
 })

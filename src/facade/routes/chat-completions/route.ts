@@ -10,7 +10,7 @@ import { ErrorBodySchema } from '../../../shared/http-errors.js'
 import { keyPrincipal } from '../../request.js'
 import { runCompletion } from '../completion-flow.js'
 import { ChatCompletionBody, ChatCompletionSchema, parseChatParams } from './schema.js'
-import { ChunkWriter, toChatCompletion, toNodeRequest } from './translate.js'
+import { ChunkWriter, toChatCompletion, toNodeRequests } from './translate.js'
 
 export function chatCompletionsRoute(app: FastifyInstance, ctx: FacadeContext): void {
   app.withTypeProvider<TypeBoxTypeProvider>().post(
@@ -34,9 +34,9 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: FacadeContext): 
         id,
         model: params.model,
         principal,
-        requests: [toNodeRequest(params, id)],
+        requests: toNodeRequests(params, id),
         chunks: params.stream === true ? new ChunkWriter(id, created, params.model, params.stream_options?.include_usage === true) : undefined,
-        answer: ([r]) => toChatCompletion(id, created, params.model, r!),
+        answer: (rs) => toChatCompletion(id, created, params.model, rs),
       })
     },
   )

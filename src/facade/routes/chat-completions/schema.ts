@@ -7,8 +7,9 @@ import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { clip } from '../../../shared/errors.js'
 import { samplingOpenAiProperties } from '../../../shared/sampling.js'
-import { checkStreamOptions, firstInvalid, honouredFields, unsupported } from '../openai-fields.js'
+import { checkCombinations, checkStreamOptions, firstInvalid, honouredFields, MAX_N, samplingFields, unsupported } from '../openai-fields.js'
 import { OpenAiUsage } from '../completion-flow.js'
+import { TokenLogprob } from '../../../contract/completions.js'
 
 /** 400-level: what a body must have to be a chat request at all. */
 export const ChatCompletionBody = Type.Object(
@@ -41,6 +42,8 @@ export const ChatParams = Type.Object(
     messages: Type.Array(ChatMessageParam, { minItems: 1 }),
     // Sampling, under every OpenAI name (e.g. max_completion_tokens): types and bounds from their one definition.
     ...samplingOpenAiProperties(),
+    // Choices: the same messages run n times (choice j with seed + j when a seed is given).
+    n: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_N })),
     stream: Type.Optional(Type.Boolean()),
     // Checked by checkStreamOptions.
     stream_options: Type.Optional(Type.Object({ include_usage: Type.Optional(Type.Boolean()) })),
@@ -95,9 +98,14 @@ export function parseChatParams(body: Record<string, unknown>): ChatParams {
   if (value.stream_options === undefined) delete value.stream_options
   checkMessages(value.messages)
   if (!checker.Check(value)) throw firstInvalid(checker, value)
+  checkCombinations(samplingFields(value))
   return value as ChatParams
 }
 
+
+/** `choices[].logprobs`: the generated tokens' log-probabilities (null unless asked for with `logprobs: true`). */
+export const ChatLogprobs = Type.Union([Type.Null(), Type.Object({ content: Type.Array(TokenLogprob), refusal: Type.Null() })])
+export type ChatLogprobs = Static<typeof ChatLogprobs>
 
 /** The non-streaming answer (OpenAI `chat.completion`). */
 export const ChatCompletionSchema = Type.Object({
@@ -110,7 +118,7 @@ export const ChatCompletionSchema = Type.Object({
       index: Type.Integer(),
       message: Type.Object({ role: Type.Literal('assistant'), content: Type.String() }),
       finish_reason: Type.String(),
-      logprobs: Type.Null(),
+      logprobs: ChatLogprobs,
     }),
   ),
   usage: OpenAiUsage,

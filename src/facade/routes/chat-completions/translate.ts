@@ -1,14 +1,17 @@
 // OpenAI chat shapes ⇄ the node's internal contract: the node request (only the fields it knows), the
 // `chat.completion` answer and `chat.completion.chunk` stream events. Imports: contract, shared (sampling fields).
-import type { ChatMessage, CompletionRequest, CompletionResponse, FinishReason, Usage } from '../../../contract/completions.js'
-import type { ChatCompletion, ChatParams } from './schema.js'
+import type { ChatMessage, CompletionRequest, CompletionResponse, FinishReason, TokenLogprob, Usage } from '../../../contract/completions.js'
+import type { ChatCompletion, ChatLogprobs, ChatParams } from './schema.js'
 import { sseFrame } from '../../../shared/sse.js'
-import { openAiUsage, type ChunkFormat } from '../completion-flow.js'
-import { samplingFields } from '../openai-fields.js'
+import { openAiUsage, sumUsage, type ChunkFormat } from '../completion-flow.js'
+import { samplingFields, withChoices } from '../openai-fields.js'
 
 function contentText(content: ChatParams['messages'][number]['content']): string {
   return typeof content === 'string' ? content : content.map((p) => p.text).join('')
 }
+
+/** One node request per choice (`n`). */
+export const toNodeRequests = (p: ChatParams, requestId: string): CompletionRequest[] => withChoices([toNodeRequest(p, requestId)], p.n ?? 1)
 
 /** The node request: the contract is closed (additionalProperties: false), so only its own fields are copied. */
 export function toNodeRequest(p: ChatParams, requestId: string): CompletionRequest {
@@ -23,16 +26,20 @@ export function toNodeRequest(p: ChatParams, requestId: string): CompletionReque
   return req
 }
 
-export function toChatCompletion(id: string, created: number, model: string, r: CompletionResponse): ChatCompletion {
+/** The answer: one choice per node answer (`n`), in order; usage summed over them. */
+export function toChatCompletion(id: string, created: number, model: string, rs: CompletionResponse[]): ChatCompletion {
   return {
     id,
     object: 'chat.completion',
     created,
     model,
-    choices: [{ index: 0, message: { role: 'assistant', content: r.text }, finish_reason: r.finish_reason, logprobs: null }],
-    usage: openAiUsage(r.usage),
+    choices: rs.map((r, index) => ({ index, message: { role: 'assistant', content: r.text }, finish_reason: r.finish_reason, logprobs: chatLogprobs(r.logprobs) })),
+    usage: openAiUsage(sumUsage(rs.map((r) => r.usage))),
   }
 }
+
+/** OpenAI's `choices[].logprobs` of chat: the tokens' entries under `content`; null when the request did not ask. */
+const chatLogprobs = (lp: TokenLogprob[] | undefined): ChatLogprobs => (lp ? { content: lp, refusal: null } : null)
 
 /** Builds the `chat.completion.chunk` events of one stream. */
 export class ChunkWriter implements ChunkFormat {
@@ -54,8 +61,8 @@ export class ChunkWriter implements ChunkFormat {
     return [this.chunk([{ index, delta: { role: 'assistant' }, logprobs: null, finish_reason: null }])]
   }
 
-  content(index: number, text: string): string {
-    return this.chunk([{ index, delta: { content: text }, logprobs: null, finish_reason: null }])
+  content(index: number, text: string, logprobs?: TokenLogprob[]): string {
+    return this.chunk([{ index, delta: { content: text }, logprobs: chatLogprobs(logprobs), finish_reason: null }])
   }
 
   finish(index: number, reason: FinishReason): string {

@@ -5,8 +5,8 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { OnnxdError, quote } from '../../../shared/errors.js'
-import { samplingOpenAiProperties } from '../../../shared/sampling.js'
-import { checkStreamOptions, firstInvalid, honouredFields, unsupported } from '../openai-fields.js'
+import { MAX_TOP_LOGPROBS, samplingOpenAiProperties } from '../../../shared/sampling.js'
+import { checkCombinations, checkStreamOptions, firstInvalid, honouredFields, MAX_N, samplingFields, unsupported } from '../openai-fields.js'
 import { OpenAiUsage } from '../completion-flow.js'
 
 /** OpenAI's default max_tokens for legacy completions (chat's is the model's room). */
@@ -19,6 +19,9 @@ export const CompletionBody = Type.Object({ model: Type.String(), prompt: Type.U
 
 const TokenIds = Type.Array(Type.Integer({ minimum: 0 }), { minItems: 1 })
 
+// Chat's logprobs fields are not this endpoint's: here `logprobs` is how many of the likeliest tokens to report.
+const { logprobs: _chatLogprobs, top_logprobs: _chatTop, ...sampling } = samplingOpenAiProperties()
+
 /** 422-level: values. Bounds the facade can check; the node checks the rest (context length, vocabulary). */
 export const CompletionParams = Type.Object(
   {
@@ -29,11 +32,15 @@ export const CompletionParams = Type.Object(
       TokenIds,
       Type.Array(TokenIds, { minItems: 1, maxItems: MAX_PROMPTS }),
     ]),
-    ...samplingOpenAiProperties(),
+    ...sampling,
+    // Log-probabilities of each generated token and of the `logprobs` likeliest tokens at its step (0: none).
+    logprobs: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_TOP_LOGPROBS })),
     stream: Type.Optional(Type.Boolean()),
     // Checked by checkStreamOptions.
     stream_options: Type.Optional(Type.Object({ include_usage: Type.Optional(Type.Boolean()) })),
     echo: Type.Optional(Type.Boolean()),
+    // Choices per prompt: prompt i's choice j is choices[i * n + j] (seed + j when a seed is given).
+    n: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_N })),
   },
   { additionalProperties: false },
 )
@@ -82,13 +89,30 @@ export function parseCompletionParams(body: Record<string, unknown>): Completion
   if (value.prompt === undefined) throw new OnnxdError('invalid_request', "Missing required field 'prompt'")
   checkPromptForm(value.prompt)
   if (!checker.Check(value)) throw firstInvalid(checker, value)
+  // Here `logprobs` is a count (chat's logprobs: true with top_logprobs), not chat's flag.
+  const { logprobs: _count, ...sampling } = samplingFields(value)
+  checkCombinations(sampling)
   const p = value as CompletionParams
   if (p.echo === true && promptsOf(p.prompt).some((x) => 'ids' in x)) {
     throw unsupported('echo', 'echo needs a text prompt; it is not supported with token-id prompts')
   }
+  if (p.echo === true && p.logprobs !== undefined) throw unsupported('logprobs', "the prompt's log-probabilities are not computed; not with echo", p.logprobs)
   return p
 }
 
+
+/** OpenAI's legacy `choices[].logprobs`: per generated token its text, log-probability, the likeliest tokens at its
+ * step (token text to log-probability) and its character offset in the choice's text. Null unless asked for. */
+export const LegacyLogprobs = Type.Union([
+  Type.Null(),
+  Type.Object({
+    tokens: Type.Array(Type.String()),
+    token_logprobs: Type.Array(Type.Number()),
+    top_logprobs: Type.Array(Type.Record(Type.String(), Type.Number())),
+    text_offset: Type.Array(Type.Integer()),
+  }),
+])
+export type LegacyLogprobs = Static<typeof LegacyLogprobs>
 
 /** The non-streaming answer (OpenAI `text_completion`). */
 export const TextCompletionSchema = Type.Object({
@@ -100,7 +124,7 @@ export const TextCompletionSchema = Type.Object({
     Type.Object({
       text: Type.String(),
       index: Type.Integer(),
-      logprobs: Type.Null(),
+      logprobs: LegacyLogprobs,
       finish_reason: Type.String(),
     }),
   ),

@@ -1,27 +1,51 @@
 // OpenAI legacy completion shapes ⇄ the node's internal contract: one node request per prompt (`prompt` text or
 // `input_ids`), the `text_completion` answer and its stream chunks. Imports: contract, the shared completion flow
 // and field translation.
-import type { CompletionRequest, CompletionResponse, FinishReason, Usage } from '../../../contract/completions.js'
+import type { CompletionRequest, CompletionResponse, FinishReason, TokenLogprob, Usage } from '../../../contract/completions.js'
 import { sseFrame } from '../../../shared/sse.js'
 import { openAiUsage, sumUsage, type ChunkFormat } from '../completion-flow.js'
-import { samplingFields } from '../openai-fields.js'
-import { COMPLETIONS_DEFAULT_MAX_TOKENS, promptsOf, type CompletionParams, type Prompt, type TextCompletion } from './schema.js'
+import { samplingFields, withChoices } from '../openai-fields.js'
+import { COMPLETIONS_DEFAULT_MAX_TOKENS, promptsOf, type CompletionParams, type LegacyLogprobs, type Prompt, type TextCompletion } from './schema.js'
 
-/** One node request per prompt; max_tokens is OpenAI's default for this endpoint when the request gives none. */
+/** The legacy shape of `lp`, its offsets counted from `offset` characters into the choice's text. */
+export function legacyLogprobs(lp: readonly TokenLogprob[] | undefined, offset = 0): LegacyLogprobs {
+  if (!lp) return null
+  const out: NonNullable<LegacyLogprobs> = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] }
+  for (const t of lp) {
+    out.tokens.push(t.token)
+    out.token_logprobs.push(t.logprob)
+    out.top_logprobs.push(Object.fromEntries(t.top_logprobs.map((x) => [x.token, x.logprob])))
+    out.text_offset.push(offset)
+    offset += t.token.length
+  }
+  return out
+}
+
+/**
+ * One node request per choice: `n` per prompt, prompt i's choice j at i * n + j, as OpenAI numbers them (`prompts`
+ * is each choice's prompt); max_tokens is OpenAI's default for this endpoint when the request gives none.
+ */
 export function toNodeRequests(p: CompletionParams): { prompts: Prompt[]; requests: CompletionRequest[] } {
   const sampling = samplingFields(p as Record<string, unknown>)
   if (sampling.max_tokens === undefined) sampling.max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
-  const prompts = promptsOf(p.prompt)
-  const requests = prompts.map((x): CompletionRequest => ({
-    model: p.model,
-    ...('text' in x ? { prompt: x.text } : { input_ids: x.ids }),
-    ...sampling,
-    ...(p.stream === true ? { stream: true } : {}),
-  }))
-  return { prompts, requests }
+  // `logprobs: k` here is chat's logprobs: true with top_logprobs: k.
+  delete sampling.logprobs
+  if (p.logprobs !== undefined) Object.assign(sampling, { logprobs: true, top_logprobs: p.logprobs })
+  const n = p.n ?? 1
+  const given = promptsOf(p.prompt)
+  const requests = withChoices(
+    given.map((x): CompletionRequest => ({
+      model: p.model,
+      ...('text' in x ? { prompt: x.text } : { input_ids: x.ids }),
+      ...sampling,
+      ...(p.stream === true ? { stream: true } : {}),
+    })),
+    n,
+  )
+  return { prompts: given.flatMap((x) => Array<Prompt>(n).fill(x)), requests }
 }
 
-/** The answer: one choice per prompt, numbered as the prompts are; with `echo`, each text starts with its prompt. */
+/** The answer: one choice per node answer, numbered as they are; with `echo`, each text starts with its prompt. */
 export function toTextCompletion(id: string, created: number, p: CompletionParams, prompts: Prompt[], rs: CompletionResponse[]): TextCompletion {
   const usage = sumUsage(rs.map((r) => r.usage))
   return {
@@ -31,7 +55,7 @@ export function toTextCompletion(id: string, created: number, p: CompletionParam
     model: p.model,
     choices: rs.map((r, index) => {
       const x = prompts[index]!
-      return { text: (p.echo === true && 'text' in x ? x.text : '') + r.text, index, logprobs: null, finish_reason: r.finish_reason }
+      return { text: (p.echo === true && 'text' in x ? x.text : '') + r.text, index, logprobs: legacyLogprobs(r.logprobs), finish_reason: r.finish_reason }
     }),
     usage: openAiUsage(usage),
   }
@@ -55,8 +79,14 @@ export class TextChunkWriter implements ChunkFormat {
     return sseFrame(JSON.stringify(c))
   }
 
-  private choice(index: number, text: string, finish: FinishReason | null): unknown {
-    return { text, index, logprobs: null, finish_reason: finish }
+  /** Per choice, the characters of text its logprobs' offsets have counted so far. */
+  private readonly offsets = new Map<number, number>()
+
+  private choice(index: number, text: string, finish: FinishReason | null, lp?: TokenLogprob[]): unknown {
+    const at = this.offsets.get(index) ?? 0
+    const logprobs = legacyLogprobs(lp, at)
+    if (logprobs) this.offsets.set(index, at + lp!.reduce((n, t) => n + t.token.length, 0))
+    return { text, index, logprobs, finish_reason: finish }
   }
 
   start(index: number): string[] {
@@ -64,8 +94,8 @@ export class TextChunkWriter implements ChunkFormat {
     return echo ? [this.chunk([this.choice(index, echo, null)])] : []
   }
 
-  content(index: number, text: string): string {
-    return this.chunk([this.choice(index, text, null)])
+  content(index: number, text: string, logprobs?: TokenLogprob[]): string {
+    return this.chunk([this.choice(index, text, null, logprobs)])
   }
 
   finish(index: number, reason: FinishReason): string {

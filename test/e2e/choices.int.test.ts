@@ -1,0 +1,77 @@
+// End to end, issue #14: `n` choices through the official `openai` client → the real facade → a real node on the
+// tiny default model. Each choice is its own sequence (choice j seeded with seed + j, so it replays alone), usage
+// counts every choice's tokens, and the prompt is computed once: the other choices find it in the prefix cache.
+import type OpenAI from 'openai'
+import { UnprocessableEntityError } from 'openai'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { apiError, MODEL, startStack, type Stack } from './stack.js'
+
+const LONG = 'The tide came in over the rocks and the gulls rose from the water. '.repeat(4)
+
+describe('n choices on the tiny default model', () => {
+  let s: Stack
+  let client: OpenAI
+  beforeAll(async () => {
+    s = await startStack()
+    client = s.client()
+  })
+  afterAll(() => s?.close())
+
+  it('chat: n = 3 gives three choices, each the answer its own seed gives alone; usage counts all three; the prompt is prefilled once', async () => {
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: LONG }]
+    const r = await client.chat.completions.create({ model: MODEL, messages, n: 3, max_tokens: 8, temperature: 1, seed: 40 })
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2])
+    const alone = await Promise.all([40, 41, 42].map((seed) => client.chat.completions.create({ model: MODEL, messages, max_tokens: 8, temperature: 1, seed })))
+    expect(r.choices.map((c) => c.message.content)).toEqual(alone.map((a) => a.choices[0]!.message.content))
+    // Different seeds: at temperature 1 on this vocabulary the three texts are not all the same.
+    expect(new Set(r.choices.map((c) => c.message.content)).size).toBeGreaterThan(1)
+    const prompt = alone[0]!.usage!.prompt_tokens
+    expect(r.usage!.prompt_tokens).toBe(3 * prompt)
+    expect(r.usage!.completion_tokens).toBe(alone.reduce((n, a) => n + a.usage!.completion_tokens, 0))
+    // Two of the three found every whole block of the prompt (16-token blocks, its last token computed) cached.
+    expect(r.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThanOrEqual(2 * Math.floor((prompt - 1) / 16) * 16)
+  })
+
+  it('chat, streamed: every choice’s deltas under its index, each finished, one usage for all', async () => {
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'Say something about boats.' }]
+    const json = await client.chat.completions.create({ model: MODEL, messages, n: 2, max_tokens: 6, temperature: 1, seed: 3 })
+    const text = ['', '']
+    const finish: (string | null)[] = [null, null]
+    let usage: OpenAI.CompletionUsage | undefined
+    for await (const c of await client.chat.completions.create({ model: MODEL, messages, n: 2, max_tokens: 6, temperature: 1, seed: 3, stream: true, stream_options: { include_usage: true } })) {
+      for (const ch of c.choices) {
+        text[ch.index] += ch.delta.content ?? ''
+        finish[ch.index] = ch.finish_reason ?? finish[ch.index]!
+      }
+      if (c.usage) usage = c.usage
+    }
+    expect(text).toEqual(json.choices.map((c) => c.message.content))
+    expect(finish).toEqual(json.choices.map((c) => c.finish_reason))
+    expect(usage).toMatchObject({ prompt_tokens: json.usage!.prompt_tokens, completion_tokens: json.usage!.completion_tokens })
+  })
+
+  it('/v1/completions: n per prompt, prompt i’s choice j at index i * n + j', async () => {
+    const prompts = ['The sea is', 'Once there was']
+    const r = await client.completions.create({ model: MODEL, prompt: prompts, n: 2, max_tokens: 5, temperature: 1, seed: 9 })
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2, 3])
+    const alone = await Promise.all(
+      [0, 1, 2, 3].map((i) => client.completions.create({ model: MODEL, prompt: prompts[Math.floor(i / 2)]!, max_tokens: 5, temperature: 1, seed: 9 + (i % 2) })),
+    )
+    expect(r.choices.map((c) => c.text)).toEqual(alone.map((a) => a.choices[0]!.text))
+  })
+
+  it('refuses more choices than it runs, and best_of, with a 422 naming the field', async () => {
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'Hi' }]
+    const cases: [Promise<unknown>, RegExp][] = [
+      [client.chat.completions.create({ model: MODEL, messages, n: 17 }), /'n'/],
+      [client.chat.completions.create({ model: MODEL, messages, n: 0 }), /'n'/],
+      [client.completions.create({ model: MODEL, prompt: Array(5).fill('x'), n: 16 }), /'n': at most 64 choices per request \(n x prompts\)\. Given: 16 x 5/],
+      [client.completions.create({ model: MODEL, prompt: 'x', n: 2, best_of: 3 }), /Unsupported parameter 'best_of'/],
+    ]
+    for (const [p, msg] of cases) {
+      const e = await apiError(p)
+      expect(e, String(msg)).toBeInstanceOf(UnprocessableEntityError)
+      expect(e.message).toMatch(msg)
+    }
+  })
+})
