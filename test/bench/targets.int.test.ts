@@ -22,7 +22,7 @@ const runs = (s: { name: string }[]): ScenarioResult[] => s.filter((x): x is Sce
 
 describe('onnxd bench: several targets', () => {
   it('runs plain and gqa x js and capi, each level as ratios to the baseline and to ORT on its graph', async () => {
-    const { report: r } = await runBench(benchConfig([...common, ...out(), '--attention', 'plain,gqa', '--runtime', 'js,capi', '--baseline', 'gqa/js', '--concurrency', '1,2']))
+    const { report: r } = await runBench(benchConfig([...common, ...out(), '--attention', 'plain,gqa', '--runtime', 'js,capi', '--baseline', 'gqa/js', '--concurrency', '1,2', '--no-llama-cpp']))
     const names = ['onnxd gqa/js', 'onnxd plain/js', 'onnxd plain/capi', 'onnxd gqa/capi']
     expect(r.baseline).toBe('onnxd gqa/js')
     // The baseline first (the standard figures read it), then the others in the order asked.
