@@ -21,7 +21,7 @@ import { DTYPE_FILES, type Dtype } from '../shared/model.js'
 export { PRESETS, WEIGHT_DTYPES, parameterCount, type Preset, type PresetName, type WeightDtype }
 
 /** Written into model.onnx's producer_version; bump it when the graph or the weights' generation changes. */
-export const BUILDER_VERSION = '4'
+export const BUILDER_VERSION = '5'
 
 export interface BuildOptions {
   preset: string

@@ -11,9 +11,23 @@ export const BOS_ID = 0
 export const EOS_ID = 2
 export const PAD_ID = 0
 
-/** ChatML, as SmolLM2's template writes it (without its default system message). */
+/**
+ * ChatML, as SmolLM2's template writes it (without its default system message), with tools as Qwen2.5's template
+ * renders them (Hermes style): a system turn listing the functions in <tools>, the assistant's calls as
+ * <tool_call>{"name": ..., "arguments": ...}</tool_call>, and the results as <tool_response> in a user turn.
+ * Without tools it writes exactly the plain ChatML it always did.
+ */
 export const CHAT_TEMPLATE =
-  "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}" +
+  "{% if tools %}{{ '<|im_start|>system\n' }}{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\n\n' }}{% endif %}" +
+  "{{ '# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}" +
+  "{% for tool in tools %}{{ '\n' + (tool | tojson) }}{% endfor %}" +
+  "{{ '\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n' }}{% endif %}" +
+  "{% for message in messages %}" +
+  "{% if message['role'] == 'system' and tools and loop.first %}" +
+  "{% elif message['role'] == 'tool' %}{{ '<|im_start|>user\n<tool_response>\n' + message['content'] + '\n</tool_response><|im_end|>\n' }}" +
+  "{% elif message['role'] == 'assistant' and message['tool_calls'] %}{{ '<|im_start|>assistant\n' }}{% if message['content'] %}{{ message['content'] + '\n' }}{% endif %}" +
+  "{% for call in message['tool_calls'] %}{{ '<tool_call>\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' + (call['function']['arguments'] | tojson) + '}\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\n' }}" +
+  "{% else %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endif %}{% endfor %}" +
   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 
 /** GPT-2's pre-tokenizer split (what the ByteLevel pre-tokenizer does with use_regex: true). */

@@ -3,6 +3,7 @@
 // Imports: typebox, shared (the sampling field definitions).
 import { Type, type Static } from '@sinclair/typebox'
 import { samplingContractProperties } from '../shared/sampling.js'
+import { FunctionTool, MAX_TOOLS, ToolChoice } from '../shared/tools.js'
 
 export const COMPLETIONS_PATH = '/internal/v1/completions'
 
@@ -20,6 +21,9 @@ export const CompletionRequest = Type.Object(
     input_ids: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }), { minItems: 1 })),
     // Sampling: types only. Their bounds are the engine's 422s, checked against the same definition.
     ...samplingContractProperties(),
+    // Rendered by the chat template with `messages`; a required or named tool_choice constrains the output to one call.
+    tools: Type.Optional(Type.Array(FunctionTool, { maxItems: MAX_TOOLS })),
+    tool_choice: Type.Optional(ToolChoice),
     stream: Type.Optional(Type.Boolean()),
     request_id: Type.Optional(Type.String({ maxLength: 128 })),
   },

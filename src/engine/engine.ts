@@ -10,6 +10,8 @@ import { Sequence, type SeqSink } from './scheduler/sequence.js'
 import { validateSampling } from './generation/params.js'
 import { SamplerScratch } from './generation/sampling.js'
 import { Grammars } from './generation/grammar.js'
+import { requiredTools } from '../shared/tools.js'
+import type { StructuredOutput } from '../shared/sampling.js'
 import { checkOnePrompt } from '../shared/prompt-input.js'
 import { checkModel } from '../shared/model.js'
 import { encodeTextPrompt } from './tokenizer/prompt.js'
@@ -36,6 +38,21 @@ export function batcherOptions(opts: Partial<BatcherOptions>): BatcherOptions {
     kvBudgetBytes: opts.kvBudgetBytes ?? DEFAULT_BATCHER.kvBudgetBytes,
     prefixCaching: opts.prefixCaching ?? DEFAULT_BATCHER.prefixCaching,
   }
+}
+
+/**
+ * A required or named tool_choice as a grammar: the output is one call to one of those functions, its arguments
+ * valid under the function's parameters. Null when the request leaves calling to the model (auto, none).
+ */
+function toolCallFormat(req: EngineRequest): StructuredOutput | null {
+  const tools = requiredTools(req.tools, req.tool_choice)
+  if (req.tool_choice !== undefined && typeof req.tool_choice === 'object' && tools.length === 0) {
+    throw new OnnxdError('invalid_value', `\`tool_choice\` names the function '${req.tool_choice.function.name.slice(0, 64)}', which is not in \`tools\``, { param: 'tool_choice' })
+  }
+  if (req.tool_choice === 'required' && !req.tools?.length) throw new OnnxdError('invalid_value', '`tool_choice` required needs `tools`', { param: 'tool_choice' })
+  if (tools.length === 0) return null
+  if (req.response_format && req.response_format.type !== 'text') throw new OnnxdError('invalid_value', '`response_format` cannot be combined with a required tool call', { param: 'response_format' })
+  return { type: 'tool_call', functions: tools.map((t) => ({ name: t.function.name, parameters: t.function.parameters ?? null })) }
 }
 
 export class Engine {
@@ -76,10 +93,11 @@ export class Engine {
       const ids = this.promptIds(req)
       const params = validateSampling(req, { maxContext: this.model.contextLength, promptTokens: ids.length, vocab: this.model.vocab })
       seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink, this.scratch)
-      if (params.response_format) {
+      const format = toolCallFormat(req) ?? params.response_format
+      if (format) {
         const s = seq
         this.grammarsOf()
-          .matcher(params.response_format)
+          .matcher(format)
           .then((g) => {
             if (s.cancelled) {
               g.dispose()

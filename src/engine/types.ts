@@ -5,6 +5,7 @@
 // Imports: shared, and the engine's prompt and sampling input types.
 import type { ErrorData } from '../shared/errors.js'
 import type { SamplingInput } from '../shared/sampling.js'
+import type { ToolChoice } from '../shared/tools.js'
 import type { PromptInput } from './tokenizer/prompt.js'
 
 /**
@@ -14,6 +15,8 @@ import type { PromptInput } from './tokenizer/prompt.js'
 export interface EngineRequest extends PromptInput, SamplingInput {
   model: string
   request_id: string
+  /** With `tools`: `required` or a named function constrains the output to one call (Hermes's form). */
+  tool_choice?: ToolChoice
 }
 
 /** `stop`: an EOS token, a token of `stop_token_ids` or a stop string; `length`: max_tokens or the context filled. */

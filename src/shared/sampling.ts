@@ -45,7 +45,11 @@ const NO_STRINGS: readonly string[] = Object.freeze([])
 const NO_IDS: readonly number[] = Object.freeze([])
 
 /** What a response_format asks the engine for: any JSON object, or JSON valid under one JSON Schema. */
-export type StructuredOutput = { type: 'json_object' } | { type: 'json_schema'; schema: Record<string, unknown> }
+export type StructuredOutput =
+  | { type: 'json_object' }
+  | { type: 'json_schema'; schema: Record<string, unknown> }
+  /** One tool call, <tool_call>{"name": …, "arguments": …}</tool_call>, to one of these functions (tool_choice). */
+  | { type: 'tool_call'; functions: { name: string; parameters: Record<string, unknown> | null }[] }
 const NO_BIAS: readonly (readonly [number, number])[] = Object.freeze([])
 /** OpenAI's limit on top_logprobs. */
 export const MAX_TOP_LOGPROBS = 20

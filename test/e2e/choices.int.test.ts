@@ -62,14 +62,14 @@ describe('n choices on the tiny default model', () => {
 
   it('refuses more choices than it runs, and best_of, with a 422 naming the field', async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'Hi' }]
-    const cases: [Promise<unknown>, RegExp][] = [
-      [client.chat.completions.create({ model: MODEL, messages, n: 17 }), /'n'/],
-      [client.chat.completions.create({ model: MODEL, messages, n: 0 }), /'n'/],
-      [client.completions.create({ model: MODEL, prompt: Array(5).fill('x'), n: 16 }), /'n': at most 64 choices per request \(n x prompts\)\. Given: 16 x 5/],
-      [client.completions.create({ model: MODEL, prompt: 'x', n: 2, best_of: 3 }), /Unsupported parameter 'best_of'/],
+    const cases: [() => Promise<unknown>, RegExp][] = [
+      [() => client.chat.completions.create({ model: MODEL, messages, n: 17 }), /'n'/],
+      [() => client.chat.completions.create({ model: MODEL, messages, n: 0 }), /'n'/],
+      [() => client.completions.create({ model: MODEL, prompt: Array(5).fill('x'), n: 16 }), /'n': at most 64 choices per request \(n x prompts\)\. Given: 16 x 5/],
+      [() => client.completions.create({ model: MODEL, prompt: 'x', n: 2, best_of: 3 }), /Unsupported parameter 'best_of'/],
     ]
     for (const [p, msg] of cases) {
-      const e = await apiError(p)
+      const e = await apiError(p())
       expect(e, String(msg)).toBeInstanceOf(UnprocessableEntityError)
       expect(e.message).toMatch(msg)
     }

@@ -127,17 +127,17 @@ describe('logprobs and logit_bias on the tiny default model', () => {
 
   it('refuses what it cannot do with a 422 naming the field', async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'Hi' }]
-    const cases: [Promise<unknown>, RegExp][] = [
-      [client.chat.completions.create({ model: MODEL, messages, top_logprobs: 21, logprobs: true }), /top_logprobs/],
-      [client.chat.completions.create({ model: MODEL, messages, top_logprobs: 2 }), /top_logprobs.*logprobs: true/],
-      [client.chat.completions.create({ model: MODEL, messages, logit_bias: { abc: 1 } }), /'logit_bias\.abc'/],
-      [client.chat.completions.create({ model: MODEL, messages, logit_bias: { '99999999': 1 } }), /logit_bias.*token ids in \[0, \d+\)/],
-      [client.chat.completions.create({ model: MODEL, messages, logit_bias: { '5': 101 } }), /logit_bias/],
-      [client.completions.create({ model: MODEL, prompt: 'Hi', logprobs: 2, echo: true }), /Unsupported parameter 'logprobs'.*echo/],
-      [client.completions.create({ model: MODEL, prompt: 'Hi', logprobs: 21 }), /logprobs/],
+    const cases: [() => Promise<unknown>, RegExp][] = [
+      [() => client.chat.completions.create({ model: MODEL, messages, top_logprobs: 21, logprobs: true }), /top_logprobs/],
+      [() => client.chat.completions.create({ model: MODEL, messages, top_logprobs: 2 }), /top_logprobs.*logprobs: true/],
+      [() => client.chat.completions.create({ model: MODEL, messages, logit_bias: { abc: 1 } }), /'logit_bias\.abc'/],
+      [() => client.chat.completions.create({ model: MODEL, messages, logit_bias: { '99999999': 1 } }), /logit_bias.*token ids in \[0, \d+\)/],
+      [() => client.chat.completions.create({ model: MODEL, messages, logit_bias: { '5': 101 } }), /logit_bias/],
+      [() => client.completions.create({ model: MODEL, prompt: 'Hi', logprobs: 2, echo: true }), /Unsupported parameter 'logprobs'.*echo/],
+      [() => client.completions.create({ model: MODEL, prompt: 'Hi', logprobs: 21 }), /logprobs/],
     ]
     for (const [p, msg] of cases) {
-      const e = await apiError(p)
+      const e = await apiError(p())
       expect(e, String(msg)).toBeInstanceOf(UnprocessableEntityError)
       expect(e.message).toMatch(msg)
     }

@@ -113,13 +113,13 @@ describe('structured outputs on the tiny default model', () => {
   })
 
   it('refuses what it cannot honour with a 422 naming the field', async () => {
-    const cases: [Promise<unknown>, RegExp][] = [
-      [client.chat.completions.create({ model: MODEL, messages, response_format: { type: 'json_object' }, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming), /ignore_eos/],
-      [client.chat.completions.create({ model: MODEL, messages, response_format: { type: 'xml' } as unknown as OpenAI.ResponseFormatText }), /response_format/],
-      [client.chat.completions.create({ model: MODEL, messages, response_format: jsonSchema({ type: 'object', properties: { a: { $ref: '#/nope' } } }) }), /response_format\.json_schema\.schema/],
+    const cases: [() => Promise<unknown>, RegExp][] = [
+      [() => client.chat.completions.create({ model: MODEL, messages, response_format: { type: 'json_object' }, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming), /ignore_eos/],
+      [() => client.chat.completions.create({ model: MODEL, messages, response_format: { type: 'xml' } as unknown as OpenAI.ResponseFormatText }), /response_format/],
+      [() => client.chat.completions.create({ model: MODEL, messages, response_format: jsonSchema({ type: 'object', properties: { a: { $ref: '#/nope' } } }) }), /response_format\.json_schema\.schema/],
     ]
     for (const [p, msg] of cases) {
-      const e = await apiError(p)
+      const e = await apiError(p())
       expect(e, String(msg)).toBeInstanceOf(UnprocessableEntityError)
       expect(e.message).toMatch(msg)
     }

@@ -36,11 +36,11 @@ const tool = { type: 'function', function: { name: 'get_weather', parameters: { 
 
 describe('/v1/chat/completions refuses what it cannot honour', () => {
   it.each([
-    ['tools', { tools: [tool] }, /^Unsupported parameter 'tools': tool calls are not supported yet; only \[\] is accepted. Given: an array of 1 items$/],
-    ['tool_choice', { tool_choice: 'required' }, /tool calls/],
-    ['tool_choice', { tool_choice: { type: 'function', function: { name: 'get_weather' } } }, /tool calls/],
-    ['functions', { functions: [tool.function] }, /tool calls/],
-    ['function_call', { function_call: { name: 'get_weather' } }, /tool calls/],
+    ['tools.0.function.name', { tools: [{ type: 'function', function: { name: 'bad name!' } }] }, /Invalid value for 'tools.0.function.name'/],
+    ['tool_choice', { tool_choice: 'required' }, /Invalid value for 'tool_choice': 'required' needs 'tools'/],
+    ['tool_choice', { tools: [tool], tool_choice: { type: 'function', function: { name: 'nope' } } }, /the function 'nope' is not in 'tools'/],
+    ['functions', { functions: [tool.function] }, /deprecated forms; send tools and tool_choice/],
+    ['function_call', { function_call: { name: 'get_weather' } }, /deprecated forms/],
     ['response_format', { response_format: { type: 'xml' } }, /Invalid value for 'response_format'/],
     ['ignore_eos', { response_format: { type: 'json_object' }, ignore_eos: true }, /Invalid value for 'ignore_eos': must be false with a JSON response_format/],
     ['top_logprobs', { top_logprobs: 5 }, /Invalid value for 'top_logprobs': must be used only with logprobs: true. Given: 5/],
@@ -69,9 +69,10 @@ describe('/v1/chat/completions refuses what it cannot honour', () => {
   })
 
   it.each([
-    ['messages[1].role', [{ role: 'user', content: 'hi' }, { role: 'tool', tool_call_id: 'c1', content: '{}' }], /'tool' messages/],
+    ['messages[1].tool_call_id', [{ role: 'user', content: 'hi' }, { role: 'tool', content: '{}' }], /Missing required parameter/],
     ['messages[0].role', [{ role: 'function', name: 'f', content: '{}' }], /'function' messages/],
-    ['messages[0].tool_calls', [{ role: 'assistant', content: 'x', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] }], /tool calls/],
+    ['messages[0].tool_calls[0].function.arguments', [{ role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '[1]' } }] }], /JSON text of an object/],
+    ['messages[0].content', [{ role: 'user', content: null }], /null only on an assistant message with tool_calls/],
     ['messages[0].content[1]', [{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'image_url', image_url: { url: 'http://x/y.png' } }] }], /'image_url'/],
     ['messages[0].content[0]', [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: '', format: 'wav' } }] }], /'input_audio'/],
     ['messages[0].content[0]', [{ role: 'user', content: [{ type: 'file', file: { file_id: 'f' } }] }], /'file'/],
@@ -81,7 +82,7 @@ describe('/v1/chat/completions refuses what it cannot honour', () => {
 
   it('a refusal comes before the node and before billing, whatever else the body has', async () => {
     // Even with a value error elsewhere, the unsupported field is named first (its own key comes first).
-    await expectRefused('/v1/chat/completions', chatBody({ tools: [tool], temperature: 9 }), 'tools')
+    await expectRefused('/v1/chat/completions', chatBody({ audio: { voice: 'alloy' }, temperature: 9 }), 'audio')
   })
 })
 
@@ -169,11 +170,9 @@ describe('the official openai client', () => {
     expect(err.message).toMatch(/Unsupported parameter 'prediction': predicted outputs are not supported/)
   })
 
-  it('a tools request through the client is refused, not answered with free text', async () => {
-    const e = await client.chat.completions
-      .create({ model: MODEL, messages: [{ role: 'user', content: 'weather?' }], tools: [tool as OpenAI.ChatCompletionTool] })
-      .catch((x: unknown) => x)
-    expect(e).toBeInstanceOf(UnprocessableEntityError)
-    expect((e as Error).message).toMatch(/'tools'/)
+  it('a tools request through the client reaches the node with its tools and tool_choice', async () => {
+    const before = f.nodes[0]!.requests.length
+    await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'weather?' }], tools: [tool as OpenAI.ChatCompletionTool], tool_choice: 'required' })
+    expect(f.nodes[0]!.requests[before]).toMatchObject({ tools: [tool], tool_choice: 'required' })
   })
 })

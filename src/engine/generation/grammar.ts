@@ -10,6 +10,7 @@ import type * as XG from '@mlc-ai/web-xgrammar'
 import { OnnxdError } from '../../shared/errors.js'
 import type { StructuredOutput } from '../../shared/sampling.js'
 import { JSON_OBJECT_GRAMMAR, jsonSchemaGrammar } from './json-schema-grammar.js'
+import { TOOL_CALL_CLOSE, TOOL_CALL_OPEN } from '../../shared/tools.js'
 
 type Xgrammar = typeof XG
 
@@ -68,7 +69,7 @@ export class Grammars {
    * spaces). A schema with a constraint it cannot enforce is a 422 naming it (json-schema-grammar.ts).
    */
   async matcher(spec: StructuredOutput): Promise<TokenMask> {
-    const ebnf = spec.type === 'json_object' ? JSON_OBJECT_GRAMMAR : jsonSchemaGrammar(spec.schema)
+    const ebnf = spec.type === 'json_object' ? JSON_OBJECT_GRAMMAR : spec.type === 'json_schema' ? jsonSchemaGrammar(spec.schema) : toolCallGrammar(spec.functions)
     const key = ebnf
     let g = this.compiled.get(key)
     if (g) this.compiled.delete(key)
@@ -86,13 +87,21 @@ export class Grammars {
     try {
       compiled = await g
     } catch (e) {
-      const what = spec.type === 'json_object' ? 'response_format' : 'response_format.json_schema.schema'
+      const what = spec.type === 'json_object' ? 'response_format' : spec.type === 'json_schema' ? 'response_format.json_schema.schema' : 'tools'
       throw new OnnxdError('invalid_value', `\`${what}\` cannot be compiled into a grammar: ${String((e as Error).message ?? e).slice(0, 200)}`, { param: what })
     }
     const xg = await xgrammar()
     // It ends when the value is complete (no stop token needed): the sequence then finishes with "stop".
     return new TokenMask(await xg.GrammarMatcher.createGrammarMatcher(compiled, undefined, true))
   }
+}
+
+/** One Hermes-style call to one of `functions`: its name, and arguments valid under its parameters (any object without). */
+function toolCallGrammar(functions: { name: string; parameters: Record<string, unknown> | null }[]): string {
+  const schema = {
+    anyOf: functions.map((f) => ({ type: 'object', properties: { name: { const: f.name }, arguments: f.parameters ?? { type: 'object' } }, required: ['name', 'arguments'] })),
+  }
+  return jsonSchemaGrammar(schema, [`${TOOL_CALL_OPEN}\n`, `\n${TOOL_CALL_CLOSE}`], 'tools[].function.parameters')
 }
 
 /** One sequence's walk through its grammar. */

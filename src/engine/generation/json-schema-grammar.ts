@@ -40,10 +40,6 @@ const FRACTION_DIGITS = 6
 /** A JSON value written as an EBNF literal of its compact text. */
 const jsonLiteral = (v: unknown): string => literal(JSON.stringify(v))
 
-function unsupported(path: string, what: string): OnnxdError {
-  return new OnnxdError('invalid_value', `\`response_format.json_schema.schema${path}\`: ${what} cannot be enforced by onnxd's structured outputs`, { param: 'response_format' })
-}
-
 /** Digits of the integers in [lo, hi] (same number of digits, as strings): the classic range decomposition. */
 function digitRange(lo: string, hi: string): string {
   if (lo === hi) return literal(lo)
@@ -97,7 +93,15 @@ class Converter {
   private readonly refs = new Map<string, string>()
   private n = 0
 
-  constructor(private readonly top: Record<string, unknown>) {}
+  constructor(
+    private readonly top: Record<string, unknown>,
+    /** Where the schema came from, for errors: a response_format's schema, or the tools' parameters. */
+    private readonly origin: string,
+  ) {}
+
+  private fail(path: string, what: string): OnnxdError {
+    return new OnnxdError('invalid_value', `\`${this.origin}${path}\`: ${what} cannot be enforced by onnxd's structured outputs`, { param: this.origin.split('.')[0] })
+  }
 
   private rule(body: string, name = `r${this.n++}`): string {
     this.rules.push(`${name} ::= ${body}`)
@@ -111,25 +115,25 @@ class Converter {
 
   private value(s: Schema, path: string): string {
     if (s === true) return 'json_value'
-    if (s === false || typeof s !== 'object' || s === null || Array.isArray(s)) throw unsupported(path, 'a schema that allows nothing (or is not an object)')
-    for (const k of Object.keys(s)) if (!HANDLED.has(k) && !ANNOTATIONS.has(k)) throw unsupported(`${path}.${k}`, `the keyword '${k}'`)
+    if (s === false || typeof s !== 'object' || s === null || Array.isArray(s)) throw this.fail(path, 'a schema that allows nothing (or is not an object)')
+    for (const k of Object.keys(s)) if (!HANDLED.has(k) && !ANNOTATIONS.has(k)) throw this.fail(`${path}.${k}`, `the keyword '${k}'`)
     if (s.$ref !== undefined) {
-      if (Object.keys(s).some((k) => k !== '$ref' && !ANNOTATIONS.has(k))) throw unsupported(path, '$ref beside other keywords')
+      if (Object.keys(s).some((k) => k !== '$ref' && !ANNOTATIONS.has(k))) throw this.fail(path, '$ref beside other keywords')
       return this.ref(String(s.$ref), path)
     }
     if (s.enum !== undefined) {
-      if (!Array.isArray(s.enum) || s.enum.length === 0) throw unsupported(`${path}.enum`, 'an enum that is not a non-empty array')
+      if (!Array.isArray(s.enum) || s.enum.length === 0) throw this.fail(`${path}.enum`, 'an enum that is not a non-empty array')
       return `(${s.enum.map(jsonLiteral).join(' | ')})`
     }
     if (s.const !== undefined) return jsonLiteral(s.const)
     if (s.anyOf !== undefined) {
-      if (!Array.isArray(s.anyOf) || s.anyOf.length === 0) throw unsupported(`${path}.anyOf`, 'an anyOf that is not a non-empty array')
+      if (!Array.isArray(s.anyOf) || s.anyOf.length === 0) throw this.fail(`${path}.anyOf`, 'an anyOf that is not a non-empty array')
       return `(${(s.anyOf as Schema[]).map((x, i) => this.value(x, `${path}.anyOf[${i}]`)).join(' | ')})`
     }
     const types = s.type === undefined ? null : Array.isArray(s.type) ? (s.type as unknown[]) : [s.type]
     if (types === null) {
       if (Object.keys(s).every((k) => ANNOTATIONS.has(k) || k === '$defs' || k === 'definitions')) return 'json_value'
-      throw unsupported(path, 'constraints without a type')
+      throw this.fail(path, 'constraints without a type')
     }
     return `(${types.map((t) => this.typed(s, String(t), path)).join(' | ')})`
   }
@@ -138,7 +142,7 @@ class Converter {
     const int = (k: string): number | null => {
       const v = s[k]
       if (v === undefined) return null
-      if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw unsupported(`${path}.${k}`, `${k} other than a non-negative integer`)
+      if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw this.fail(`${path}.${k}`, `${k} other than a non-negative integer`)
       return v
     }
     switch (type) {
@@ -156,7 +160,7 @@ class Converter {
         const bound = (k: string): number | null => {
           const v = s[k]
           if (v === undefined) return null
-          if (typeof v !== 'number' || !Number.isFinite(v)) throw unsupported(`${path}.${k}`, `a ${k} that is not a number`)
+          if (typeof v !== 'number' || !Number.isFinite(v)) throw this.fail(`${path}.${k}`, `a ${k} that is not a number`)
           return k === 'minimum' ? Math.ceil(v) : Math.floor(v)
         }
         return integerRange(bound('minimum'), bound('maximum'))
@@ -166,7 +170,7 @@ class Converter {
         const hi = s.maximum
         if (lo === undefined && hi === undefined) return 'json_number'
         if (!(Number.isInteger(lo) && Number.isInteger(hi) && (lo as number) >= 0 && (hi as number) > (lo as number)))
-          throw unsupported(path, 'number bounds other than integer minimum >= 0 and maximum above it')
+          throw this.fail(path, 'number bounds other than integer minimum >= 0 and maximum above it')
         // [lo, hi): the integer part in [lo, hi - 1] with any fraction; or hi itself.
         return `((${naturalRange(lo as number, (hi as number) - 1)}) ("." [0-9]{1,${FRACTION_DIGITS}})? | ${literal(String(hi))})`
       }
@@ -174,7 +178,7 @@ class Converter {
         const item = s.items === undefined ? 'json_value' : this.value(s.items as Schema, `${path}.items`)
         const min = int('minItems') ?? 0
         const max = int('maxItems')
-        if (max !== null && max < min) throw unsupported(path, 'maxItems below minItems')
+        if (max !== null && max < min) throw this.fail(path, 'maxItems below minItems')
         if (max === 0) return '"[" "]"'
         const more = `("," ${item}){${Math.max(0, min - 1)},${max === null ? '' : max - 1}}`
         return min === 0 ? `("[" (${item} ${more})? "]")` : `("[" ${item} ${more} "]")`
@@ -182,7 +186,7 @@ class Converter {
       case 'object':
         return this.object(s, path)
       default:
-        throw unsupported(`${path}.type`, `the type '${type}'`)
+        throw this.fail(`${path}.type`, `the type '${type}'`)
     }
   }
 
@@ -190,7 +194,7 @@ class Converter {
   private object(s: Record<string, unknown>, path: string): string {
     const props = (s.properties ?? {}) as Record<string, Schema>
     const required = new Set(Array.isArray(s.required) ? (s.required as string[]) : [])
-    for (const r of required) if (!(r in props)) throw unsupported(`${path}.required`, `a required property '${r}' without a schema in properties`)
+    for (const r of required) if (!(r in props)) throw this.fail(`${path}.required`, `a required property '${r}' without a schema in properties`)
     const names = Object.keys(props)
     if (names.length === 0) return s.additionalProperties === false ? '("{" "}")' : 'json_object'
     const kv = names.map((k) => `${literal(JSON.stringify(k))} ":" ${this.value(props[k]!, `${path}.properties.${k}`)}`)
@@ -209,13 +213,13 @@ class Converter {
 
   private ref(ref: string, path: string): string {
     const m = /^#\/(\$defs|definitions)\/([^/]+)$/.exec(ref)
-    if (!m) throw unsupported(`${path}.$ref`, `a $ref other than #/$defs/NAME (given ${ref.slice(0, 64)})`)
+    if (!m) throw this.fail(`${path}.$ref`, `a $ref other than #/$defs/NAME (given ${ref.slice(0, 64)})`)
     const key = `${m[1]}/${m[2]}`
     const known = this.refs.get(key)
     if (known) return known
     const defs = this.top[m[1]!] as Record<string, Schema> | undefined
     const def = defs?.[m[2]!]
-    if (def === undefined) throw unsupported(`${path}.$ref`, `the missing definition ${ref.slice(0, 64)}`)
+    if (def === undefined) throw this.fail(`${path}.$ref`, `the missing definition ${ref.slice(0, 64)}`)
     const name = `d${this.n++}`
     this.refs.set(key, name)
     // Defined as a rule, so a recursive definition refers to itself.
@@ -224,7 +228,12 @@ class Converter {
   }
 }
 
-/** The EBNF grammar (root rule `root`) of compact JSON valid under `schema`; a 422 for what it cannot enforce. */
-export function jsonSchemaGrammar(schema: Record<string, unknown>): string {
-  return new Converter(schema).grammar()
+/**
+ * The EBNF grammar (root rule `root`) of compact JSON valid under `schema`, between `wrap`'s two texts when given; a
+ * 422 for what it cannot enforce, naming its path under `where` (default: the response_format's schema).
+ */
+export function jsonSchemaGrammar(schema: Record<string, unknown>, wrap?: [string, string], where = 'response_format.json_schema.schema'): string {
+  const g = new Converter(schema, where).grammar()
+  if (!wrap) return g
+  return g.replace(/^root ::= /, `root ::= ${literal(wrap[0])} value ${literal(wrap[1])}\nvalue ::= `)
 }

@@ -249,7 +249,7 @@ export class EnginePool implements EngineClient {
       fail: end,
     }
     this.inflight.add(r)
-    this.tokenizers.run({ kind: 'encode', messages: req.messages, prompt: req.prompt }).then(
+    this.tokenizers.run({ kind: 'encode', messages: req.messages, prompt: req.prompt, tools: req.tools }).then(
       (reply) => {
         if (ended) return
         if (reply.kind !== 'ids') return end(reply.kind === 'error' ? fromErrorData(reply.error) : new OnnxdError('internal', 'tokenizer answered out of turn'))

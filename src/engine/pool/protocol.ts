@@ -4,6 +4,7 @@ import type { EngineRequest, EngineStats, FinishObservation, StepObservation } f
 import type { EngineOptions } from '../engine.js'
 import type { Message } from '../tokenizer/tokenizer.js'
 import type { ErrorData } from '../../shared/errors.js'
+import type { FunctionTool } from '../../shared/tools.js'
 
 /** What each worker is started with. */
 export interface WorkerData {
@@ -22,7 +23,7 @@ export interface TokenizerWorkerData {
 }
 
 /** A tokenizer-thread task: what bounds a prompt's size, or a text prompt to tokenize. */
-export type TokenizeTask = { kind: 'info' } | { kind: 'encode'; messages?: Message[]; prompt?: string }
+export type TokenizeTask = { kind: 'info' } | { kind: 'encode'; messages?: Message[]; prompt?: string; tools?: FunctionTool[] }
 
 export type TokenizeReply =
   | { kind: 'info'; maxTokenBytes: number; lengthPreserving: boolean }

@@ -3,11 +3,14 @@
 // engine run in-process.
 import { OnnxdError } from '../../shared/errors.js'
 import type { Message, TextTokenizer } from './tokenizer.js'
+import type { FunctionTool } from '../../shared/tools.js'
 
 export interface PromptInput {
   messages?: Message[]
   prompt?: string
   input_ids?: number[]
+  /** With messages: the tools the chat template renders. */
+  tools?: FunctionTool[]
 }
 
 /** UTF-8 bytes of a text prompt: the prompt, or every message's content (the chat template only adds to them). */
@@ -19,7 +22,8 @@ export function promptTextBytes(req: PromptInput): number {
 /** Token ids of a text prompt (messages through the chat template). */
 export function encodeTextPrompt(tok: TextTokenizer | null, modelId: string, req: PromptInput): number[] {
   if (!tok) throw new OnnxdError('invalid_value', `model ${modelId} has no tokenizer: send \`input_ids\``)
-  const ids = req.messages ? tok.encodeChat(req.messages) : tok.encode(req.prompt ?? '')
+  if (req.tools?.length && !req.messages) throw new OnnxdError('invalid_value', '`tools` need `messages`: the chat template renders them', { param: 'tools' })
+  const ids = req.messages ? tok.encodeChat(req.messages, req.tools) : tok.encode(req.prompt ?? '')
   if (ids.length === 0) throw new OnnxdError('invalid_value', '`prompt` encodes to no tokens')
   return ids
 }

@@ -68,7 +68,8 @@ export class TextTokenizer {
   private readonly byteFallback: boolean
   private readonly bytesOf = new Map<number, number[]>()
 
-  constructor(json: object, config: Record<string, unknown>, chatTemplate: string | null, where = 'tokenizer.json') {
+  constructor(json: object, config: Record<string, unknown>, private readonly templateSource: string | null, where = 'tokenizer.json') {
+    const chatTemplate = templateSource
     try {
       this.tok = new Tokenizer(json, config)
     } catch (e) {
@@ -116,6 +117,11 @@ export class TextTokenizer {
       this.#maxTokenBytes = longest
     }
     return this.#maxTokenBytes
+  }
+
+  /** Whether the chat template reads `tools` (as transformers' apply_chat_template(tools=...) passes them). */
+  get rendersTools(): boolean {
+    return this.templateSource !== null && /\btools\b/.test(this.templateSource)
   }
 
   get hasChatTemplate(): boolean {
@@ -181,11 +187,15 @@ export class TextTokenizer {
   }
 
   /** Renders the chat template with a generation prompt. Template errors (jinja's raise_exception too) are 422s. */
-  renderChat(messages: Message[]): string {
+  renderChat(messages: Message[], tools?: readonly object[]): string {
     if (!this.template) throw new OnnxdError('invalid_value', 'this model has no chat template: send `prompt` or `input_ids` instead of `messages`')
+    if (tools?.length && !this.rendersTools) {
+      throw new OnnxdError('invalid_value', "`tools`: this model's chat template does not render tools, so it cannot call them", { param: 'tools' })
+    }
     try {
       return this.template.render({
         messages,
+        ...(tools?.length ? { tools } : {}),
         add_generation_prompt: true,
         ...this.specials,
       })
@@ -195,7 +205,7 @@ export class TextTokenizer {
   }
 
   /** Chat messages to prompt ids. The template writes BOS itself, so no special tokens are added again. */
-  encodeChat(messages: Message[]): number[] {
-    return this.encode(this.renderChat(messages), false)
+  encodeChat(messages: Message[], tools?: readonly object[]): number[] {
+    return this.encode(this.renderChat(messages, tools), false)
   }
 }

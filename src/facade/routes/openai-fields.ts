@@ -24,7 +24,7 @@ const emptyArray = (v: unknown): boolean => Array.isArray(v) && v.length === 0
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
 const never = (): boolean => false
 
-const NO_TOOLS = 'tool calls are not supported yet'
+const NO_TOOLS = "functions and function_call are OpenAI's deprecated forms; send tools and tool_choice"
 
 /** Fields both endpoints know. */
 const COMMON: Readonly<Record<string, Passive>> = {
@@ -51,11 +51,8 @@ const CHAT: Readonly<Record<string, Passive>> = {
     accepts: (v) => Array.isArray(v) && v.length === 1 && v[0] === 'text',
     why: 'only text output is supported; only ["text"] is accepted',
   },
-  tools: { accepts: emptyArray, why: `${NO_TOOLS}; only [] is accepted` },
   functions: { accepts: emptyArray, why: `${NO_TOOLS}; only [] is accepted` },
-  tool_choice: { accepts: (v) => v === 'none' || v === 'auto', why: `${NO_TOOLS}; only 'none' or 'auto' is accepted` },
   function_call: { accepts: (v) => v === 'none' || v === 'auto', why: `${NO_TOOLS}; only 'none' or 'auto' is accepted` },
-  parallel_tool_calls: { accepts: (v) => typeof v === 'boolean', why: 'it must be a boolean', malformed: true },
   // Not supported at all.
   audio: { accepts: never, why: 'audio output is not supported' },
   prediction: { accepts: never, why: 'predicted outputs are not supported' },

@@ -54,6 +54,7 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
       // Draining may have begun while the body was being read.
       if (state.draining) throw new OnnxdError('not_ready', 'The node is draining', { retryAfterS: 1 })
       checkOnePrompt(body) // a shape rule the schema cannot say cheaply: 400, like a missing field
+      if (body.tools?.length && !body.messages) throw new OnnxdError('invalid_value', '`tools` need `messages`: the chat template renders them', { param: 'tools' })
       checkServedModel(engine, body.model)
 
       const requestId = body.request_id ?? request.id

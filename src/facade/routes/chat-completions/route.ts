@@ -10,7 +10,7 @@ import { ErrorBodySchema } from '../../../shared/http-errors.js'
 import { keyPrincipal } from '../../request.js'
 import { runCompletion } from '../completion-flow.js'
 import { ChatCompletionBody, ChatCompletionSchema, parseChatParams } from './schema.js'
-import { ChunkWriter, toChatCompletion, toNodeRequests } from './translate.js'
+import { ChunkWriter, toChatCompletion, toNodeRequests, toolReading } from './translate.js'
 
 export function chatCompletionsRoute(app: FastifyInstance, ctx: FacadeContext): void {
   app.withTypeProvider<TypeBoxTypeProvider>().post(
@@ -30,13 +30,14 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: FacadeContext): 
       }
       const id = `chatcmpl-${randomBase62(24)}`
       const created = Math.floor(ctx.now() / 1000)
+      const tools = toolReading(params)
       return runCompletion(request, reply, ctx, {
         id,
         model: params.model,
         principal,
         requests: toNodeRequests(params, id),
-        chunks: params.stream === true ? new ChunkWriter(id, created, params.model, params.stream_options?.include_usage === true) : undefined,
-        answer: (rs) => toChatCompletion(id, created, params.model, rs),
+        chunks: params.stream === true ? new ChunkWriter(id, created, params.model, params.stream_options?.include_usage === true, tools) : undefined,
+        answer: (rs) => toChatCompletion(id, created, params.model, rs, tools),
       })
     },
   )

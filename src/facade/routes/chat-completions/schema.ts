@@ -5,11 +5,12 @@
 // definitions), the OpenAI field table.
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { clip } from '../../../shared/errors.js'
+import { clip, OnnxdError, quote } from '../../../shared/errors.js'
 import { samplingOpenAiProperties } from '../../../shared/sampling.js'
 import { checkCombinations, checkStreamOptions, firstInvalid, honouredFields, MAX_N, samplingFields, unsupported } from '../openai-fields.js'
 import { OpenAiUsage } from '../completion-flow.js'
 import { TokenLogprob } from '../../../contract/completions.js'
+import { FunctionTool, MAX_TOOLS, ToolChoice } from '../../../shared/tools.js'
 
 /** 400-level: what a body must have to be a chat request at all. */
 export const ChatCompletionBody = Type.Object(
@@ -22,15 +23,24 @@ export const ChatCompletionBody = Type.Object(
 
 const TextPart = Type.Object({ type: Type.Literal('text'), text: Type.String() }, { additionalProperties: true })
 
-/** The roles onnxd renders; `tool` and `function` wait for tool calls. */
-export const ROLES = ['system', 'developer', 'user', 'assistant'] as const
+/** The roles onnxd renders (`function`, OpenAI's deprecated form of `tool`, is refused). */
+export const ROLES = ['system', 'developer', 'user', 'assistant', 'tool'] as const
+
+/** A call the assistant made, as a conversation sends it back: `arguments` is the JSON text of an object. */
+const ToolCallParam = Type.Object(
+  { id: Type.String(), type: Type.Literal('function'), function: Type.Object({ name: Type.String(), arguments: Type.String() }, { additionalProperties: false }) },
+  { additionalProperties: false },
+)
 
 export const ChatMessageParam = Type.Object(
   {
     role: Type.Union(ROLES.map((r) => Type.Literal(r))),
-    content: Type.Union([Type.String(), Type.Array(TextPart)]),
+    // Null only on an assistant message that made tool calls (checked in checkMessages).
+    content: Type.Union([Type.String(), Type.Array(TextPart), Type.Null()]),
     // Passed to the chat template with the message; OpenAI's bound.
     name: Type.Optional(Type.String({ maxLength: 64 })),
+    tool_calls: Type.Optional(Type.Array(ToolCallParam)),
+    tool_call_id: Type.Optional(Type.String()),
   },
   { additionalProperties: true },
 )
@@ -42,6 +52,10 @@ export const ChatParams = Type.Object(
     messages: Type.Array(ChatMessageParam, { minItems: 1 }),
     // Sampling, under every OpenAI name (e.g. max_completion_tokens): types and bounds from their one definition.
     ...samplingOpenAiProperties(),
+    // Tool calling: rendered by the model's chat template; calls parsed out of the answer (tool-calls.ts).
+    tools: Type.Optional(Type.Array(FunctionTool, { maxItems: MAX_TOOLS })),
+    tool_choice: Type.Optional(ToolChoice),
+    parallel_tool_calls: Type.Optional(Type.Boolean()),
     // Choices: the same messages run n times (choice j with seed + j when a seed is given).
     n: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_N })),
     stream: Type.Optional(Type.Boolean()),
@@ -57,10 +71,9 @@ export const HONOURED_FIELDS: ReadonlySet<string> = new Set(Object.keys(ChatPara
 
 const checker = TypeCompiler.Compile(ChatParams)
 
-/** Message fields that ask for what onnxd cannot do yet (tool calls, audio). */
+/** Message fields that ask for what onnxd cannot do (the deprecated function_call, audio). */
 const MESSAGE_REFUSED: Readonly<Record<string, string>> = {
-  tool_calls: 'tool calls are not supported yet',
-  function_call: 'tool calls are not supported yet',
+  function_call: "function_call is OpenAI's deprecated form; send tool_calls",
   audio: 'audio is not supported',
 }
 
@@ -71,8 +84,25 @@ function checkMessages(messages: unknown): void {
     if (typeof m !== 'object' || m === null) return
     const msg = m as Record<string, unknown>
     const where = `messages[${i}]`
-    if (msg.role === 'tool' || msg.role === 'function') {
-      throw unsupported(`${where}.role`, `'${msg.role}' messages are not supported yet (tool calls are not supported)`)
+    if (msg.role === 'function') throw unsupported(`${where}.role`, "'function' messages are OpenAI's deprecated form; send 'tool' messages")
+    if (msg.role === 'tool' && typeof msg.tool_call_id !== 'string') throw new OnnxdError('invalid_value', `Missing required parameter: '${where}.tool_call_id'`)
+    if (msg.content === null && !(msg.role === 'assistant' && Array.isArray(msg.tool_calls) && msg.tool_calls.length > 0)) {
+      throw new OnnxdError('invalid_value', `Invalid value for '${where}.content': null only on an assistant message with tool_calls`)
+    }
+    if (Array.isArray(msg.tool_calls)) {
+      msg.tool_calls.forEach((c: unknown, j) => {
+        const args = (c as { function?: { arguments?: unknown } } | null)?.function?.arguments
+        if (typeof args !== 'string') return
+        let v: unknown
+        try {
+          v = JSON.parse(args)
+        } catch {
+          v = null
+        }
+        if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+          throw new OnnxdError('invalid_value', `Invalid value for '${where}.tool_calls[${j}].function.arguments': expected the JSON text of an object. Given: ${quote(args)}`)
+        }
+      })
     }
     for (const [k, why] of Object.entries(MESSAGE_REFUSED)) {
       const v = msg[k]
@@ -88,6 +118,22 @@ function checkMessages(messages: unknown): void {
   })
 }
 
+/** tool_choice against tools: a named function must be one of them; strict tools need the output constrained. */
+function checkTools(p: ChatParams): void {
+  const names = new Set((p.tools ?? []).map((t) => t.function.name))
+  const choice = p.tool_choice
+  if (choice !== undefined && choice !== 'none' && names.size === 0) {
+    throw new OnnxdError('invalid_value', `Invalid value for 'tool_choice': ${typeof choice === 'object' ? 'a named function' : `'${choice}'`} needs 'tools'`)
+  }
+  if (typeof choice === 'object' && !names.has(choice.function.name)) {
+    throw new OnnxdError('invalid_value', `Invalid value for 'tool_choice': the function '${clip(choice.function.name)}' is not in 'tools'`)
+  }
+  const strict = (p.tools ?? []).findIndex((t) => t.function.strict === true)
+  if (strict >= 0 && (choice === undefined || choice === 'auto')) {
+    throw unsupported(`tools[${strict}].function.strict`, "strict arguments are enforced only when the call is required (tool_choice 'required' or a named function); with 'auto' the model may answer in text")
+  }
+}
+
 /**
  * Checks values; throws 422 naming the first bad field: fields onnxd cannot honour first, then messages, then the
  * values of the fields it honours. Null optional values count as absent, as with OpenAI.
@@ -99,6 +145,7 @@ export function parseChatParams(body: Record<string, unknown>): ChatParams {
   checkMessages(value.messages)
   if (!checker.Check(value)) throw firstInvalid(checker, value)
   checkCombinations(samplingFields(value))
+  checkTools(value as ChatParams)
   return value as ChatParams
 }
 
@@ -116,7 +163,13 @@ export const ChatCompletionSchema = Type.Object({
   choices: Type.Array(
     Type.Object({
       index: Type.Integer(),
-      message: Type.Object({ role: Type.Literal('assistant'), content: Type.String() }),
+      message: Type.Object({
+        role: Type.Literal('assistant'),
+        content: Type.Union([Type.String(), Type.Null()]),
+        tool_calls: Type.Optional(
+          Type.Array(Type.Object({ id: Type.String(), type: Type.Literal('function'), function: Type.Object({ name: Type.String(), arguments: Type.String() }) })),
+        ),
+      }),
       finish_reason: Type.String(),
       logprobs: ChatLogprobs,
     }),

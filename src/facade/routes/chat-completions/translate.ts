@@ -5,9 +5,16 @@ import type { ChatCompletion, ChatLogprobs, ChatParams } from './schema.js'
 import { sseFrame } from '../../../shared/sse.js'
 import { openAiUsage, sumUsage, type ChunkFormat } from '../completion-flow.js'
 import { samplingFields, withChoices } from '../openai-fields.js'
+import { parseToolCalls, safeLength, type ToolCall } from './tool-calls.js'
 
 function contentText(content: ChatParams['messages'][number]['content']): string {
-  return typeof content === 'string' ? content : content.map((p) => p.text).join('')
+  return content === null ? '' : typeof content === 'string' ? content : content.map((p) => p.text).join('')
+}
+
+/** The functions whose calls are parsed out of the answers: the tools, unless tool_choice is none (null: no parsing). */
+export function callableTools(p: ChatParams): ReadonlySet<string> | null {
+  if (!p.tools?.length || p.tool_choice === 'none') return null
+  return new Set(p.tools.map((t) => t.function.name))
 }
 
 /** One node request per choice (`n`). */
@@ -16,24 +23,51 @@ export const toNodeRequests = (p: ChatParams, requestId: string): CompletionRequ
 /** The node request: the contract is closed (additionalProperties: false), so only its own fields are copied. */
 export function toNodeRequest(p: ChatParams, requestId: string): CompletionRequest {
   // `name` goes to the chat template with the message, as transformers' apply_chat_template passes it.
+  // Calls go to the template with their arguments as objects, as transformers' templates read them.
   const messages: ChatMessage[] = p.messages.map((m) => ({
     role: m.role === 'developer' ? 'system' : m.role,
     content: contentText(m.content),
     ...(m.name !== undefined ? { name: m.name } : {}),
+    ...(m.tool_calls?.length
+      ? { tool_calls: m.tool_calls.map((c) => ({ id: c.id, type: c.type, function: { name: c.function.name, arguments: JSON.parse(c.function.arguments) as unknown } })) }
+      : {}),
+    ...(m.tool_call_id !== undefined ? { tool_call_id: m.tool_call_id } : {}),
   }))
   const req: CompletionRequest = { model: p.model, messages, request_id: requestId, ...samplingFields(p as Record<string, unknown>) }
+  if (p.tools?.length) req.tools = p.tools
+  if (p.tool_choice !== undefined && p.tools?.length) req.tool_choice = p.tool_choice
   if (p.stream === true) req.stream = true
   return req
 }
 
-/** The answer: one choice per node answer (`n`), in order; usage summed over them. */
-export function toChatCompletion(id: string, created: number, model: string, rs: CompletionResponse[]): ChatCompletion {
+/** How a tools request's answers are read: the callable functions, and whether one answer may hold several calls. */
+export interface ToolReading {
+  names: ReadonlySet<string>
+  parallel: boolean
+}
+
+export const toolReading = (p: ChatParams): ToolReading | null => {
+  const names = callableTools(p)
+  return names ? { names, parallel: p.parallel_tool_calls !== false } : null
+}
+
+/** A finish reason once calls were found: `tool_calls` for an answer that ended by itself. */
+const finishWith = (reason: FinishReason, calls: readonly ToolCall[]): string => (calls.length && reason === 'stop' ? 'tool_calls' : reason)
+
+/** The answer: one choice per node answer (`n`), in order; usage summed over them; tool calls parsed out of the text. */
+export function toChatCompletion(id: string, created: number, model: string, rs: CompletionResponse[], tools: ToolReading | null = null): ChatCompletion {
   return {
     id,
     object: 'chat.completion',
     created,
     model,
-    choices: rs.map((r, index) => ({ index, message: { role: 'assistant', content: r.text }, finish_reason: r.finish_reason, logprobs: chatLogprobs(r.logprobs) })),
+    choices: rs.map((r, index) => {
+      const parsed = tools ? parseToolCalls(r.text, tools.names, tools.parallel) : null
+      const message: ChatCompletion['choices'][number]['message'] = parsed?.calls.length
+        ? { role: 'assistant', content: parsed.content, tool_calls: parsed.calls }
+        : { role: 'assistant', content: r.text }
+      return { index, message, finish_reason: finishWith(r.finish_reason, parsed?.calls ?? []), logprobs: chatLogprobs(r.logprobs) }
+    }),
     usage: openAiUsage(sumUsage(rs.map((r) => r.usage))),
   }
 }
@@ -43,12 +77,17 @@ const chatLogprobs = (lp: TokenLogprob[] | undefined): ChatLogprobs => (lp ? { c
 
 /** Builds the `chat.completion.chunk` events of one stream. */
 export class ChunkWriter implements ChunkFormat {
+  /** With tools: per choice, all its text and how much went out as content; logprobs not yet sent. */
+  private readonly held = new Map<number, { text: string; sent: number; logprobs: TokenLogprob[] }>()
+
   constructor(
     private readonly id: string,
     private readonly created: number,
     private readonly model: string,
     /** With `stream_options.include_usage`, every chunk carries `usage: null` and a last chunk carries usage. */
     private readonly includeUsage: boolean,
+    /** With tools, text that may be a call is held back until the answer shows whether it is one. */
+    private readonly tools: ToolReading | null = null,
   ) {}
 
   private chunk(choices: unknown[], usage?: ChatCompletion['usage']): string {
@@ -62,11 +101,41 @@ export class ChunkWriter implements ChunkFormat {
   }
 
   content(index: number, text: string, logprobs?: TokenLogprob[]): string {
+    if (!this.tools) return this.delta(index, text, logprobs)
+    const h = this.held.get(index) ?? { text: '', sent: 0, logprobs: [] }
+    this.held.set(index, h)
+    h.text += text
+    if (logprobs) h.logprobs.push(...logprobs)
+    const safe = safeLength(h.text)
+    if (safe <= h.sent) return ''
+    const out = h.text.slice(h.sent, safe)
+    h.sent = safe
+    const lp = h.logprobs.splice(0)
+    return this.delta(index, out, lp.length ? lp : undefined)
+  }
+
+  private delta(index: number, text: string, logprobs?: TokenLogprob[]): string {
     return this.chunk([{ index, delta: { content: text }, logprobs: chatLogprobs(logprobs), finish_reason: null }])
   }
 
+  /** With tools: the held text, as content or as the calls it was (each in one delta, arguments whole), then the finish. */
   finish(index: number, reason: FinishReason): string {
-    return this.chunk([{ index, delta: {}, logprobs: null, finish_reason: reason }])
+    const h = this.tools ? this.held.get(index) : undefined
+    if (!h || !this.tools) return this.chunk([{ index, delta: {}, logprobs: null, finish_reason: reason }])
+    const parsed = parseToolCalls(h.text, this.tools.names, this.tools.parallel)
+    let out = ''
+    const lp = h.logprobs.splice(0)
+    if (!parsed.calls.length) {
+      if (h.sent < h.text.length || lp.length) out += this.delta(index, h.text.slice(h.sent), lp.length ? lp : undefined)
+    } else {
+      // What went out was the text before the first call; the rest of the text around the calls follows.
+      const rest = (parsed.content ?? '').slice(h.text.slice(0, h.sent).trim().length)
+      if (rest.trim() || lp.length) out += this.delta(index, rest, lp.length ? lp : undefined)
+      parsed.calls.forEach((c, i) => {
+        out += this.chunk([{ index, delta: { tool_calls: [{ index: i, id: c.id, type: 'function', function: c.function }] }, logprobs: null, finish_reason: null }])
+      })
+    }
+    return out + this.chunk([{ index, delta: {}, logprobs: null, finish_reason: finishWith(reason, parsed.calls) }])
   }
 
   usage(u: Usage): string | null {

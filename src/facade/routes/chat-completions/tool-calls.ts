@@ -1,0 +1,67 @@
+// Tool calls out of a chat answer's text: Hermes/Qwen's <tool_call>{"name": …, "arguments": {…}}</tool_call> blocks
+// (what the embedded model's template asks for, and what a required or named tool_choice makes the node write), and
+// Llama 3.x's bare {"name": …, "parameters": {…}} answer. Only calls to a function of the request's tools count;
+// anything else stays text. When streaming, text that may be the start of a call is held back until it is known.
+// Imports: shared (the tool shapes), store ids.
+import { randomBase62 } from '../../../store/ids.js'
+import { TOOL_CALL_CLOSE, TOOL_CALL_OPEN } from '../../../shared/tools.js'
+
+/** A call as OpenAI answers it: `arguments` is the JSON text of an object. */
+export interface ToolCall {
+  id: string
+  type: 'function'
+  function: { name: string; arguments: string }
+}
+
+/** The text around the calls (null when only whitespace), and the calls. */
+export interface ParsedAnswer {
+  content: string | null
+  calls: ToolCall[]
+}
+
+const BLOCK = new RegExp(`${TOOL_CALL_OPEN}\\s*([\\s\\S]*?)\\s*${TOOL_CALL_CLOSE.replace('/', '\\/')}`, 'g')
+const PYTHON_TAG = '<|python_tag|>'
+
+const callOf = (json: string, names: ReadonlySet<string>): ToolCall | null => {
+  try {
+    const v = JSON.parse(json) as { name?: unknown; arguments?: unknown; parameters?: unknown }
+    const args = v.arguments ?? v.parameters ?? {}
+    if (typeof v.name !== 'string' || !names.has(v.name) || typeof args !== 'object' || args === null || Array.isArray(args)) return null
+    return { id: `call_${randomBase62(24)}`, type: 'function', function: { name: v.name, arguments: JSON.stringify(args) } }
+  } catch {
+    return null
+  }
+}
+
+/** The calls in `text` to functions in `names` (at most one when `parallel` is false), and the text around them. */
+export function parseToolCalls(text: string, names: ReadonlySet<string>, parallel = true): ParsedAnswer {
+  const calls: ToolCall[] = []
+  const rest = text.replace(BLOCK, (whole, json: string) => {
+    const c = callOf(json, names)
+    if (!c) return whole
+    calls.push(c)
+    return ''
+  })
+  if (calls.length === 0) {
+    // Llama 3.x: the whole answer is one call.
+    const bare = text.trim().replace(PYTHON_TAG, '').trim()
+    const c = bare.startsWith('{') ? callOf(bare, names) : null
+    if (c) return { content: null, calls: [c] }
+  }
+  const content = rest.trim() === '' ? null : calls.length ? rest.trim() : rest
+  return { content, calls: parallel ? calls : calls.slice(0, 1) }
+}
+
+/**
+ * How much of a streamed answer's text can go out as content now: up to where a call may begin (a <tool_call>
+ * tag, or the start of a tag at the end of the text), nothing while the answer may be a bare JSON call.
+ */
+export function safeLength(text: string): number {
+  const lead = text.trimStart()
+  // It may still be a bare call: hold everything until a character says otherwise.
+  if (lead === '' || lead.startsWith('{') || lead.startsWith(PYTHON_TAG) || PYTHON_TAG.startsWith(lead)) return 0
+  const open = text.indexOf(TOOL_CALL_OPEN)
+  if (open >= 0) return open
+  for (let k = Math.min(TOOL_CALL_OPEN.length - 1, text.length); k > 0; k--) if (TOOL_CALL_OPEN.startsWith(text.slice(-k))) return text.length - k
+  return text.length
+}
