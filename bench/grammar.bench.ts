@@ -11,7 +11,7 @@ import { applyMask } from '../src/engine/generation/sampling.js'
 import type { SeqEvent } from '../src/engine/types.js'
 import { median, printSystem, systemInfo, writeReport } from './lib/report.js'
 
-/** A nested schema like the structured-output tests': objects, arrays, enums, bounded numbers. */
+/** The structured-output tests' nested schema: objects, arrays, enums, bounded numbers and integers, optional fields. */
 export const SCHEMA = {
   type: 'object',
   properties: {
@@ -20,9 +20,11 @@ export const SCHEMA = {
     score: { type: 'number', minimum: 0, maximum: 10 },
     kind: { enum: ['cat', 'dog', 'bird'] },
     tags: { type: 'array', items: { type: 'string', maxLength: 6 }, maxItems: 3 },
-    owner: { type: 'object', properties: { id: { type: 'integer' }, verified: { type: 'boolean' } }, required: ['id', 'verified'] },
+    owner: { type: 'object', properties: { id: { type: 'integer', minimum: 1, maximum: 99999 }, verified: { type: 'boolean' } }, required: ['id', 'verified'], additionalProperties: false },
+    nickname: { type: 'string', maxLength: 8 },
   },
   required: ['name', 'age', 'score', 'kind', 'tags', 'owner'],
+  additionalProperties: false,
 }
 
 export interface MaskCost {

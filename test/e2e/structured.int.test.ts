@@ -1,28 +1,14 @@
 // End to end, issue #14: structured outputs through the official `openai` client → the real facade → a real node on
 // the tiny default model (random weights: left free, it writes no JSON at all). response_format json_object and
 // json_schema constrain every token (xgrammar's mask per step), so every answer parses, and validates under the
-// schema (checked with ajv), streamed or not, at temperature 1 over 200 seeded samples.
+// schema (checked with ajv), streamed or not, at temperature 1 over 200 seeded samples. The nested schema is the one
+// bench/grammar.bench.ts times the mask on.
 import { Ajv } from 'ajv'
 import type OpenAI from 'openai'
 import { UnprocessableEntityError } from 'openai'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { apiError, MODEL, nodeCompletion, startStack, type Stack } from './stack.js'
-
-/** Nested: objects, arrays, enums, numbers and integers with bounds, booleans, required and optional fields. */
-const SCHEMA = {
-  type: 'object',
-  properties: {
-    name: { type: 'string', maxLength: 12 },
-    age: { type: 'integer', minimum: 0, maximum: 120 },
-    score: { type: 'number', minimum: 0, maximum: 10 },
-    kind: { enum: ['cat', 'dog', 'bird'] },
-    tags: { type: 'array', items: { type: 'string', maxLength: 6 }, maxItems: 3 },
-    owner: { type: 'object', properties: { id: { type: 'integer', minimum: 1, maximum: 99999 }, verified: { type: 'boolean' } }, required: ['id', 'verified'], additionalProperties: false },
-    nickname: { type: 'string', maxLength: 8 },
-  },
-  required: ['name', 'age', 'score', 'kind', 'tags', 'owner'],
-  additionalProperties: false,
-} as const
+import { SCHEMA } from '../../bench/grammar.bench.js'
 
 const jsonSchema = (schema: object = SCHEMA): OpenAI.ResponseFormatJSONSchema => ({ type: 'json_schema', json_schema: { name: 'pet', schema: schema as Record<string, unknown>, strict: true } })
 
