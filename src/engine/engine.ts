@@ -10,7 +10,7 @@ import { Sequence, type SeqSink } from './scheduler/sequence.js'
 import { validateSampling } from './generation/params.js'
 import { SamplerScratch } from './generation/sampling.js'
 import { Grammars } from './generation/grammar.js'
-import { requiredTools } from '../shared/tools.js'
+import { requiredTools, toolConstraint } from '../shared/tools.js'
 import type { StructuredOutput } from '../shared/sampling.js'
 import { checkOnePrompt } from '../shared/prompt-input.js'
 import { checkModel } from '../shared/model.js'
@@ -41,8 +41,8 @@ export function batcherOptions(opts: Partial<BatcherOptions>): BatcherOptions {
 }
 
 /**
- * A required or named tool_choice as a grammar: the output is one call to one of those functions, its arguments
- * valid under the function's parameters. Null when the request leaves calling to the model (auto, none).
+ * A request's tools as a grammar (toolConstraint): one call for a required or named tool_choice, free text whose
+ * calls are held to the parameters for strict tools under auto. Null when nothing constrains the output.
  */
 function toolCallFormat(req: EngineRequest): StructuredOutput | null {
   const tools = requiredTools(req.tools, req.tool_choice)
@@ -50,9 +50,10 @@ function toolCallFormat(req: EngineRequest): StructuredOutput | null {
     throw new OnnxdError('invalid_value', `\`tool_choice\` names the function '${req.tool_choice.function.name.slice(0, 64)}', which is not in \`tools\``, { param: 'tool_choice' })
   }
   if (req.tool_choice === 'required' && !req.tools?.length) throw new OnnxdError('invalid_value', '`tool_choice` required needs `tools`', { param: 'tool_choice' })
-  if (tools.length === 0) return null
-  if (req.response_format && req.response_format.type !== 'text') throw new OnnxdError('invalid_value', '`response_format` cannot be combined with a required tool call', { param: 'response_format' })
-  return { type: 'tool_call', functions: tools.map((t) => ({ name: t.function.name, parameters: t.function.parameters ?? null })) }
+  const c = toolConstraint(req.tools, req.tool_choice)
+  if (!c) return null
+  if (req.response_format && req.response_format.type !== 'text') throw new OnnxdError('invalid_value', '`response_format` cannot be combined with constrained tool calls', { param: 'response_format' })
+  return { type: 'tool_call', ...c }
 }
 
 export class Engine {

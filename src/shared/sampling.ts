@@ -48,8 +48,12 @@ const NO_IDS: readonly number[] = Object.freeze([])
 export type StructuredOutput =
   | { type: 'json_object' }
   | { type: 'json_schema'; schema: Record<string, unknown> }
-  /** One tool call, <tool_call>{"name": …, "arguments": …}</tool_call>, to one of these functions (tool_choice). */
-  | { type: 'tool_call'; functions: { name: string; parameters: Record<string, unknown> | null }[] }
+  /**
+   * Tool calls <tool_call>{"name": …, "arguments": …}</tool_call> to these functions, arguments valid under their
+   * parameters (any object when null): `required`, the output is one call; `auto`, free text in which every call
+   * that begins is held to them (strict tools with tool_choice auto).
+   */
+  | { type: 'tool_call'; mode: 'required' | 'auto'; functions: { name: string; parameters: Record<string, unknown> | null }[] }
 const NO_BIAS: readonly (readonly [number, number])[] = Object.freeze([])
 /** OpenAI's limit on top_logprobs. */
 export const MAX_TOP_LOGPROBS = 20

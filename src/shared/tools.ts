@@ -38,6 +38,18 @@ export type ToolChoice = Static<typeof ToolChoice>
 export const TOOL_CALL_OPEN = '<tool_call>'
 export const TOOL_CALL_CLOSE = '</tool_call>'
 
+/**
+ * How a request's tools constrain its output: a required or named tool_choice, one call to those functions; auto
+ * with a strict tool, free text whose calls are held to their parameters (a strict tool's; any object for the
+ * others); otherwise nothing. Null: unconstrained.
+ */
+export function toolConstraint(tools: readonly FunctionTool[] | undefined, choice: ToolChoice | undefined): { mode: 'required' | 'auto'; functions: { name: string; parameters: Record<string, unknown> | null }[] } | null {
+  const required = requiredTools(tools, choice)
+  if (required.length) return { mode: 'required', functions: required.map((t) => ({ name: t.function.name, parameters: t.function.parameters ?? null })) }
+  if (!tools?.length || choice === 'none' || !tools.some((t) => t.function.strict === true)) return null
+  return { mode: 'auto', functions: tools.map((t) => ({ name: t.function.name, parameters: t.function.strict === true ? (t.function.parameters ?? null) : null })) }
+}
+
 /** The tools a tool_choice makes the model call one of: all (required), the named one, or none (none, auto). */
 export function requiredTools(tools: readonly FunctionTool[] | undefined, choice: ToolChoice | undefined): FunctionTool[] {
   if (!tools?.length || choice === undefined || choice === 'none' || choice === 'auto') return []

@@ -72,6 +72,26 @@ describe('logprobs and logit_bias on the tiny default model', () => {
     expect(lp.text_offset).toEqual(lp.tokens!.map((_, i) => lp.tokens!.slice(0, i).join('').length))
   })
 
+  it('/v1/completions streamed: each chunk carries its tokens’ logprobs, offsets running on; together the JSON answer’s', async () => {
+    const req = { model: MODEL, prompt: 'The sea is', max_tokens: 6, temperature: 0, logprobs: 3 }
+    const json = (await client.completions.create(req)).choices[0]!.logprobs!
+    const got = { tokens: [] as string[], offsets: [] as number[], top: 0 }
+    let text = ''
+    for await (const c of await client.completions.create({ ...req, stream: true })) {
+      const ch = c.choices[0]
+      if (!ch) continue
+      text += ch.text
+      if (!ch.logprobs) continue
+      got.tokens.push(...ch.logprobs.tokens!)
+      got.offsets.push(...ch.logprobs.text_offset!)
+      got.top += ch.logprobs.top_logprobs!.length
+    }
+    expect(got.tokens).toEqual(json.tokens)
+    expect(got.offsets).toEqual(json.text_offset)
+    expect(got.top).toBe(json.tokens!.length)
+    expect(got.tokens.join('')).toBe(text)
+  })
+
   it('chat: logprobs with top_logprobs in JSON and in the stream are the same entries, the stream one per token', async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'Tell me about the sea.' }]
     const r = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3 })

@@ -112,9 +112,19 @@ describe('tool calls on the tiny default model', () => {
     expect(text).toBe(r.choices[0]!.message.content)
   })
 
+  it('auto with a strict tool: text stays the model’s own text (the grammar holds only calls), and any call is valid', async () => {
+    const strict = await client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER], tool_choice: 'auto', temperature: 0, max_tokens: 24 })
+    const free = await client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER], tool_choice: 'none', temperature: 0, max_tokens: 24 })
+    expect(strict.choices[0]!.message.content).toBe(free.choices[0]!.message.content)
+    const sampled = await client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER], temperature: 1, seed: 3, n: 8, max_tokens: 60 })
+    for (const c of sampled.choices) {
+      expect(['stop', 'length', 'tool_calls']).toContain(c.finish_reason)
+      for (const t of c.message.tool_calls ?? []) expect(valid.get_weather(JSON.parse((t as OpenAI.ChatCompletionMessageFunctionToolCall).function.arguments))).toBe(true)
+    }
+  })
+
   it('refuses what it cannot honour with a 422 naming the field', async () => {
     const cases: [() => Promise<unknown>, RegExp][] = [
-      [() => client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER], tool_choice: 'auto' }), /Unsupported parameter 'tools\[0\]\.function\.strict'/],
       [() => client.chat.completions.create({ model: MODEL, messages, tools: [TIME], tool_choice: { type: 'function', function: { name: 'nope' } } }), /the function 'nope' is not in 'tools'/],
       [() => client.chat.completions.create({ model: MODEL, messages, tool_choice: 'required' }), /'required' needs 'tools'/],
       [

@@ -69,12 +69,18 @@ export class Grammars {
    * spaces). A schema with a constraint it cannot enforce is a 422 naming it (json-schema-grammar.ts).
    */
   async matcher(spec: StructuredOutput): Promise<TokenMask> {
-    const ebnf = spec.type === 'json_object' ? JSON_OBJECT_GRAMMAR : spec.type === 'json_schema' ? jsonSchemaGrammar(spec.schema) : toolCallGrammar(spec.functions)
-    const key = ebnf
+    const ebnf = spec.type === 'json_object' ? JSON_OBJECT_GRAMMAR : spec.type === 'json_schema' ? jsonSchemaGrammar(spec.schema) : toolCallGrammar(spec.functions, spec.mode === 'required')
+    // Auto: free text, in which whatever follows the call tag is one call (xgrammar's triggered tags).
+    const auto = spec.type === 'tool_call' && spec.mode === 'auto'
+    const key = `${auto ? 'auto:' : ''}${ebnf}`
     let g = this.compiled.get(key)
     if (g) this.compiled.delete(key)
     else {
-      g = this.compilerOf().then((c) => c.compileGrammar(ebnf, 'root'))
+      g = this.compilerOf().then((c) =>
+        auto
+          ? c.compileStructuralTag({ type: 'structural_tag', format: { type: 'triggered_tags', triggers: [TOOL_CALL_OPEN], tags: [{ type: 'tag', begin: `${TOOL_CALL_OPEN}\n`, content: { type: 'grammar', grammar: ebnf }, end: `\n${TOOL_CALL_CLOSE}` }] } })
+          : c.compileGrammar(ebnf, 'root'),
+      )
       g.catch(() => this.compiled.delete(key))
     }
     this.compiled.set(key, g)
@@ -91,17 +97,21 @@ export class Grammars {
       throw new OnnxdError('invalid_value', `\`${what}\` cannot be compiled into a grammar: ${String((e as Error).message ?? e).slice(0, 200)}`, { param: what })
     }
     const xg = await xgrammar()
-    // It ends when the value is complete (no stop token needed): the sequence then finishes with "stop".
-    return new TokenMask(await xg.GrammarMatcher.createGrammarMatcher(compiled, undefined, true))
+    // A JSON value or a required call ends when it is complete (no stop token needed): the sequence then finishes
+    // with "stop". Free text (auto) ends as text does, with the model's end-of-sequence token.
+    return new TokenMask(await xg.GrammarMatcher.createGrammarMatcher(compiled, undefined, !auto))
   }
 }
 
-/** One Hermes-style call to one of `functions`: its name, and arguments valid under its parameters (any object without). */
-function toolCallGrammar(functions: { name: string; parameters: Record<string, unknown> | null }[]): string {
+/**
+ * A call's JSON to one of `functions`: its name, and arguments valid under its parameters (any object without);
+ * `tagged`, inside Hermes's <tool_call> tags.
+ */
+function toolCallGrammar(functions: { name: string; parameters: Record<string, unknown> | null }[], tagged: boolean): string {
   const schema = {
     anyOf: functions.map((f) => ({ type: 'object', properties: { name: { const: f.name }, arguments: f.parameters ?? { type: 'object' } }, required: ['name', 'arguments'] })),
   }
-  return jsonSchemaGrammar(schema, [`${TOOL_CALL_OPEN}\n`, `\n${TOOL_CALL_CLOSE}`], 'tools[].function.parameters')
+  return jsonSchemaGrammar(schema, tagged ? [`${TOOL_CALL_OPEN}\n`, `\n${TOOL_CALL_CLOSE}`] : undefined, 'tools[].function.parameters')
 }
 
 /** One sequence's walk through its grammar. */

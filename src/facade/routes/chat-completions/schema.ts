@@ -118,7 +118,7 @@ function checkMessages(messages: unknown): void {
   })
 }
 
-/** tool_choice against tools: a named function must be one of them; strict tools need the output constrained. */
+/** tool_choice against tools: a named or required choice needs them, a named function must be one of them. */
 function checkTools(p: ChatParams): void {
   const names = new Set((p.tools ?? []).map((t) => t.function.name))
   const choice = p.tool_choice
@@ -127,10 +127,6 @@ function checkTools(p: ChatParams): void {
   }
   if (typeof choice === 'object' && !names.has(choice.function.name)) {
     throw new OnnxdError('invalid_value', `Invalid value for 'tool_choice': the function '${clip(choice.function.name)}' is not in 'tools'`)
-  }
-  const strict = (p.tools ?? []).findIndex((t) => t.function.strict === true)
-  if (strict >= 0 && (choice === undefined || choice === 'auto')) {
-    throw unsupported(`tools[${strict}].function.strict`, "strict arguments are enforced only when the call is required (tool_choice 'required' or a named function); with 'auto' the model may answer in text")
   }
 }
 
