@@ -21,6 +21,8 @@ export interface PoolOptions extends Partial<BatcherOptions> {
   modelDir: string
   modelId?: string
   dtype?: Dtype
+  /** A chat template (its text) in place of the bundle's. */
+  chatTemplate?: string
   provider?: Provider
   deviceId?: number
   allowCpuFallback?: boolean

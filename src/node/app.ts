@@ -79,7 +79,7 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
     control: state,
     fallback: { model, provider: opts.provider },
     logLevel: probeLogLevel,
-    chatTemplate: () => bundleHasChatTemplate(modelDir),
+    chatTemplate: () => (opts.chatTemplate !== undefined ? true : bundleHasChatTemplate(modelDir)),
   })
   registerMetricsRoute(app, metrics, probeLogLevel)
   registerCompletionRoutes(app, { engine, state, metrics })

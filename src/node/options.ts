@@ -2,6 +2,8 @@
 // (ONNXD_*) and command-line flags (flags win) by the shared loader; plus their mapping onto the engine's PoolOptions.
 // Imports: shared options and config file, engine types, typebox.
 import { totalmem } from 'node:os'
+import { readFileSync } from 'node:fs'
+import { OnnxdError } from '../shared/errors.js'
 import { Type, type Static } from '@sinclair/typebox'
 import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
 import { flagInput, loadOptions, optionFlags, optionName, type Env, type OptionsSpec } from '../shared/options.js'
@@ -22,6 +24,8 @@ export const NodeOptions = Type.Object(
     modelId: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
     /** Which ONNX variant of the bundle to load (`onnx/model_<dtype>.onnx`); absent: the bundle's default. */
     dtype: Type.Optional(Type.Union(DTYPES.map((d) => Type.Literal(d)))),
+    /** A Jinja chat template file used in place of the bundle's (vLLM's --chat-template), e.g. one that renders tools. */
+    chatTemplate: Type.Optional(Type.String({ minLength: 1 })),
     provider: Type.Union(
       PROVIDERS.map((p) => Type.Literal(p)),
       { default: 'cpu' },
@@ -72,6 +76,7 @@ export const NODE_ENV: Record<Field, string> = {
   model: 'ONNXD_MODEL',
   modelId: 'ONNXD_MODEL_ID',
   dtype: 'ONNXD_DTYPE',
+  chatTemplate: 'ONNXD_CHAT_TEMPLATE',
   provider: 'ONNXD_PROVIDER',
   deviceId: 'ONNXD_DEVICE_ID',
   allowCpuFallback: 'ONNXD_ALLOW_CPU_FALLBACK',
@@ -146,6 +151,15 @@ export function servedModelId(opts: Pick<NodeOptions, 'model' | 'modelId'>): str
   return modelIdFor(opts.model, opts.modelId)
 }
 
+/** The text of a --chat-template file; a config error naming the file when it cannot be read. */
+export function readChatTemplate(path: string): string {
+  try {
+    return readFileSync(path, 'utf8')
+  } catch (e) {
+    throw new OnnxdError('config', `--chat-template ${path}: cannot read it (${(e as Error).message})`)
+  }
+}
+
 /** The engine pool's options for these node options. */
 export function toPoolOptions(opts: NodeOptions): PoolOptions {
   const pool: PoolOptions = {
@@ -168,5 +182,6 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
     tokenizerThreads: opts.tokenizerThreads,
   }
   if (opts.dtype !== undefined) pool.dtype = opts.dtype
+  if (opts.chatTemplate !== undefined) pool.chatTemplate = readChatTemplate(opts.chatTemplate)
   return pool
 }

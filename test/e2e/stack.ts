@@ -7,6 +7,7 @@ import { Agent, fetch as undiciFetch, type RequestInit as UndiciInit } from 'und
 import { createEnginePool } from '../../src/engine/pool/pool.js'
 import type { EngineClient, FinishObservation } from '../../src/engine/index.js'
 import { buildNode } from '../../src/node/app.js'
+import { readChatTemplate } from '../../src/node/options.js'
 import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
 import { facadeFixture, type FacadeFixture } from '../helpers/facade.js'
 import { defaultModelDir } from '../helpers/fixtures.js'
@@ -20,6 +21,8 @@ export const HEALTH_INTERVAL_MS = 200
 export interface Bundle {
   modelDir?: string
   modelId?: string
+  /** A chat template file served in place of the bundle's (--chat-template). */
+  chatTemplateFile?: string
 }
 
 export interface RealNode {
@@ -43,7 +46,7 @@ export async function startRealNode(o: { port?: number; ready?: boolean } & Bund
   const modelId = o.modelId ?? MODEL
   const metrics = createMetrics(createRegistry(), modelId, 'cpu')
   const engine = createEnginePool(
-    { modelDir, modelId, workers: 1, intraOpThreads: 1 },
+    { modelDir, modelId, workers: 1, intraOpThreads: 1, ...(o.chatTemplateFile ? { chatTemplate: readChatTemplate(o.chatTemplateFile) } : {}) },
     {
       ...metrics.observer,
       onFinish: (f) => {
@@ -52,7 +55,7 @@ export async function startRealNode(o: { port?: number; ready?: boolean } & Bund
       },
     },
   )
-  const app = buildNode(testOptions({ model: modelDir, modelId }), { engine, metrics, modelDir })
+  const app = buildNode(testOptions({ model: modelDir, modelId, ...(o.chatTemplateFile ? { chatTemplate: o.chatTemplateFile } : {}) }), { engine, metrics, modelDir })
   try {
     await app.listen({ port: o.port ?? 0, host: '127.0.0.1' })
   } catch (e) {

@@ -9,6 +9,10 @@ import { UnprocessableEntityError } from 'openai'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fixture, haveFixtures } from '../helpers/fixtures.js'
 import { apiError, MODEL, nodeCompletion, startStack, type Stack } from './stack.js'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { CHAT_TEMPLATE } from '../../src/builder/tokenizer.js'
 
 const WEATHER: OpenAI.ChatCompletionTool = {
   type: 'function',
@@ -24,18 +28,18 @@ const TIME: OpenAI.ChatCompletionTool = {
   function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string', maxLength: 10 } }, required: ['zone'], additionalProperties: false } },
 }
 
+const ajv = new Ajv({ strict: false })
+const valid = { get_weather: ajv.compile(WEATHER.function.parameters!), get_time: ajv.compile(TIME.function.parameters!) }
+const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'What is the weather in Paris?' }]
+
 describe('tool calls on the tiny default model', () => {
   let s: Stack
   let client: OpenAI
-  const ajv = new Ajv({ strict: false })
-  const valid = { get_weather: ajv.compile(WEATHER.function.parameters!), get_time: ajv.compile(TIME.function.parameters!) }
   beforeAll(async () => {
     s = await startStack()
     client = s.client()
   })
   afterAll(() => s?.close())
-
-  const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'What is the weather in Paris?' }]
 
   it("tool_choice 'required': every sampled answer is one call to a listed function, its arguments valid, finish_reason tool_calls", async () => {
     for (let seed = 0; seed < 5; seed++) {
@@ -145,16 +149,42 @@ describe('tool calls on the tiny default model', () => {
   })
 })
 
-describe.skipIf(!haveFixtures)('tools on a model whose chat template has none', () => {
+describe.skipIf(!haveFixtures)('tools on a fixture model (tiny-random-LlamaForCausalLM-fp16)', () => {
   let s: Stack
+  let withTools: Stack
+  let dir: string
+  const FIXTURE = 'tiny-random-LlamaForCausalLM-fp16'
   beforeAll(async () => {
-    s = await startStack({ modelDir: fixture('tiny-random-LlamaForCausalLM-fp16'), modelId: 'llama' })
+    dir = mkdtempSync(join(tmpdir(), 'onnxd-template-'))
+    // The builder's template, which renders tools Hermes style, served in place of the fixture's (--chat-template).
+    writeFileSync(join(dir, 'hermes.jinja'), CHAT_TEMPLATE)
+    s = await startStack({ modelDir: fixture(FIXTURE), modelId: 'llama' })
+    withTools = await startStack({ modelDir: fixture(FIXTURE), modelId: 'llama', chatTemplateFile: join(dir, 'hermes.jinja') })
   })
-  afterAll(() => s?.close())
+  afterAll(async () => {
+    await s?.close()
+    await withTools?.close()
+    rmSync(dir, { recursive: true, force: true })
+  })
 
-  it('is a 422 saying the template cannot render tools', async () => {
+  it('its own template has no tools: a 422 saying the template cannot render them', async () => {
     const r = await nodeCompletion(s.node, { model: 'llama', messages: [{ role: 'user', content: 'hi' }], tools: [TIME] })
     expect(r.status).toBe(422)
     expect(JSON.stringify(r.body)).toMatch(/chat template does not render tools/)
+  })
+
+  it('with a template that renders tools: the parsed calls are the calls in the text the node generated', async () => {
+    const client = withTools.client()
+    const req = { model: 'llama', messages, tools: [WEATHER, TIME], temperature: 1, max_tokens: 120 }
+    for (const seed of [1, 2, 3]) {
+      const r = await client.chat.completions.create({ ...req, tool_choice: 'required', seed })
+      const direct = (await nodeCompletion(withTools.node, { ...req, tool_choice: 'required', seed })).body as { text: string }
+      const inText = [...direct.text.matchAll(/<tool_call>\n(.*?)\n<\/tool_call>/gs)].map((m) => JSON.parse(m[1]!) as { name: string; arguments: unknown })
+      expect(inText.length).toBe(1)
+      const calls = r.choices[0]!.message.tool_calls!.map((c) => c as OpenAI.ChatCompletionMessageFunctionToolCall)
+      expect(calls.map((c) => ({ name: c.function.name, arguments: JSON.parse(c.function.arguments) as unknown }))).toEqual(inText)
+      expect(valid[calls[0]!.function.name as keyof typeof valid](JSON.parse(calls[0]!.function.arguments))).toBe(true)
+    }
+    expect(((await (await fetch(`${withTools.node.url}/health`)).json()) as { chat_template: boolean }).chat_template).toBe(true)
   })
 })

@@ -69,15 +69,17 @@ function graphMentions(path: string, needle: string): boolean {
 export interface BundleOptions {
   id?: string
   dtype?: Dtype
+  /** A chat template used in place of the bundle's (the text of a Jinja template). */
+  chatTemplate?: string
 }
 
 /** A bundle's tokenizer.json, tokenizer_config.json and chat template, without touching its ONNX files. */
-export function readTokenizerFiles(dir: string): Pick<Bundle, 'tokenizer' | 'chatTemplate'> {
+export function readTokenizerFiles(dir: string, chatTemplate?: string): Pick<Bundle, 'tokenizer' | 'chatTemplate'> {
   const json = readJson(join(dir, 'tokenizer.json'), false)
   const config = json ? (readJson(join(dir, 'tokenizer_config.json'), false) ?? {}) : null
   return {
     tokenizer: json && config ? { json, config } : null,
-    chatTemplate: typeof config?.chat_template === 'string' ? config.chat_template : null,
+    chatTemplate: chatTemplate ?? (typeof config?.chat_template === 'string' ? config.chat_template : null),
   }
 }
 
@@ -122,7 +124,7 @@ export function readBundle(dir: string, opts: BundleOptions = {}): Bundle {
   }
   if (!existsSync(onnxPath)) fail(`${onnxPath}: file not found`)
 
-  const { tokenizer, chatTemplate } = readTokenizerFiles(dir)
+  const { tokenizer, chatTemplate } = readTokenizerFiles(dir, opts.chatTemplate)
   const tokMax = tokenizer?.config.model_max_length
   contextLength ??= typeof tokMax === 'number' && tokMax < 1e9 ? tokMax : undefined
   if (!contextLength) fail(`${layout === 'hf' ? hfConfigPath : genaiPath}: no context length (max_position_embeddings or context_length)`)

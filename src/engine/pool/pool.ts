@@ -89,6 +89,7 @@ export class EnginePool implements EngineClient {
       modelDir: opts.modelDir,
       id: opts.modelId,
       dtype: opts.dtype,
+      chatTemplate: opts.chatTemplate,
       provider: opts.provider,
       deviceId: opts.deviceId,
       allowCpuFallback: opts.allowCpuFallback,
@@ -130,7 +131,7 @@ export class EnginePool implements EngineClient {
     this.piscina.on('error', (e: Error) => {
       if (!this.info) this.failLoad(e)
     })
-    const tokData: TokenizerWorkerData = { modelDir: this.opts.modelDir, modelId: this.opts.modelId }
+    const tokData: TokenizerWorkerData = { modelDir: this.opts.modelDir, modelId: this.opts.modelId, chatTemplate: this.opts.chatTemplate }
     const tokEntry = workerEntry('tokenizer-worker')
     const tokThreads = Math.max(1, this.opts.tokenizerThreads ?? 1)
     this.tokenizers = new Piscina<TokenizeTask, TokenizeReply>({

@@ -20,6 +20,8 @@ export interface WorkerData {
 export interface TokenizerWorkerData {
   modelDir: string
   modelId?: string
+  /** A chat template in place of the bundle's. */
+  chatTemplate?: string
 }
 
 /** A tokenizer-thread task: what bounds a prompt's size, or a text prompt to tokenize. */

@@ -12,7 +12,7 @@ import type { TokenizeReply, TokenizeTask, TokenizerWorkerData } from '../pool/p
 const data = workerData as TokenizerWorkerData
 
 function init(): (t: TokenizeTask) => TokenizeReply {
-  const files = readTokenizerFiles(data.modelDir)
+  const files = readTokenizerFiles(data.modelDir, data.chatTemplate)
   const tok = files.tokenizer ? new TextTokenizer(files.tokenizer.json, files.tokenizer.config, files.chatTemplate) : null
   const modelId = modelIdFor(data.modelDir, data.modelId)
   return (t) => {
