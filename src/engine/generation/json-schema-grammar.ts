@@ -34,6 +34,9 @@ export const JSON_OBJECT_GRAMMAR = `root ::= json_object\n${BASE}`
 
 const literal = (text: string): string => JSON.stringify(text)
 
+/** Schemas nested deeper than this are refused (each level is a stack frame here, and a rule in the grammar). */
+const MAX_DEPTH = 64
+
 /** Fraction digits of a bounded number at most: a model cannot write digits forever. */
 const FRACTION_DIGITS = 6
 
@@ -113,7 +116,18 @@ class Converter {
     return `root ::= ${root}\n${this.rules.join('\n')}\n${BASE}`
   }
 
+  private depth = 0
+
   private value(s: Schema, path: string): string {
+    if (++this.depth > MAX_DEPTH) throw this.fail(path, `a schema nested more than ${MAX_DEPTH} levels deep`)
+    try {
+      return this.valueAt(s, path)
+    } finally {
+      this.depth--
+    }
+  }
+
+  private valueAt(s: Schema, path: string): string {
     if (s === true) return 'json_value'
     if (s === false || typeof s !== 'object' || s === null || Array.isArray(s)) throw this.fail(path, 'a schema that allows nothing (or is not an object)')
     for (const k of Object.keys(s)) if (!HANDLED.has(k) && !ANNOTATIONS.has(k)) throw this.fail(`${path}.${k}`, `the keyword '${k}'`)

@@ -46,6 +46,10 @@ describe('jsonSchemaGrammar', () => {
     expect(refused({ $ref: 'http://example.com/s.json' })).toMatch(/\$ref other than #\/\$defs\/NAME/)
     expect(refused({ type: 'object', properties: {}, required: ['a'] })).toMatch(/required property 'a' without a schema/)
     expect(refused({ type: 'array', minItems: 3, maxItems: 2 })).toMatch(/maxItems below minItems/)
+    // A hostile depth is a 422, not a stack overflow.
+    let deep: Record<string, unknown> = { type: 'integer' }
+    for (let i = 0; i < 100_000; i++) deep = { type: 'array', items: deep }
+    expect(refused(deep)).toMatch(/nested more than 64 levels deep/)
   })
 
   it('takes local $defs (recursive ones too), anyOf, nullable types, enums and annotations', () => {
