@@ -64,6 +64,8 @@ export const CompletionResponse = Type.Object({
   output_ids: Type.Optional(Type.Array(Type.Integer())),
   /** With `logprobs`: one entry per generated token, in order. */
   logprobs: Type.Optional(Type.Array(TokenLogprob)),
+  /** What the tokens depend on besides the request (model, runtime, provider): with the same fingerprint and seed, the same tokens. */
+  system_fingerprint: Type.Optional(Type.String()),
 })
 export type CompletionResponse = Static<typeof CompletionResponse>
 
@@ -74,6 +76,6 @@ export type CompletionResponse = Static<typeof CompletionResponse>
 export type StreamEvent =
   /** A delta. `usage` is the running count, so a stream cut short can still be billed for its prompt. */
   | { id: string; text: string; ids?: number[]; logprobs?: TokenLogprob[]; usage?: Usage }
-  | { id: string; text: ''; finish_reason: FinishReason; usage: Usage; timings: Timings }
+  | { id: string; text: ''; finish_reason: FinishReason; usage: Usage; timings: Timings; system_fingerprint?: string }
   /** An error after the stream began; `usage` counts what was produced before it (billing a stream that ends early). */
   | { error: { message: string; type: string; code: number }; usage?: Usage }

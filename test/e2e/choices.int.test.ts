@@ -38,7 +38,9 @@ describe('n choices on the tiny default model', () => {
     const text = ['', '']
     const finish: (string | null)[] = [null, null]
     let usage: OpenAI.CompletionUsage | undefined
+    const fingerprints = new Set<string>()
     for await (const c of await client.chat.completions.create({ model: MODEL, messages, n: 2, max_tokens: 6, temperature: 1, seed: 3, stream: true, stream_options: { include_usage: true } })) {
+      if (c.system_fingerprint) fingerprints.add(c.system_fingerprint)
       for (const ch of c.choices) {
         text[ch.index] += ch.delta.content ?? ''
         finish[ch.index] = ch.finish_reason ?? finish[ch.index]!
@@ -47,6 +49,9 @@ describe('n choices on the tiny default model', () => {
     }
     expect(text).toEqual(json.choices.map((c) => c.message.content))
     expect(finish).toEqual(json.choices.map((c) => c.finish_reason))
+    // The node's fingerprint: the same seed on the same fingerprint gave the same tokens, JSON and streamed.
+    expect(json.system_fingerprint).toMatch(/^fp_[0-9a-f]{10}$/)
+    expect(fingerprints).toEqual(new Set([json.system_fingerprint]))
     expect(usage).toMatchObject({ prompt_tokens: json.usage!.prompt_tokens, completion_tokens: json.usage!.completion_tokens })
   })
 

@@ -31,6 +31,7 @@ describe('POST /internal/v1/completions (JSON)', () => {
       usage: { prompt_tokens: 4, completion_tokens: 3 },
       timings: { queue_ms: 1, ttft_ms: 5, total_ms: 20 },
       output_ids: [7, 8, 9],
+      system_fingerprint: expect.stringMatching(/^fp_[0-9a-f]{10}$/),
     })
     expect(node.engine.submissions[0]?.req).toMatchObject({ request_id: 'req-1', model: 'onnxd-tiny', max_tokens: 8 })
   })

@@ -39,7 +39,7 @@ describe('POST /internal/v1/completions (stream: true)', () => {
     expect(frames.slice(0, -1).map((f) => JSON.parse(f) as unknown)).toEqual([
       { id: 'sse-1', text: 'Hel', ids: [7], usage: { prompt_tokens: 4, completion_tokens: 1 } },
       { id: 'sse-1', text: 'lo', ids: [8], usage: { prompt_tokens: 4, completion_tokens: 2 } },
-      { id: 'sse-1', text: '', finish_reason: 'length', usage: { prompt_tokens: 4, completion_tokens: 2 }, timings: { queue_ms: 1, ttft_ms: 5, total_ms: 20 } },
+      { id: 'sse-1', text: '', finish_reason: 'length', usage: { prompt_tokens: 4, completion_tokens: 2 }, timings: { queue_ms: 1, ttft_ms: 5, total_ms: 20 }, system_fingerprint: expect.stringMatching(/^fp_[0-9a-f]{10}$/) },
     ])
   })
 

@@ -42,7 +42,8 @@ export interface ChunkFormat {
   start(index: number): string[]
   /** A delta: its text, and with logprobs one entry per token it carries. */
   content(index: number, text: string, logprobs?: TokenLogprob[]): string
-  finish(index: number, reason: FinishReason): string
+  /** `fingerprint`: the node's system_fingerprint, from its final event. */
+  finish(index: number, reason: FinishReason, fingerprint?: string): string
   /** The usage frame (with `stream_options.include_usage`), else null. */
   usage(u: Usage): string | null
 }
@@ -218,7 +219,7 @@ async function streamCompletion(
     return
   }
   if (failure === null && choices.every((c) => c.final !== null)) {
-    for (const [i, c] of choices.entries()) await sse.write(out.finish(i, c.final!.finish_reason))
+    for (const [i, c] of choices.entries()) await sse.write(out.finish(i, c.final!.finish_reason, c.final!.system_fingerprint))
     const cached = choices.reduce((n, c) => n + (c.final!.usage.prompt_tokens_details?.cached_tokens ?? 0), 0)
     const usage = out.usage({ prompt_tokens: promptTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cached } })
     if (usage !== null) await sse.write(usage)

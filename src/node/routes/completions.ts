@@ -1,6 +1,6 @@
 // POST /internal/v1/completions: admits a request into the engine, answers JSON or an SSE stream, cancels the
 // sequence the moment its client disconnects. Imports: engine types, contract, shared errors, node internals.
-import { randomUUID } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { COMPLETIONS_PATH, CompletionRequest, CompletionResponse, type StreamEvent, type TokenLogprob, type Usage } from '../../contract/completions.js'
@@ -33,6 +33,15 @@ function checkServedModel(engine: EngineClient, model: string): void {
     return // the engine will answer for itself
   }
   if (served) checkModel(model, served)
+}
+
+/**
+ * The node's system_fingerprint (OpenAI's field): a hash of what its tokens depend on besides the request (the model
+ * served, the step runtime, the provider). The same fingerprint and seed give the same tokens.
+ */
+function fingerprintOf(engine: EngineClient): string {
+  const h = engine.health()
+  return `fp_${createHash('sha256').update(JSON.stringify([h.model, h.runtime ?? 'js', h.provider])).digest('hex').slice(0, 10)}`
 }
 
 export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionRouteDeps): void {
@@ -88,7 +97,7 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
         const pending = first.type === 'accepted' ? null : first // the pool sends `accepted` first; tolerate it not
         const promptTokens = first.type === 'accepted' ? first.promptTokens : 0
         if (body.stream === true) {
-          return await streamSse(reply, seq, pending, { requestId, promptTokens, log, metrics, signal: stop.signal })
+          return await streamSse(reply, seq, pending, { requestId, promptTokens, log, metrics, signal: stop.signal, fingerprint: fingerprintOf(engine) })
         }
         // Token events are deltas, and so is `done`: it carries what was not yet sent (the last sampled token,
         // text the detokenizer or the stop matcher held back). The answer is their concatenation.
@@ -118,6 +127,7 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
           timings: e.timings,
           output_ids: ids,
           ...(body.logprobs === true ? { logprobs } : {}),
+          system_fingerprint: fingerprintOf(engine),
         }
         return reply.code(200).send(res)
       } finally {
@@ -138,6 +148,7 @@ function abandon(reply: FastifyReply, log: FastifyRequest['log'], metrics: NodeM
 }
 
 interface StreamCtx {
+  fingerprint: string
   requestId: string
   promptTokens: number
   log: FastifyRequest['log']
@@ -171,7 +182,7 @@ async function streamSse(
     } else if (e.type === 'done') {
       // `done` is the last delta: the last sampled token, and text the detokenizer or stop matcher held back.
       if (e.text !== '' || e.ids.length > 0) await sse.data(JSON.stringify({ id, text: e.text, ids: e.ids, ...(e.logprobs ? { logprobs: e.logprobs } : {}), usage: e.usage } satisfies StreamEvent))
-      const last: StreamEvent = { id, text: '', finish_reason: e.finishReason, usage: e.usage, timings: e.timings }
+      const last: StreamEvent = { id, text: '', finish_reason: e.finishReason, usage: e.usage, timings: e.timings, system_fingerprint: ctx.fingerprint }
       void sse.data(JSON.stringify(last))
       log.info({ prompt_tokens: e.usage.prompt_tokens, completion_tokens: e.usage.completion_tokens, finish_reason: e.finishReason }, 'completion finished')
       break

@@ -171,5 +171,7 @@ export const ChatCompletionSchema = Type.Object({
     }),
   ),
   usage: OpenAiUsage,
+  /** The node's: with the same fingerprint and seed, the same tokens. */
+  system_fingerprint: Type.Optional(Type.String()),
 })
 export type ChatCompletion = Static<typeof ChatCompletionSchema>

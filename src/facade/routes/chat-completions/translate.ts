@@ -69,6 +69,7 @@ export function toChatCompletion(id: string, created: number, model: string, rs:
       return { index, message, finish_reason: finishWith(r.finish_reason, parsed?.calls ?? []), logprobs: chatLogprobs(r.logprobs) }
     }),
     usage: openAiUsage(sumUsage(rs.map((r) => r.usage))),
+    ...(rs[0]?.system_fingerprint ? { system_fingerprint: rs[0].system_fingerprint } : {}),
   }
 }
 
@@ -90,8 +91,12 @@ export class ChunkWriter implements ChunkFormat {
     private readonly tools: ToolReading | null = null,
   ) {}
 
+  /** The node's system_fingerprint, once its final event has come (on the finish and usage chunks). */
+  private fingerprint: string | undefined
+
   private chunk(choices: unknown[], usage?: ChatCompletion['usage']): string {
     const c: Record<string, unknown> = { id: this.id, object: 'chat.completion.chunk', created: this.created, model: this.model, choices }
+    if (this.fingerprint) c.system_fingerprint = this.fingerprint
     if (this.includeUsage) c.usage = usage ?? null
     return sseFrame(JSON.stringify(c))
   }
@@ -119,7 +124,8 @@ export class ChunkWriter implements ChunkFormat {
   }
 
   /** With tools: the held text, as content or as the calls it was (each in one delta, arguments whole), then the finish. */
-  finish(index: number, reason: FinishReason): string {
+  finish(index: number, reason: FinishReason, fingerprint?: string): string {
+    this.fingerprint ??= fingerprint
     const h = this.tools ? this.held.get(index) : undefined
     if (!h || !this.tools) return this.chunk([{ index, delta: {}, logprobs: null, finish_reason: reason }])
     const parsed = parseToolCalls(h.text, this.tools.names, this.tools.parallel)
