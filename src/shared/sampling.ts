@@ -55,6 +55,8 @@ export type StructuredOutput =
    */
   | { type: 'tool_call'; mode: 'required' | 'auto'; functions: { name: string; parameters: Record<string, unknown> | null }[] }
 const NO_BIAS: readonly (readonly [number, number])[] = Object.freeze([])
+/** A token id written as an object key (logit_bias): a decimal integer without leading zeros. */
+export const TOKEN_ID_KEY = /^(0|[1-9][0-9]{0,9})$/
 /** OpenAI's limit on top_logprobs. */
 export const MAX_TOP_LOGPROBS = 20
 /** Entries of logit_bias at most (OpenAI documents no limit; each costs a write per step). */
@@ -132,7 +134,7 @@ export const SAMPLING_FIELDS = {
   }),
   logit_bias: field({
     // OpenAI's: token ids (as strings) to a bias added to their logits; -100 bans a token, 100 all but forces it.
-    schema: Type.Record(Type.RegExp(/^(0|[1-9][0-9]{0,9})$/), Type.Number({ minimum: -100, maximum: 100 }), { additionalProperties: false, maxProperties: MAX_LOGIT_BIAS }),
+    schema: Type.Record(Type.RegExp(TOKEN_ID_KEY), Type.Number({ minimum: -100, maximum: 100 }), { additionalProperties: false, maxProperties: MAX_LOGIT_BIAS }),
     default: NO_BIAS,
     tokenIds: true,
     normalise: (m: Record<string, number>): readonly (readonly [number, number])[] => Object.entries(m).map(([id, b]) => [Number(id), b] as const),

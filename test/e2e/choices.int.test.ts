@@ -3,25 +3,19 @@
 // counts every choice's tokens, and the prompt is computed once: the other choices find it in the prefix cache.
 import type OpenAI from 'openai'
 import { UnprocessableEntityError } from 'openai'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { apiError, MODEL, startStack, type Stack } from './stack.js'
+import { describe, expect, it } from 'vitest'
+import { apiError, MODEL, suiteStack } from './stack.js'
 
 const LONG = 'The tide came in over the rocks and the gulls rose from the water. '.repeat(4)
 
 describe('n choices on the tiny default model', () => {
-  let s: Stack
-  let client: OpenAI
-  beforeAll(async () => {
-    s = await startStack()
-    client = s.client()
-  })
-  afterAll(() => s?.close())
+  const stack = suiteStack()
 
   it('chat: n = 3 gives three choices, each the answer its own seed gives alone; usage counts all three; the prompt is prefilled once', async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: LONG }]
-    const r = await client.chat.completions.create({ model: MODEL, messages, n: 3, max_tokens: 8, temperature: 1, seed: 40 })
+    const r = await stack.client.chat.completions.create({ model: MODEL, messages, n: 3, max_tokens: 8, temperature: 1, seed: 40 })
     expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2])
-    const alone = await Promise.all([40, 41, 42].map((seed) => client.chat.completions.create({ model: MODEL, messages, max_tokens: 8, temperature: 1, seed })))
+    const alone = await Promise.all([40, 41, 42].map((seed) => stack.client.chat.completions.create({ model: MODEL, messages, max_tokens: 8, temperature: 1, seed })))
     expect(r.choices.map((c) => c.message.content)).toEqual(alone.map((a) => a.choices[0]!.message.content))
     // Different seeds: at temperature 1 on this vocabulary the three texts are not all the same.
     expect(new Set(r.choices.map((c) => c.message.content)).size).toBeGreaterThan(1)
@@ -34,12 +28,12 @@ describe('n choices on the tiny default model', () => {
 
   it('chat, streamed: every choice’s deltas under its index, each finished, one usage for all', async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'Say something about boats.' }]
-    const json = await client.chat.completions.create({ model: MODEL, messages, n: 2, max_tokens: 6, temperature: 1, seed: 3 })
+    const json = await stack.client.chat.completions.create({ model: MODEL, messages, n: 2, max_tokens: 6, temperature: 1, seed: 3 })
     const text = ['', '']
     const finish: (string | null)[] = [null, null]
     let usage: OpenAI.CompletionUsage | undefined
     const fingerprints = new Set<string>()
-    for await (const c of await client.chat.completions.create({ model: MODEL, messages, n: 2, max_tokens: 6, temperature: 1, seed: 3, stream: true, stream_options: { include_usage: true } })) {
+    for await (const c of await stack.client.chat.completions.create({ model: MODEL, messages, n: 2, max_tokens: 6, temperature: 1, seed: 3, stream: true, stream_options: { include_usage: true } })) {
       if (c.system_fingerprint) fingerprints.add(c.system_fingerprint)
       for (const ch of c.choices) {
         text[ch.index] += ch.delta.content ?? ''
@@ -57,10 +51,10 @@ describe('n choices on the tiny default model', () => {
 
   it('/v1/completions: n per prompt, prompt i’s choice j at index i * n + j', async () => {
     const prompts = ['The sea is', 'Once there was']
-    const r = await client.completions.create({ model: MODEL, prompt: prompts, n: 2, max_tokens: 5, temperature: 1, seed: 9 })
+    const r = await stack.client.completions.create({ model: MODEL, prompt: prompts, n: 2, max_tokens: 5, temperature: 1, seed: 9 })
     expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2, 3])
     const alone = await Promise.all(
-      [0, 1, 2, 3].map((i) => client.completions.create({ model: MODEL, prompt: prompts[Math.floor(i / 2)]!, max_tokens: 5, temperature: 1, seed: 9 + (i % 2) })),
+      [0, 1, 2, 3].map((i) => stack.client.completions.create({ model: MODEL, prompt: prompts[Math.floor(i / 2)]!, max_tokens: 5, temperature: 1, seed: 9 + (i % 2) })),
     )
     expect(r.choices.map((c) => c.text)).toEqual(alone.map((a) => a.choices[0]!.text))
   })
@@ -68,10 +62,10 @@ describe('n choices on the tiny default model', () => {
   it('refuses more choices than it runs, and best_of, with a 422 naming the field', async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'Hi' }]
     const cases: [() => Promise<unknown>, RegExp][] = [
-      [() => client.chat.completions.create({ model: MODEL, messages, n: 17 }), /'n'/],
-      [() => client.chat.completions.create({ model: MODEL, messages, n: 0 }), /'n'/],
-      [() => client.completions.create({ model: MODEL, prompt: Array(5).fill('x'), n: 16 }), /'n': at most 64 choices per request \(n x prompts\)\. Given: 16 x 5/],
-      [() => client.completions.create({ model: MODEL, prompt: 'x', n: 2, best_of: 3 }), /Unsupported parameter 'best_of'/],
+      [() => stack.client.chat.completions.create({ model: MODEL, messages, n: 17 }), /'n'/],
+      [() => stack.client.chat.completions.create({ model: MODEL, messages, n: 0 }), /'n'/],
+      [() => stack.client.completions.create({ model: MODEL, prompt: Array(5).fill('x'), n: 16 }), /'n': at most 64 choices per request \(n x prompts\)\. Given: 16 x 5/],
+      [() => stack.client.completions.create({ model: MODEL, prompt: 'x', n: 2, best_of: 3 }), /Unsupported parameter 'best_of'/],
     ]
     for (const [p, msg] of cases) {
       const e = await apiError(p())

@@ -2,6 +2,7 @@
 // node's HTTP app) listening on 127.0.0.1, and the real facade in front of it, polling its /health, reached through
 // the official `openai` client. Owns only test wiring; imports the node, the engine pool and the facade fixture.
 import OpenAI, { APIError } from 'openai'
+import { afterAll, beforeAll } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { Agent, fetch as undiciFetch, type RequestInit as UndiciInit } from 'undici'
 import { createEnginePool } from '../../src/engine/pool/pool.js'
@@ -93,6 +94,25 @@ export interface Stack {
   /** An `openai` client of `apiKey` (default: the fixture's key), with the SDK's retries off. */
   client(apiKey?: string): OpenAI
   close(): Promise<void>
+}
+
+/** A stack for one describe block: started before its tests, closed after them; `client` is its default key's. */
+export function suiteStack(bundle: Bundle = {}): { readonly s: Stack; readonly client: OpenAI } {
+  let s: Stack | undefined
+  let client: OpenAI | undefined
+  beforeAll(async () => {
+    s = await startStack(bundle)
+    client = s.client()
+  })
+  afterAll(() => s?.close())
+  return {
+    get s(): Stack {
+      return s!
+    },
+    get client(): OpenAI {
+      return client!
+    },
+  }
 }
 
 /** A ready real node and a listening facade in front of it that polls its health every HEALTH_INTERVAL_MS. */

@@ -8,7 +8,7 @@ import type OpenAI from 'openai'
 import { UnprocessableEntityError } from 'openai'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fixture, haveFixtures } from '../helpers/fixtures.js'
-import { apiError, MODEL, nodeCompletion, startStack, type Stack } from './stack.js'
+import { apiError, MODEL, nodeCompletion, startStack, suiteStack, type Stack } from './stack.js'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -33,17 +33,11 @@ const valid = { get_weather: ajv.compile(WEATHER.function.parameters!), get_time
 const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'What is the weather in Paris?' }]
 
 describe('tool calls on the tiny default model', () => {
-  let s: Stack
-  let client: OpenAI
-  beforeAll(async () => {
-    s = await startStack()
-    client = s.client()
-  })
-  afterAll(() => s?.close())
+  const stack = suiteStack()
 
   it("tool_choice 'required': every sampled answer is one call to a listed function, its arguments valid, finish_reason tool_calls", async () => {
     for (let seed = 0; seed < 5; seed++) {
-      const r = await client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER, TIME], tool_choice: 'required', temperature: 1, seed, n: 4, max_tokens: 200 })
+      const r = await stack.client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER, TIME], tool_choice: 'required', temperature: 1, seed, n: 4, max_tokens: 200 })
       for (const c of r.choices) {
         expect(c.finish_reason).toBe('tool_calls')
         expect(c.message.content).toBeNull()
@@ -59,10 +53,10 @@ describe('tool calls on the tiny default model', () => {
 
   it('a named function is the one called; the parsed call is the text the node generated', async () => {
     const req: OpenAI.ChatCompletionCreateParamsNonStreaming = { model: MODEL, messages, tools: [WEATHER, TIME], tool_choice: { type: 'function', function: { name: 'get_time' } }, temperature: 0, max_tokens: 200 }
-    const r = await client.chat.completions.create(req)
+    const r = await stack.client.chat.completions.create(req)
     const call = r.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall
     expect(call.function.name).toBe('get_time')
-    const direct = (await nodeCompletion(s.node, { messages, tools: [WEATHER, TIME], tool_choice: req.tool_choice, temperature: 0, max_tokens: 200 })).body as { text: string }
+    const direct = (await nodeCompletion(stack.s.node, { messages, tools: [WEATHER, TIME], tool_choice: req.tool_choice, temperature: 0, max_tokens: 200 })).body as { text: string }
     const m = /^<tool_call>\n(.*)\n<\/tool_call>$/s.exec(direct.text)
     expect(m, direct.text).not.toBeNull()
     const generated = JSON.parse(m![1]!) as { name: string; arguments: unknown }
@@ -72,13 +66,13 @@ describe('tool calls on the tiny default model', () => {
 
   it('streamed: the call arrives as delta.tool_calls, the same as the JSON answer, then finish_reason tool_calls', async () => {
     const req: OpenAI.ChatCompletionCreateParamsNonStreaming = { model: MODEL, messages, tools: [WEATHER], tool_choice: 'required', temperature: 1, seed: 11, max_tokens: 200 }
-    const json = await client.chat.completions.create(req)
+    const json = await stack.client.chat.completions.create(req)
     const want = json.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall
     let content = ''
     let name = ''
     let args = ''
     let finish: string | null = null
-    for await (const c of await client.chat.completions.create({ ...req, stream: true })) {
+    for await (const c of await stack.client.chat.completions.create({ ...req, stream: true })) {
       const ch = c.choices[0]
       if (!ch) continue
       content += ch.delta.content ?? ''
@@ -99,28 +93,28 @@ describe('tool calls on the tiny default model', () => {
       { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris","unit":"c"}' } }] },
       { role: 'tool', tool_call_id: 'call_1', content: '{"temperature":21}' },
     ]
-    const r = await client.chat.completions.create({ model: MODEL, messages: history, tools: [WEATHER], tool_choice: 'none', temperature: 0, max_tokens: 8 })
+    const r = await stack.client.chat.completions.create({ model: MODEL, messages: history, tools: [WEATHER], tool_choice: 'none', temperature: 0, max_tokens: 8 })
     expect(r.choices[0]!.message.tool_calls).toBeUndefined()
     expect(typeof r.choices[0]!.message.content).toBe('string')
     // The rendered conversation is longer than the question alone by the tools, the call and the result.
-    const alone = await client.chat.completions.create({ model: MODEL, messages, temperature: 0, max_tokens: 1 })
+    const alone = await stack.client.chat.completions.create({ model: MODEL, messages, temperature: 0, max_tokens: 1 })
     expect(r.usage!.prompt_tokens).toBeGreaterThan(alone.usage!.prompt_tokens + 40)
   })
 
   it('auto: free text stays text (the random model writes no call), nothing is held back', async () => {
-    const r = await client.chat.completions.create({ model: MODEL, messages, tools: [TIME], tool_choice: 'auto', temperature: 0, max_tokens: 12 })
-    const plain = await client.chat.completions.create({ model: MODEL, messages, tools: [TIME], tool_choice: 'none', temperature: 0, max_tokens: 12 })
+    const r = await stack.client.chat.completions.create({ model: MODEL, messages, tools: [TIME], tool_choice: 'auto', temperature: 0, max_tokens: 12 })
+    const plain = await stack.client.chat.completions.create({ model: MODEL, messages, tools: [TIME], tool_choice: 'none', temperature: 0, max_tokens: 12 })
     expect(r.choices[0]!.message).toEqual({ role: 'assistant', content: plain.choices[0]!.message.content })
     let text = ''
-    for await (const c of await client.chat.completions.create({ model: MODEL, messages, tools: [TIME], temperature: 0, max_tokens: 12, stream: true })) text += c.choices[0]?.delta.content ?? ''
+    for await (const c of await stack.client.chat.completions.create({ model: MODEL, messages, tools: [TIME], temperature: 0, max_tokens: 12, stream: true })) text += c.choices[0]?.delta.content ?? ''
     expect(text).toBe(r.choices[0]!.message.content)
   })
 
   it('auto with a strict tool: text stays the model’s own text (the grammar holds only calls), and any call is valid', async () => {
-    const strict = await client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER], tool_choice: 'auto', temperature: 0, max_tokens: 24 })
-    const free = await client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER], tool_choice: 'none', temperature: 0, max_tokens: 24 })
+    const strict = await stack.client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER], tool_choice: 'auto', temperature: 0, max_tokens: 24 })
+    const free = await stack.client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER], tool_choice: 'none', temperature: 0, max_tokens: 24 })
     expect(strict.choices[0]!.message.content).toBe(free.choices[0]!.message.content)
-    const sampled = await client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER], temperature: 1, seed: 3, n: 8, max_tokens: 60 })
+    const sampled = await stack.client.chat.completions.create({ model: MODEL, messages, tools: [WEATHER], temperature: 1, seed: 3, n: 8, max_tokens: 60 })
     for (const c of sampled.choices) {
       expect(['stop', 'length', 'tool_calls']).toContain(c.finish_reason)
       for (const t of c.message.tool_calls ?? []) expect(valid.get_weather(JSON.parse((t as OpenAI.ChatCompletionMessageFunctionToolCall).function.arguments))).toBe(true)
@@ -129,15 +123,15 @@ describe('tool calls on the tiny default model', () => {
 
   it('refuses what it cannot honour with a 422 naming the field', async () => {
     const cases: [() => Promise<unknown>, RegExp][] = [
-      [() => client.chat.completions.create({ model: MODEL, messages, tools: [TIME], tool_choice: { type: 'function', function: { name: 'nope' } } }), /the function 'nope' is not in 'tools'/],
-      [() => client.chat.completions.create({ model: MODEL, messages, tool_choice: 'required' }), /'required' needs 'tools'/],
+      [() => stack.client.chat.completions.create({ model: MODEL, messages, tools: [TIME], tool_choice: { type: 'function', function: { name: 'nope' } } }), /the function 'nope' is not in 'tools'/],
+      [() => stack.client.chat.completions.create({ model: MODEL, messages, tool_choice: 'required' }), /'required' needs 'tools'/],
       [
-        () => client.chat.completions.create({ model: MODEL, messages, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { type: 'string', pattern: 'x+' } } } } }], tool_choice: 'required' }),
+        () => stack.client.chat.completions.create({ model: MODEL, messages, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { type: 'string', pattern: 'x+' } } } } }], tool_choice: 'required' }),
         /tools\[\]\.function\.parameters.*pattern/,
       ],
-      [() => client.chat.completions.create({ model: MODEL, messages: [{ role: 'tool', content: 'x' } as unknown as OpenAI.ChatCompletionMessageParam] }), /tool_call_id/],
+      [() => stack.client.chat.completions.create({ model: MODEL, messages: [{ role: 'tool', content: 'x' } as unknown as OpenAI.ChatCompletionMessageParam] }), /tool_call_id/],
       [
-        () => client.chat.completions.create({ model: MODEL, messages: [{ role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: 'not json' } }] }] }),
+        () => stack.client.chat.completions.create({ model: MODEL, messages: [{ role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: 'not json' } }] }] }),
         /tool_calls\[0\]\.function\.arguments/,
       ],
     ]

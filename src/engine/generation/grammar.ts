@@ -69,13 +69,14 @@ export class Grammars {
    * spaces). A schema with a constraint it cannot enforce is a 422 naming it (json-schema-grammar.ts).
    */
   async matcher(spec: StructuredOutput): Promise<TokenMask> {
-    const ebnf = spec.type === 'json_object' ? JSON_OBJECT_GRAMMAR : spec.type === 'json_schema' ? jsonSchemaGrammar(spec.schema) : toolCallGrammar(spec.functions, spec.mode === 'required')
     // Auto: free text, in which whatever follows the call tag is one call (xgrammar's triggered tags).
     const auto = spec.type === 'tool_call' && spec.mode === 'auto'
-    const key = `${auto ? 'auto:' : ''}${ebnf}`
+    const key = JSON.stringify(spec)
     let g = this.compiled.get(key)
     if (g) this.compiled.delete(key)
     else {
+      // Converted only on a miss (a schema it cannot enforce throws its 422 here, and is not kept).
+      const ebnf = spec.type === 'json_object' ? JSON_OBJECT_GRAMMAR : spec.type === 'json_schema' ? jsonSchemaGrammar(spec.schema) : toolCallGrammar(spec.functions, spec.mode === 'required')
       g = this.compilerOf().then((c) =>
         auto
           ? c.compileStructuralTag({ type: 'structural_tag', format: { type: 'triggered_tags', triggers: [TOOL_CALL_OPEN], tags: [{ type: 'tag', begin: `${TOOL_CALL_OPEN}\n`, content: { type: 'grammar', grammar: ebnf }, end: `\n${TOOL_CALL_CLOSE}` }] } })

@@ -7,6 +7,7 @@ import {
   DEFAULT_MAX_TOKENS,
   SAMPLING_FIELD_NAMES,
   SAMPLING_FIELDS,
+  TOKEN_ID_KEY,
   type SamplingField,
   type SamplingFieldName,
   type SamplingInput,
@@ -92,7 +93,7 @@ function checkTokenMap(field: string, v: unknown, map: Bounds, vocab: number): v
   if (map.maxProperties !== undefined && entries.length > map.maxProperties) throw invalid(field, `at most ${map.maxProperties} entries`, entries.length)
   const values = Object.values(map.patternProperties ?? {})[0] ?? {}
   for (const [k, x] of entries) {
-    if (!/^(0|[1-9][0-9]{0,9})$/.test(k) || Number(k) >= vocab) throw invalid(field, `keyed by token ids in [0, ${vocab})`, JSON.stringify(k).slice(0, 24))
+    if (!TOKEN_ID_KEY.test(k) || Number(k) >= vocab) throw invalid(field, `keyed by token ids in [0, ${vocab})`, JSON.stringify(k).slice(0, 24))
     checkNumber(`${field}.${k}`, x, values, undefined)
   }
 }

@@ -12,12 +12,15 @@ import { OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { EngineStats, FinishObservation, StepObservation } from '../types.js'
 import { KvCache, kvShapeOf, type KvShape } from './kv.js'
 import type { Sequence } from './sequence.js'
-import { PREFIX_BLOCK, PrefixCache } from './prefix-cache.js'
+import { PREFIX_BLOCK, PrefixCache, type PrefixHit } from './prefix-cache.js'
+
+/** A prompt without a cached prefix (or with prefix caching off). */
+const NO_HIT: PrefixHit = { tokens: 0, blocks: [] }
 
 /** The next step's grammar masks of the rows that have one (JSON response_format). */
 async function prepareGrammars(seqs: readonly Sequence[]): Promise<void> {
-  const constrained = seqs.filter((s) => s.constrained)
-  if (constrained.length) await Promise.all(constrained.map((s) => s.prepare()))
+  // Most steps have none: no array is made for them.
+  if (seqs.some((s) => s.constrained)) await Promise.all(seqs.map((s) => s.prepare()))
 }
 
 /** Fewest prompt columns per row a prefill chunk is cut to when a group has many rows (see admit()). */
@@ -229,6 +232,9 @@ export class Batcher {
     // Prompts that would compute a block another prompt of the group computes wait for the next group, which finds
     // it cached: n choices of one prompt, or a burst of requests on one system prompt, prefill it once.
     const later: Sequence[] = []
+    // Each taken prompt's longest cached prefix, looked up once, leaving at least its last token to compute (its
+    // logits are wanted).
+    const hits: PrefixHit[] = []
     while (
       this.waiting.length &&
       (take.length === 0 || (!oneAtATime && ((chunked && take.length < maxGroup) || fitsWhole()))) &&
@@ -236,17 +242,17 @@ export class Batcher {
       this.reserveBytes([...take, this.waiting[0]]) <= this.opts.kvBudgetBytes
     ) {
       const s = this.waiting.shift()!
-      if (this.sharesUncachedBlock(s, take)) {
+      const hit = this.prefix?.lookup(s.promptIds, s.promptIds.length - 1) ?? NO_HIT
+      if (this.sharesUncachedBlock(s, hit.tokens, take)) {
         later.push(s)
         continue
       }
       width = Math.max(width, s.promptIds.length)
       take.push(s)
+      hits.push(hit)
     }
     this.waiting.unshift(...later)
     if (!take.length) return
-    // Each prompt's longest cached prefix, leaving at least its last token to compute (its logits are wanted).
-    const hits = take.map((s) => this.prefix?.lookup(s.promptIds, s.promptIds.length - 1) ?? { tokens: 0, blocks: [] })
     const cached = hits.map((h) => h.tokens)
     width = take.reduce((m, s, r) => Math.max(m, s.promptIds.length - cached[r]), 0)
     const ids = new Int32Array(take.length * width)
@@ -265,12 +271,12 @@ export class Batcher {
     this.fitPrefixCache()
   }
 
-  /** Whether `s` shares a whole block beyond what the prefix cache gives it now with a prompt in `take`. */
-  private sharesUncachedBlock(s: Sequence, take: readonly Sequence[]): boolean {
+  /** Whether `s` shares a whole block beyond the `cached` tokens the prefix cache gives it with a prompt in `take`. */
+  private sharesUncachedBlock(s: Sequence, cached: number, take: readonly Sequence[]): boolean {
     if (!this.prefix || take.length === 0) return false
     const ids = s.promptIds
     const limit = ids.length - 1
-    const need = this.prefix.lookup(ids, limit).tokens + PREFIX_BLOCK
+    const need = cached + PREFIX_BLOCK
     if (need > limit) return false
     // A group member caches every whole block of its prompt when its prefill ends.
     return take.some((t) => {
