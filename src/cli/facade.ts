@@ -1,45 +1,25 @@
 // `onnxd facade --nodes URL,...`: runs the public /v1 facade alone, in front of running nodes, until SIGINT/SIGTERM.
 import { parseArgs } from 'node:util'
-import { operatorOptions } from './operator.js'
+import { FACADE_ARG_FLAGS, operatorOptions } from './operator.js'
 import { startFacade } from '../facade/server.js'
 import { withShutdownSignals } from '../shared/signals.js'
 
-const USAGE = `usage: onnxd facade [--nodes URL,...] [--port N] [--host H] [--data-dir DIR] [--key-rpm N] [--fleet-rpm N]
-                    [--health-interval-ms N] [--body-limit BYTES] [--log-level L] [--config FILE]
+const USAGE = `usage: onnxd facade [--nodes URL|dns+http://NAME:PORT,...] [--port N] [--host H] [--data-dir DIR]
+                    [--database-url postgres://...] [--redis-url redis://...] [--key-rpm N] [--fleet-rpm N]
+                    [--health-interval-ms N] [--dns-interval-ms N] [--affinity-prefix-chars N]
+                    [--body-limit BYTES] [--log-level L] [--config FILE]
                     [--prices JSON] [--default-price JSON] [--billing-flush-ms N] [--billing-flush-tokens N]
+                    [--node-timeout-ms N] [--jwks-url URL | --jwks-file FILE] [--jwt-issuer S] [--jwt-audience S]
                     [--jwt-max-ttl-s S]
 Every option also has an ONNXD_* environment variable (see README); flags win over the environment.
 `
 
 export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const str = { type: 'string' } as const
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      nodes: str,
-      port: str,
-      host: str,
-      'data-dir': str,
-      'key-rpm': str,
-      'fleet-rpm': str,
-      prices: str,
-      'default-price': str,
-      'billing-flush-ms': str,
-      'billing-flush-tokens': str,
-      'jwt-max-ttl-s': str,
-      'health-interval-ms': str,
-      'node-timeout-ms': str,
-      'body-limit': str,
-      'log-level': str,
-      'jwks-url': str,
-      'jwks-file': str,
-      'jwt-issuer': str,
-      'jwt-audience': str,
-      config: str,
-      help: { type: 'boolean', short: 'h' },
-    },
-  })
-  if (values.help) {
+  const options: Record<string, { type: 'string' } | { type: 'boolean'; short: string }> = { config: str, help: { type: 'boolean', short: 'h' } }
+  for (const flag of FACADE_ARG_FLAGS) options[flag] = str
+  const { values } = parseArgs({ args: argv, options, strict: true, allowPositionals: false })
+  if (values.help === true) {
     process.stdout.write(USAGE)
     return 0
   }

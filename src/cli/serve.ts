@@ -5,7 +5,7 @@ import { parseArgs } from 'node:util'
 import { nodeArgOptions, type ArgOption } from '../node/flags.js'
 import { loadNodeOptions, NODE_FLAGS, nodeFlags, readNodeConfig } from '../node/options.js'
 import { serveNode } from '../node/server.js'
-import { operatorOptions } from './operator.js'
+import { FACADE_ARG_FLAGS, operatorOptions } from './operator.js'
 import { startFacade, type RunningFacade } from '../facade/server.js'
 import { withShutdownSignals } from '../shared/signals.js'
 
@@ -16,7 +16,8 @@ Starts a worker node (default 127.0.0.1:8081) and the public /v1 facade (default
 the node's. Every other flag of \`onnxd node\` and \`onnxd facade\` works here too; see README.
 `
 
-const FACADE_ONLY = ['data-dir', 'key-rpm', 'fleet-rpm', 'prices', 'default-price', 'billing-flush-ms', 'billing-flush-tokens', 'health-interval-ms', 'node-timeout-ms', 'jwks-url', 'jwks-file', 'jwt-issuer', 'jwt-audience', 'jwt-max-ttl-s'] as const
+/** The facade's flags that are not also the node's: the shared names (--port, --host, --log-level, --body-limit) are set below. */
+const FACADE_ONLY = FACADE_ARG_FLAGS.filter((f) => !['port', 'host', 'nodes', 'log-level', 'body-limit'].includes(f))
 
 export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const str = { type: 'string' } as const

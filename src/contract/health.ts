@@ -21,6 +21,11 @@ export const HealthBody = Type.Object({
   waiting: Type.Integer(),
   /** How many more sequences the node can take now (free running slots plus free queue places); 0 unless ready. */
   capacity: Type.Integer(),
+  /**
+   * Of those, how many start running at once rather than wait in a queue; 0 unless ready. A router that prefers one
+   * node for another reason (a cached prefix) leaves it when this is 0 and another node has a free slot.
+   */
+  free_slots: Type.Optional(Type.Integer()),
   /** KV-cache bytes in use and budgeted, over all workers; `usage` is used / budget (0..1). */
   kv_cache: Type.Optional(
     Type.Object({ used_bytes: Type.Number(), budget_bytes: Type.Number(), usage: Type.Number(), prefix_cache_bytes: Type.Optional(Type.Number()) }),

@@ -62,6 +62,8 @@ export interface PoolHealth {
   waiting: number
   /** Sequences the pool can take now: free running slots plus free queue places, over all workers. */
   capacity: number
+  /** Running slots a new sequence would take at once, without waiting: free slots less those already claimed by waiters. */
+  freeSlots: number
   kvUsedBytes: number
   prefixCacheBytes: number
   kvBudgetBytes: number

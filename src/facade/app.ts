@@ -13,6 +13,7 @@ import { rateLimitHeaders, RateLimiter } from './limits/rate-limit.js'
 import { HttpNodeClient, type NodeClient } from './node-client.js'
 import type { FacadeOptions } from './options.js'
 import './request.js'
+import type { Resolve } from './node-sources.js'
 import { NodeRouter } from './router.js'
 import { openRateLimits, openStore } from './stores.js'
 import { accountRoutes } from './routes/account.js'
@@ -28,6 +29,8 @@ export interface FacadeDeps {
   rateLimits: RateLimitStore
   /** The way to the nodes. Default: undici over HTTP. */
   nodeClient: NodeClient
+  /** How the DNS names among the nodes resolve. Default: the system resolver. */
+  resolve: Resolve
   /** Clock for windows, `created` and usage days. */
   now: () => number
   /** A pino logger instance to use as is; default: a logger at `options.logLevel` with credentials redacted. */
@@ -79,7 +82,14 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
   const store = deps.store ?? (await openStore(options))
   const rateLimits = deps.rateLimits ?? openRateLimits(options, (m) => app.log.warn(m))
   const nodeClient = deps.nodeClient ?? new HttpNodeClient({ timeoutMs: options.nodeTimeoutMs })
-  const router = new NodeRouter(options.nodes, nodeClient, { intervalMs: options.healthIntervalMs, log: app.log, now })
+  const router = new NodeRouter(options.nodes, nodeClient, {
+    intervalMs: options.healthIntervalMs,
+    dnsIntervalMs: options.dnsIntervalMs,
+    affinityPrefixChars: options.affinityPrefixChars,
+    resolve: deps.resolve,
+    log: app.log,
+    now,
+  })
   const ctx: FacadeContext = {
     options,
     store,

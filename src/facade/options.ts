@@ -6,6 +6,8 @@ import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
 import { flagInput, loadOptions, optionFlags, type Env, type OptionsSpec } from '../shared/options.js'
 
 const Url = Type.String({ pattern: '^https?://[^\\s/]+', description: 'an http(s) URL' })
+/** A node's base URL, or `dns+http(s)://name:port`: every address the name resolves to, re-resolved periodically. */
+const NodeEntry = Type.String({ pattern: '^(dns\\+)?https?://[^\\s/]+', description: 'an http(s) URL, or dns+http(s)://name:port' })
 
 export const ModelPrice = Type.Object(
   {
@@ -25,8 +27,19 @@ export const FacadeOptions = Type.Object(
   {
     port: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
     host: Type.String({ minLength: 1, default: '127.0.0.1' }),
-    /** Base URLs of the worker nodes this facade fronts. */
-    nodes: Type.Array(Url, { minItems: 1, default: ['http://127.0.0.1:8081'] }),
+    /**
+     * The worker nodes this facade fronts: base URLs, or `dns+http://name:port` for every address a name resolves
+     * to (a Kubernetes headless service), re-resolved every `dnsIntervalMs`.
+     */
+    nodes: Type.Array(NodeEntry, { minItems: 1, default: ['http://127.0.0.1:8081'] }),
+    /** How often the DNS names among `nodes` are resolved again. A failed lookup keeps the addresses it had. */
+    dnsIntervalMs: Type.Integer({ minimum: 100, default: 10_000 }),
+    /**
+     * Prefix affinity: requests whose prompts share their first this-many characters go to the same node (by
+     * rendezvous hashing, the same choice on every facade) while it has a free running slot, so that its prefix
+     * cache serves them; otherwise, and for shorter prompts, the least-loaded node. 0 turns it off.
+     */
+    affinityPrefixChars: Type.Integer({ minimum: 0, default: 1024 }),
     /** Holds the SQLite database and, when no secret is configured, the generated JWT secret. */
     dataDir: Type.String({ minLength: 1, default: 'data' }),
     /**
@@ -81,6 +94,8 @@ export const FACADE_ENV: Record<Field, string> = {
   port: 'ONNXD_PORT',
   host: 'ONNXD_HOST',
   nodes: 'ONNXD_NODES',
+  dnsIntervalMs: 'ONNXD_DNS_INTERVAL_MS',
+  affinityPrefixChars: 'ONNXD_AFFINITY_PREFIX_CHARS',
   dataDir: 'ONNXD_DATA_DIR',
   databaseUrl: 'ONNXD_DATABASE_URL',
   redisUrl: 'ONNXD_REDIS_URL',

@@ -1,13 +1,16 @@
-// Routing over worker nodes: polls each node's /health, sends work to a ready node serving the model with the most
-// free capacity, takes failing nodes out (and back in once healthy), and turns node failures into the spec's
-// errors: 503 → another node, else 503; 500 → one immediate retry on another node (or the same), then 500;
-// 4xx → passed through. Imports: contract, shared errors, node client.
+// Routing over worker nodes: keeps the node set (URLs, and DNS names re-resolved periodically), polls each node's
+// /health, sends work to a ready node serving the model (the home of the prompt's prefix while it has a free slot,
+// else the one with the most free capacity), takes failing nodes out (and back in once healthy), and turns node
+// failures into the spec's errors: 503 → another node, else 503; 500 → one immediate retry on another node (or the
+// same), then 500; 4xx → passed through. Imports: contract, shared errors, node client, affinity, node sources.
 import type { FastifyBaseLogger } from 'fastify'
 import type { CompletionRequest } from '../contract/completions.js'
 import type { HealthStatus } from '../contract/health.js'
 import { clip, OnnxdError } from '../shared/errors.js'
 import { codeForStatus } from '../shared/http-errors.js'
+import { affinityKey, nodeHash, weight, type Key } from './affinity.js'
 import type { NodeClient, NodeHealth, NodeReply } from './node-client.js'
+import { addressUrl, parseNodeSource, systemResolve, type NodeSource, type Resolve } from './node-sources.js'
 
 export type NodeStatus = HealthStatus | 'unreachable' | 'unknown'
 
@@ -18,13 +21,19 @@ export interface RemoteNode {
   models: string[]
   /** Whether its model has a chat template, as its last health said (null: it did not say). */
   chatTemplate: boolean | null
-  /** Free capacity the node reported at its last poll. */
+  /** Free capacity (running slots and queue places) the node reported at its last poll. */
   capacity: number
+  /** Of which free running slots (its capacity when the node does not say). */
+  freeSlots: number
   /** Requests this facade has in flight on the node now, and at the last poll. */
   inflight: number
   inflightAtPoll: number
   lastError: string | null
   checkedAt: number | null
+  /** Requests sent here because their prompt's prefix lives here (the rest went by load). */
+  affinityRouted: number
+  /** nodeHash(url), for rendezvous hashing. */
+  readonly hash: number
 }
 
 export type Dispatched = {
@@ -36,12 +45,36 @@ export type Dispatched = {
 
 export interface RouterOptions {
   intervalMs: number
+  /** How often DNS entries are re-resolved (default 10 s). */
+  dnsIntervalMs?: number
+  /** Requests whose prompts share their first this-many characters go to one node while it has a free slot; 0 = off. */
+  affinityPrefixChars?: number
+  resolve?: Resolve
   log?: FastifyBaseLogger
   now?: () => number
 }
 
+const newNode = (url: string): RemoteNode => ({
+  url,
+  status: 'unknown',
+  models: [],
+  chatTemplate: null,
+  capacity: 0,
+  freeSlots: 0,
+  inflight: 0,
+  inflightAtPoll: 0,
+  lastError: null,
+  checkedAt: null,
+  affinityRouted: 0,
+  hash: nodeHash(url),
+})
+
 export class NodeRouter {
-  readonly nodes: RemoteNode[]
+  private current: RemoteNode[] = []
+  private readonly sources: NodeSource[]
+  /** The addresses each DNS entry last resolved to: kept when a lookup fails, so a DNS outage drops no node. */
+  private readonly resolved = new Map<string, string[]>()
+  private resolvedAt = -Infinity
   private timer: NodeJS.Timeout | null = null
   private polling: Promise<void> | null = null
   private rr = 0
@@ -50,22 +83,54 @@ export class NodeRouter {
   private readonly now: () => number
 
   constructor(
-    urls: readonly string[],
+    entries: readonly string[],
     private readonly client: NodeClient,
     private readonly opts: RouterOptions,
   ) {
     this.now = opts.now ?? Date.now
-    this.nodes = urls.map((url) => ({
-      url,
-      status: 'unknown',
-      models: [],
-      chatTemplate: null,
-      capacity: 0,
-      inflight: 0,
-      inflightAtPoll: 0,
-      lastError: null,
-      checkedAt: null,
-    }))
+    this.sources = entries.map(parseNodeSource)
+    this.setUrls(this.urls(), false)
+  }
+
+  /** The nodes now: the listed URLs and the addresses their DNS entries last resolved to. */
+  get nodes(): readonly RemoteNode[] {
+    return this.current
+  }
+
+  private urls(): string[] {
+    const urls = this.sources.flatMap((s) => (s.kind === 'url' ? [s.url] : (this.resolved.get(s.entry) ?? []).map((a) => addressUrl(s, a))))
+    return [...new Set(urls)]
+  }
+
+  /** Keeps the state of nodes still listed, adds new ones (unknown until polled) and drops the rest. */
+  private setUrls(urls: string[], log = true): void {
+    const byUrl = new Map(this.current.map((n) => [n.url, n]))
+    const next = urls.map((u) => byUrl.get(u) ?? newNode(u))
+    if (log) {
+      const kept = new Set(urls)
+      const added = urls.filter((u) => !byUrl.has(u))
+      const removed = this.current.filter((n) => !kept.has(n.url)).map((n) => n.url)
+      if (added.length > 0 || removed.length > 0) this.opts.log?.info({ added, removed }, 'node set changed')
+    }
+    this.current = next
+  }
+
+  /** Re-resolves the DNS entries when due; a failed lookup keeps that entry's last addresses. */
+  private async resolveNames(): Promise<void> {
+    const names = this.sources.filter((s): s is Extract<NodeSource, { kind: 'dns' }> => s.kind === 'dns')
+    if (names.length === 0 || this.now() - this.resolvedAt < (this.opts.dnsIntervalMs ?? 10_000)) return
+    this.resolvedAt = this.now()
+    const resolve = this.opts.resolve ?? systemResolve
+    await Promise.all(
+      names.map(async (s) => {
+        try {
+          this.resolved.set(s.entry, [...new Set(await resolve(s.host))].sort())
+        } catch (e) {
+          this.opts.log?.warn({ entry: s.entry, error: (e as Error).message }, 'node DNS lookup failed; keeping its last addresses')
+        }
+      }),
+    )
+    this.setUrls(this.urls())
   }
 
   start(): void {
@@ -79,9 +144,11 @@ export class NodeRouter {
     this.timer = null
   }
 
-  /** Polls every node once; concurrent callers share the same round. */
+  /** Re-resolves DNS entries when due, then polls every node once; concurrent callers share the same round. */
   refresh(): Promise<void> {
-    this.polling ??= Promise.all(this.nodes.map((n) => this.poll(n))).then(
+    this.polling ??= this.resolveNames()
+      .then(() => Promise.all(this.current.map((n) => this.poll(n))))
+      .then(
       () => {
         this.polling = null
       },
@@ -106,6 +173,7 @@ export class NodeRouter {
       node.status = h.status === 200 || h.body.status !== 'ready' ? h.body.status : 'unhealthy'
       node.models = Array.isArray(h.body.models) ? h.body.models.filter((m) => typeof m === 'string') : []
       node.capacity = typeof h.body.capacity === 'number' ? h.body.capacity : 0
+      node.freeSlots = typeof h.body.free_slots === 'number' ? h.body.free_slots : node.capacity
       node.chatTemplate = typeof h.body.chat_template === 'boolean' ? h.body.chat_template : null
       node.lastError = null
       const s = Math.floor(this.now() / 1000)
@@ -169,28 +237,50 @@ export class NodeRouter {
     return informed ? false : null
   }
 
-  /** The ready node serving `model` with the most free capacity; ties go round-robin. */
-  pick(model: string, exclude: ReadonlySet<RemoteNode>): RemoteNode | null {
+  /**
+   * The ready node serving `model` for a request: with an affinity key, the key's home (highest rendezvous weight)
+   * while it has a free running slot, or when no node has one (it would wait anywhere, and waits where its prefix
+   * is); otherwise the node with the most free capacity, ties round-robin. Free counts are those of the last poll
+   * less what this facade has sent since.
+   */
+  pick(model: string, exclude: ReadonlySet<RemoteNode>, key: Key | null = null): RemoteNode | null {
     let best: RemoteNode | null = null
     let bestFree = -Infinity
-    const n = this.nodes.length
+    let home: RemoteNode | null = null
+    let homeWeight = -1
+    let anySlot = false
+    const nodes = this.current
+    const n = nodes.length
     const start = this.rr++ % Math.max(1, n)
     for (let i = 0; i < n; i++) {
-      const node = this.nodes[(start + i) % n]!
+      const node = nodes[(start + i) % n]!
       if (node.status !== 'ready' || exclude.has(node) || !node.models.includes(model)) continue
-      const free = node.capacity - (node.inflight - node.inflightAtPoll)
+      const sent = node.inflight - node.inflightAtPoll
+      const free = node.capacity - sent
       if (free > bestFree) {
         best = node
         bestFree = free
       }
+      if (key === null) continue
+      if (node.freeSlots - sent > 0) anySlot = true
+      const w = weight(key, node.hash)
+      if (w > homeWeight) {
+        home = node
+        homeWeight = w
+      }
+    }
+    if (home && (home.freeSlots - (home.inflight - home.inflightAtPoll) > 0 || !anySlot)) {
+      home.affinityRouted++
+      return home
     }
     return best
   }
 
   async dispatch(body: CompletionRequest, signal: AbortSignal): Promise<Dispatched> {
     const model = body.model
+    const key = affinityKey(body, this.opts.affinityPrefixChars ?? 0)
     const tried = new Set<RemoteNode>()
-    let node = this.pick(model, tried)
+    let node = this.pick(model, tried, key)
     let retried500 = false
     let retryAfterS = 1
     while (node) {
@@ -217,15 +307,16 @@ export class NodeRouter {
 
       if (reply.kind === 'unreachable') {
         this.markDown(current, reply.message)
-        node = this.pick(model, tried)
+        node = this.pick(model, tried, key)
         continue
       }
       if (reply.status === 503) {
         // Full (or draining): prefer other nodes until the next poll says otherwise.
         current.capacity = 0
+        current.freeSlots = 0
         current.inflightAtPoll = current.inflight
         retryAfterS = Math.max(retryAfterS, reply.retryAfterS ?? 1)
-        node = this.pick(model, tried)
+        node = this.pick(model, tried, key)
         continue
       }
       if (reply.status >= 500) {
@@ -235,7 +326,7 @@ export class NodeRouter {
         }
         retried500 = true
         // Once, at once: another ready node if there is one, else the same node again.
-        node = this.pick(model, tried) ?? (current.status === 'ready' ? current : null)
+        node = this.pick(model, tried, key) ?? (current.status === 'ready' ? current : null)
         if (!node) throw new OnnxdError('internal', 'The inference backend failed to complete the request; it is safe to retry', { expose: true })
         continue
       }
@@ -249,13 +340,24 @@ export class NodeRouter {
   }
 
   /** What the facade's own /health shows. */
-  snapshot(): { url: string; status: NodeStatus; models: string[]; capacity: number; inflight: number; error: string | null }[] {
-    return this.nodes.map((n) => ({
+  snapshot(): {
+    url: string
+    status: NodeStatus
+    models: string[]
+    capacity: number
+    free_slots: number
+    inflight: number
+    affinity_routed: number
+    error: string | null
+  }[] {
+    return this.current.map((n) => ({
       url: n.url,
       status: n.status,
       models: n.models,
       capacity: n.capacity,
+      free_slots: n.freeSlots,
       inflight: n.inflight,
+      affinity_routed: n.affinityRouted,
       error: n.lastError,
     }))
   }

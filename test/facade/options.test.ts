@@ -16,6 +16,8 @@ describe('loadFacadeOptions', () => {
       billingFlushTokens: 16,
       jwtMaxTtlS: 86_400,
       healthIntervalMs: 2000,
+      dnsIntervalMs: 10_000,
+      affinityPrefixChars: 1024,
       nodeTimeoutMs: 600_000,
       bodyLimit: 1_048_576,
       logLevel: 'info',
@@ -45,7 +47,7 @@ describe('loadFacadeOptions', () => {
     const msg = (err as Error).message
     expect(msg).toContain('port (ONNXD_PORT, --port): must be an integer. Given: "eighty"')
     expect(msg).toContain('fleetRpm (ONNXD_FLEET_RPM, --fleet-rpm): must be >= 0. Given: -1')
-    expect(msg).toContain('nodes (ONNXD_NODES, --nodes) at /nodes/0: must be an http(s) URL. Given: "ftp://x"')
+    expect(msg).toContain('nodes (ONNXD_NODES, --nodes) at /nodes/0: must be an http(s) URL, or dns+http(s)://name:port. Given: "ftp://x"')
     expect(msg).toMatch(/prices \(ONNXD_PRICES\): must be JSON/)
     expect(msg).toMatch(/logLevel .* must be one of fatal, error, warn, info, debug, trace, silent/)
     expect(msg).toMatch(/colour: unknown option/)
@@ -64,6 +66,14 @@ describe('loadFacadeOptions', () => {
     expect(() => loadFacadeOptions({}, {}, { prices: { m: { prompt: '1', completion: 2 } } })).toThrow(
       'prices (ONNXD_PRICES, --prices) at /prices/m/prompt: must be a number. Given: "1"',
     )
+  })
+
+  it('takes DNS names for nodes beside URLs', () => {
+    expect(loadFacadeOptions({ ONNXD_NODES: 'dns+http://onnxd-node.default.svc:8081/, http://10.0.0.9:8081' }).nodes).toEqual([
+      'dns+http://onnxd-node.default.svc:8081',
+      'http://10.0.0.9:8081',
+    ])
+    expect(() => loadFacadeOptions({ ONNXD_NODES: 'dns+ftp://x' })).toThrow(/nodes \(ONNXD_NODES, --nodes\) at \/nodes\/0/)
   })
 
   it('never changes the objects it is given', () => {

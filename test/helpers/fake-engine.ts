@@ -133,6 +133,7 @@ export const READY_HEALTH: PoolHealth = {
   running: 0,
   waiting: 0,
   capacity: 320,
+  freeSlots: 64,
   kvUsedBytes: 0,
   prefixCacheBytes: 0,
   kvBudgetBytes: 64 * 1024 * 1024,

@@ -17,6 +17,7 @@ describe('GET /health', () => {
         running: 3,
         waiting: 2,
         capacity: 315,
+        freeSlots: 59,
         kvUsedBytes: 16 * 1024 * 1024,
         kvBudgetBytes: 64 * 1024 * 1024,
         restarts: 1,
@@ -37,6 +38,7 @@ describe('GET /health', () => {
       running: 3,
       waiting: 2,
       capacity: 315,
+      free_slots: 59,
       kv_cache: { used_bytes: 16 * 1024 * 1024, budget_bytes: 64 * 1024 * 1024, usage: 0.25, prefix_cache_bytes: 0 },
       restarts: 1,
       context_length: 2048,
@@ -47,9 +49,10 @@ describe('GET /health', () => {
     node = testNode({ health: { status, contextLength: status === 'loading' ? null : 2048, capacity: 100 } })
     const res = await node.app.inject({ method: 'GET', url: '/health' })
     expect(res.statusCode).toBe(503)
-    const body = res.json<{ status: string; capacity: number; context_length: number | null }>()
+    const body = res.json<{ status: string; capacity: number; free_slots: number; context_length: number | null }>()
     expect(body.status).toBe(status)
     expect(body.capacity).toBe(0) // routers send nothing to a node that is not ready
+    expect(body.free_slots).toBe(0)
     if (status === 'loading') expect(body.context_length).toBeNull()
   })
 

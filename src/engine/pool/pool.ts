@@ -366,6 +366,7 @@ export class EnginePool implements EngineClient {
       running: sum((s) => s.running + s.prefilling),
       waiting: sum((s) => s.waiting),
       capacity: sum((s) => Math.max(0, s.maxRunning - s.running - s.prefilling) + Math.max(0, s.maxWaiting - s.waiting)),
+      freeSlots: sum((s) => Math.max(0, s.maxRunning - s.running - s.prefilling - s.waiting)),
       kvUsedBytes: sum((s) => s.kvUsedBytes),
       prefixCacheBytes: sum((s) => s.prefixCacheBytes),
       kvBudgetBytes: sum((s) => s.kvBudgetBytes),

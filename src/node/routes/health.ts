@@ -20,6 +20,7 @@ export function healthBody(h: PoolHealth, draining: boolean, chatTemplate?: bool
     waiting: h.waiting,
     // A router should send nothing to a node that is not ready, whatever slots its workers have free.
     capacity: status === 'ready' ? Math.max(0, h.capacity) : 0,
+    free_slots: status === 'ready' ? Math.max(0, h.freeSlots) : 0,
     kv_cache: {
       used_bytes: h.kvUsedBytes,
       budget_bytes: h.kvBudgetBytes,
@@ -72,6 +73,7 @@ function unknownHealth(f: { model: string; provider: string }): PoolHealth {
     running: 0,
     waiting: 0,
     capacity: 0,
+    freeSlots: 0,
     kvUsedBytes: 0,
     prefixCacheBytes: 0,
     kvBudgetBytes: 0,
