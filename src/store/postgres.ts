@@ -32,7 +32,6 @@ import {
   toKey,
   toKeyLookup,
   toUsage,
-  unsettledRest,
   type AccountRow,
   type InFlightRow,
   type KeyRow,
@@ -62,6 +61,31 @@ const UPSERT_USAGE = `
     prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens,
     completion_tokens = usage.completion_tokens + excluded.completion_tokens,
     cost_micros = usage.cost_micros + excluded.cost_micros`
+
+/** recordCompletion's statement: $1 key, $2 account, $3 model, $4 day, $5..$7 tokens and cost, $8 in-flight id, $9 last_used_at. */
+const RECORD_COMPLETION = `
+  WITH taken AS (
+    DELETE FROM inflight WHERE id = $8::text RETURNING settled_at, prompt_tokens, completion_tokens, cost_micros
+  ), rest AS (
+    SELECT
+      CASE WHEN t.settled_at IS NULL THEN 1 ELSE 0 END AS requests,
+      CASE WHEN t.settled_at IS NULL THEN $5::bigint ELSE GREATEST(0, $5::bigint - t.prompt_tokens) END AS prompt_tokens,
+      CASE WHEN t.settled_at IS NULL THEN $6::bigint ELSE GREATEST(0, $6::bigint - t.completion_tokens) END AS completion_tokens,
+      CASE WHEN t.settled_at IS NULL THEN $7::bigint ELSE GREATEST(0, $7::bigint - t.cost_micros) END AS cost_micros
+    FROM (SELECT 1) AS one LEFT JOIN taken AS t ON true
+  ), added AS (
+    INSERT INTO usage (key_id, account_id, model, day, requests, prompt_tokens, completion_tokens, cost_micros)
+    SELECT $1, $2, $3, $4, requests, prompt_tokens, completion_tokens, cost_micros FROM rest
+    WHERE requests + prompt_tokens + completion_tokens + cost_micros > 0
+    ON CONFLICT (key_id, model, day) DO UPDATE SET
+      requests = usage.requests + excluded.requests,
+      prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens,
+      completion_tokens = usage.completion_tokens + excluded.completion_tokens,
+      cost_micros = usage.cost_micros + excluded.cost_micros
+  ), touched AS (
+    UPDATE api_keys SET last_used_at = $9::bigint WHERE id = $1 AND $9::bigint IS NOT NULL
+  )
+  UPDATE accounts SET balance_micros = balance_micros - (SELECT cost_micros FROM rest) WHERE id = $2 RETURNING balance_micros`
 
 async function debit(c: Queryable, micros: number, accountId: string): Promise<number> {
   const r = await c.query<{ balance_micros: number }>(
@@ -226,19 +250,26 @@ export class PostgresStore implements Store {
     return r ? toKey(r) : null
   }
 
+  /**
+   * One statement, so one round trip and one implicit transaction: the row locks it takes (the account's balance,
+   * the key's usage row, which every completion of a busy key shares) are held for its execution only, not across
+   * client round trips. Data-modifying CTEs all run to completion, on one snapshot. The in-flight row (if any) is
+   * taken and only the rest is added, the rule of unsettledRest (rows.ts), in SQL.
+   */
   async recordCompletion(u: CompletionUsage): Promise<{ balanceMicros: number }> {
-    return this.tx(async (c) => {
-      const taken =
-        u.inFlightId !== undefined
-          ? (await c.query<InFlightRow>('DELETE FROM inflight WHERE id = $1 RETURNING *', [u.inFlightId])).rows[0]
-          : undefined
-      const { requests, promptTokens, completionTokens, costMicros } = unsettledRest(u, taken)
-      if (requests + promptTokens + completionTokens + costMicros > 0) {
-        await c.query(UPSERT_USAGE, [u.keyId, u.accountId, u.model, dayOf(u.at), requests, promptTokens, completionTokens, costMicros])
-      }
-      if (u.touchKey !== false) await c.query('UPDATE api_keys SET last_used_at = $1 WHERE id = $2', [Math.floor(u.at / 1000), u.keyId])
-      return { balanceMicros: await debit(c, costMicros, u.accountId) }
-    })
+    const r = await this.pool.query<{ balance_micros: number }>(RECORD_COMPLETION, [
+      u.keyId,
+      u.accountId,
+      u.model,
+      dayOf(u.at),
+      u.promptTokens,
+      u.completionTokens,
+      u.costMicros,
+      u.inFlightId ?? null,
+      u.touchKey !== false ? Math.floor(u.at / 1000) : null,
+    ])
+    if (r.rowCount === 0) throw new OnnxdError('internal', `account ${u.accountId} vanished while recording usage`)
+    return { balanceMicros: r.rows[0]!.balance_micros }
   }
 
   async saveInFlight(owner: string, rows: readonly InFlightCompletion[], nowMs: number): Promise<void> {

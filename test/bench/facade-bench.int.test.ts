@@ -1,0 +1,104 @@
+// bench/facade.bench.ts (issue #15) on tiny counts: both store configurations in one run, alternating over two
+// rounds, with the rejected-request rates. Checks the JSON report: the added latency of each configuration at 1 and 50
+// concurrent, the difference shared − embedded, and that each facade rate-limited and recorded every completion it
+// answered. The postgres+redis half is skipped, with the bench's reason, where PostgreSQL or Redis cannot start.
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { beforeAll, describe, expect, it } from 'vitest'
+
+interface Spread {
+  median: number
+  min: number
+  max: number
+}
+
+interface Report {
+  bench: string
+  schema: number
+  params: { rounds: number; keyRpm: number; fleetRpm: number }
+  configs: (
+    | { name: string; skipped: false; rate_limit_header: string; check: { answered: number; recorded: number; rate_limit_fail_open: number | null } }
+    | { name: string; skipped: true; reason: string }
+  )[]
+  overhead: { config: string; concurrency: number; rounds: number; p50_added_ms: Spread; p99_added_ms: Spread }[]
+  rounds: { round: number; concurrency: number; order: string[]; facades: { config: string; requests: number; errors: number }[] }[]
+  rejected: { config: string; scenario: string; requests: number; errors: number }[]
+}
+
+let report: Report
+let stdout = ''
+
+beforeAll(() => {
+  const out = mkdtempSync(join(tmpdir(), 'onnxd-facade-bench-'))
+  const env = { ...process.env }
+  // The shared stores come from throwaway servers, not from whatever the environment names.
+  delete env.ONNXD_DATABASE_URL
+  delete env.ONNXD_REDIS_URL
+  const args = ['--import', 'tsx', 'bench/facade.bench.ts', '--rounds', '2', '--requests', '60', '--seconds', '0.3', '--out', out]
+  const run = spawnSync(process.execPath, args, { env, encoding: 'utf8', timeout: 170_000 })
+  stdout = run.stdout
+  expect(run.status, `${run.stdout}\n${run.stderr}`).toBe(0)
+  const files = readdirSync(out).filter((f) => f.startsWith('facade-') && f.endsWith('.json'))
+  expect(files).toHaveLength(1)
+  report = JSON.parse(readFileSync(join(out, files[0]!), 'utf8')) as Report
+}, 180_000)
+
+function expectMeasured(name: string): void {
+  const config = report.configs.find((c) => c.name === name)!
+  expect(config.skipped).toBe(false)
+  if (config.skipped) return
+  // Rate limiting ran (the limit header of 1e9 per minute) and every answered completion was written to the store.
+  expect(config.rate_limit_header).toBe(String(report.params.keyRpm))
+  expect(config.check.recorded).toBe(config.check.answered)
+  expect(config.check.answered).toBeGreaterThan(0)
+  expect(config.check.rate_limit_fail_open ?? 0).toBe(0)
+  for (const c of [1, 50]) {
+    const o = report.overhead.find((x) => x.config === name && x.concurrency === c)!
+    expect(o.rounds).toBe(2)
+    for (const s of [o.p50_added_ms, o.p99_added_ms]) {
+      expect(Number.isFinite(s.median)).toBe(true)
+      expect(s.min).toBeLessThanOrEqual(s.median)
+      expect(s.max).toBeGreaterThanOrEqual(s.median)
+    }
+  }
+  for (const r of report.rounds) {
+    const f = r.facades.find((x) => x.config === name)!
+    expect(f, `round ${r.round} c=${r.concurrency}`).toMatchObject({ requests: 60, errors: 0 })
+  }
+  expect(report.rejected.filter((r) => r.config === name).map((r) => r.scenario)).toEqual(['rejected 401 (unknown key)', 'rejected 429 (key over limit)'])
+  for (const r of report.rejected.filter((x) => x.config === name)) expect(r.errors, r.scenario).toBe(0)
+}
+
+describe('bench/facade.bench.ts', () => {
+  it('measures both store configurations in one run, alternating their order between rounds', () => {
+    expect(report).toMatchObject({ bench: 'facade', schema: 2, params: { rounds: 2 } })
+    expect(report.configs.map((c) => c.name).sort()).toEqual(['postgres+redis', 'sqlite+memory'])
+    expect(report.rounds.map((r) => [r.round, r.concurrency])).toEqual([
+      [1, 1],
+      [1, 50],
+      [2, 1],
+      [2, 50],
+    ])
+    const measured = report.configs.filter((c) => !c.skipped).map((c) => c.name)
+    expect(report.rounds[0]!.order).toEqual(measured)
+    expect(report.rounds[2]!.order).toEqual([...measured].reverse())
+    expect(stdout).toMatch(/added latency \(facade − direct\)/)
+    expect(stdout).toMatch(/target \(postgres\+redis adds ≤ 2 ms at p50\)/)
+  })
+
+  it('measures sqlite+memory', () => {
+    expectMeasured('sqlite+memory')
+  })
+
+  it('measures postgres+redis and its difference from sqlite+memory (or says why it could not)', (ctx) => {
+    const shared = report.configs.find((c) => c.name === 'postgres+redis')!
+    if (shared.skipped) {
+      expect(shared.reason.length).toBeGreaterThan(0)
+      ctx.skip(`postgres+redis skipped by the bench: ${shared.reason}`)
+    }
+    expectMeasured('postgres+redis')
+    for (const c of [1, 50]) expect(report.overhead.find((x) => x.config === 'shared − embedded' && x.concurrency === c)?.rounds).toBe(2)
+  })
+})
