@@ -60,6 +60,11 @@ const PACKAGE_OWNERS: { pkg: string; owners: string[]; exceptions?: { file: stri
   { pkg: 'redis', owners: ['src/store/redis-rate-limit.ts'] },
   { pkg: 'piscina', owners: ['src/engine/pool/pool.ts'] },
   { pkg: 'prom-client', owners: ['src/node/'] },
+  // Tracing's SDK is loaded (dynamically, only when tracing is on) by one module; spans are made with @opentelemetry/api.
+  { pkg: '@opentelemetry/sdk-trace', owners: ['src/shared/tracing.ts'] },
+  { pkg: '@opentelemetry/exporter-trace-otlp-http', owners: ['src/shared/tracing.ts'] },
+  { pkg: '@opentelemetry/resources', owners: ['src/shared/tracing.ts'] },
+  { pkg: '@opentelemetry/core', owners: ['src/shared/tracing.ts'] },
 ]
 
 /** The engine has no HTTP (DESIGN "Shape"). */

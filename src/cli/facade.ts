@@ -3,6 +3,7 @@ import { parseArgs } from 'node:util'
 import { FACADE_ARG_FLAGS, operatorOptions } from './operator.js'
 import { startFacade } from '../facade/server.js'
 import { withShutdownSignals } from '../shared/signals.js'
+import { openTracing } from '../shared/tracing.js'
 
 const USAGE = `usage: onnxd facade [--nodes URL|dns+http://NAME:PORT,...] [--port N] [--host H] [--data-dir DIR]
                     [--database-url postgres://...] [--redis-url redis://...] [--key-rpm N] [--fleet-rpm N]
@@ -23,11 +24,22 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
     process.stdout.write(USAGE)
     return 0
   }
-  const facade = await startFacade(operatorOptions(values, env))
+  const facadeOptions = operatorOptions(values, env)
+  // Off unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set; the SDK is loaded only then.
+  const tracing = await openTracing(env, 'onnxd-facade')
+  let facade: Awaited<ReturnType<typeof startFacade>>
+  try {
+    facade = await startFacade(facadeOptions, { tracing })
+  } catch (e) {
+    await tracing?.shutdown()
+    throw e
+  }
   return withShutdownSignals('onnxd facade', async (shutdown) => {
     const signal = await shutdown
     facade.app.log.info({ signal }, 'closing')
     await facade.close()
+    // The spans of the last requests leave before the process does.
+    await tracing?.shutdown()
     return 0
   })
 }

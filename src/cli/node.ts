@@ -5,6 +5,7 @@ import { nodeOptionsFromArgv } from '../node/flags.js'
 import { DEFAULT_MODEL_DIR, NODE_ENV, NODE_FLAGS, NodeOptions } from '../node/options.js'
 import { serveNode } from '../node/server.js'
 import { withShutdownSignals } from '../shared/signals.js'
+import { openTracing } from '../shared/tracing.js'
 
 function usage(): string {
   const rows = (Object.keys(NODE_ENV) as (keyof NodeOptions)[]).map((f) => {
@@ -31,5 +32,14 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
     return 0
   }
   // Signals first: a SIGTERM during the model build or load must still shut down cleanly.
-  return withShutdownSignals('onnxd node', (shutdown) => serveNode(opts, shutdown))
+  return withShutdownSignals('onnxd node', async (shutdown) => {
+    // Off unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set; the SDK is loaded only then.
+    const tracing = await openTracing(env, 'onnxd-node')
+    try {
+      return await serveNode(opts, shutdown, {}, { tracing })
+    } finally {
+      // The spans of the last requests leave before the process does.
+      await tracing?.shutdown()
+    }
+  })
 }

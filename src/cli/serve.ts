@@ -8,6 +8,7 @@ import { serveNode } from '../node/server.js'
 import { FACADE_ARG_FLAGS, operatorOptions } from './operator.js'
 import { startFacade, type RunningFacade } from '../facade/server.js'
 import { withShutdownSignals } from '../shared/signals.js'
+import { openTracing } from '../shared/tracing.js'
 
 const USAGE = `usage: onnxd serve [--model DIR] [--port N] [--host H] [--node-port N] [--node-host H] [node options]
 
@@ -50,19 +51,33 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
   const facadeOpts = operatorOptions(facadeValues, env)
 
   let facade: RunningFacade | null = null
-  return withShutdownSignals('onnxd serve', (shutdown) =>
-    serveNode(nodeOpts, shutdown, {
-      onListening: async () => {
-        facade = await startFacade(facadeOpts)
-      },
-      // The facade sees the node ready at once, not up to one health interval later (503 no_healthy_node meanwhile).
-      onReady: async () => {
-        await facade?.app.facade.router.refresh()
-      },
-      // The facade outlives the node's drain, so streams in flight reach their clients; then it closes.
-      onDrained: async () => {
-        await facade?.close()
-      },
-    }),
-  )
+  return withShutdownSignals('onnxd serve', async (shutdown) => {
+    // Off unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set. Each half has its own service name (onnxd-node,
+    // onnxd-facade) unless OTEL_SERVICE_NAME names both.
+    const nodeTracing = await openTracing(env, 'onnxd-node')
+    const facadeTracing = await openTracing(env, 'onnxd-facade')
+    try {
+      return await serveNode(
+        nodeOpts,
+        shutdown,
+        {
+          onListening: async () => {
+            facade = await startFacade(facadeOpts, { tracing: facadeTracing })
+          },
+          // The facade sees the node ready at once, not up to one health interval later (503 no_healthy_node meanwhile).
+          onReady: async () => {
+            await facade?.app.facade.router.refresh()
+          },
+          // The facade outlives the node's drain, so streams in flight reach their clients; then it closes.
+          onDrained: async () => {
+            await facade?.close()
+          },
+        },
+        { tracing: nodeTracing },
+      )
+    } finally {
+      // The spans of the last requests leave before the process does.
+      await Promise.all([nodeTracing?.shutdown(), facadeTracing?.shutdown()])
+    }
+  })
 }

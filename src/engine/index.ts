@@ -2,14 +2,14 @@
 // holds, which EnginePool (pool/pool.ts, worker threads each running one Engine of engine.ts) implements; the
 // pool's factory; and the option and event types they speak (the plain data of types.ts). The node imports engine
 // code only from here (test/architecture.test.ts holds it). Imports: engine, shared.
-import type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation } from './types.js'
+import type { EngineRequest, EngineStats, FinishObservation, PhaseMarks, SeqEvent, StepObservation } from './types.js'
 import type { BatcherObserver, BatcherOptions } from './scheduler/batcher.js'
 import type { Dtype, Provider } from '../shared/model.js'
 import type { Runtime, RuntimeChoice } from './model/runtime.js'
 
 export { createEnginePool } from './pool/pool.js'
 
-export type { EngineRequest, EngineStats, FinishObservation, SeqEvent, StepObservation }
+export type { EngineRequest, EngineStats, FinishObservation, PhaseMarks, SeqEvent, StepObservation }
 export type { FinishReason, Timings, Usage } from './types.js'
 
 export type { Dtype, Provider } from '../shared/model.js'

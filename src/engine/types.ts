@@ -37,15 +37,31 @@ export interface Timings {
 }
 
 /**
+ * When a sequence's phases ended, for the node's traces: epoch milliseconds with sub-millisecond precision, read in
+ * the replica's thread as `performance.timeOrigin + performance.now()` (the process's origin, the same in every
+ * thread). `arrival`: the replica took the request (its prompt tokenized); `admitted`: it joined a prefill group, the
+ * end of queueing; `firstToken`: its first token was sampled, the end of prefill; `end`: done or failed. Null: not
+ * (yet) reached.
+ */
+export interface PhaseMarks {
+  arrival: number
+  admitted: number | null
+  firstToken: number | null
+  end: number | null
+}
+
+/**
  * Events of one sequence, in order: accepted, then token deltas, then exactly one of done or error. Every event
  * carries only what is new: `done` has the last delta (text held back until the end, and the last token id and its
  * logprobs), so the whole completion is the concatenation of all token events and `done`.
  */
 export type SeqEvent =
   | { type: 'accepted'; promptTokens: number; queueMs?: number; /** The engine replica's thread (set by the pool's workers). */ threadId?: number }
-  | { type: 'token'; text: string; tokens: number; ids: number[]; logprobs?: TokenLogprob[] }
-  | { type: 'done'; text: string; ids: number[]; logprobs?: TokenLogprob[]; finishReason: FinishReason; usage: Usage; timings: Timings }
-  | { type: 'error'; error: ErrorData }
+  /** `marks`: on a sequence's first token only (queueing and prefill are over). */
+  | { type: 'token'; text: string; tokens: number; ids: number[]; logprobs?: TokenLogprob[]; marks?: PhaseMarks }
+  | { type: 'done'; text: string; ids: number[]; logprobs?: TokenLogprob[]; finishReason: FinishReason; usage: Usage; timings: Timings; marks?: PhaseMarks }
+  /** `marks`: when the sequence had reached a replica. */
+  | { type: 'error'; error: ErrorData; marks?: PhaseMarks }
 
 /** A token as logprobs report it (OpenAI's shape): its text, its bytes, its raw log-probability. */
 export interface TokenAlternative {

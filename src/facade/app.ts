@@ -8,6 +8,7 @@ import { resolveJwtSecret } from './auth/secret.js'
 import { Meter, PriceTable } from './billing/meter.js'
 import type { FacadeContext } from './context.js'
 import { hardenHttp, httpServerOptions, LOG_REDACT } from '../shared/http-server.js'
+import { RequestTracing, type Tracing } from '../shared/tracing.js'
 import { facadeErrorHandler, facadeNotFoundHandler } from './errors.js'
 import { rateLimitHeaders, RateLimiter } from './limits/rate-limit.js'
 import { HttpNodeClient, type NodeClient } from './node-client.js'
@@ -39,6 +40,11 @@ export interface FacadeDeps {
   logStream: { write(line: string): unknown }
   /** Poll node health every `healthIntervalMs` (default true); tests call `facade.router.refresh()` instead. */
   pollHealth: boolean
+  /**
+   * Traces (off without): a SERVER span per /v1 request, and a CLIENT span per call to a node (with the default
+   * node client), which carries `traceparent`. The caller shuts it down after the app has closed.
+   */
+  tracing: Tracing | null
 }
 
 export type FacadeApp = FastifyInstance & { facade: FacadeContext }
@@ -58,6 +64,9 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
   })
   // First of all hooks: while closing, every request is a 503 with Retry-After before auth runs.
   hardenHttp(app, { bodyLimit: options.bodyLimit, refuseWhileClosing: true })
+  // Before the /v1 hooks, so that a request refused by its credential or rate limit is traced too.
+  const traces = deps.tracing ? new RequestTracing(deps.tracing) : null
+  traces?.install(app, (request) => request.url.startsWith('/v1/'))
   app.addHook('onResponse', async (request, reply) => {
     request.log.info(
       { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 },
@@ -81,7 +90,7 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
   const now = deps.now ?? Date.now
   const store = deps.store ?? (await openStore(options))
   const rateLimits = deps.rateLimits ?? openRateLimits(options, (m) => app.log.warn(m))
-  const nodeClient = deps.nodeClient ?? new HttpNodeClient({ timeoutMs: options.nodeTimeoutMs })
+  const nodeClient = deps.nodeClient ?? new HttpNodeClient({ timeoutMs: options.nodeTimeoutMs, tracing: deps.tracing })
   const router = new NodeRouter(options.nodes, nodeClient, {
     intervalMs: options.healthIntervalMs,
     dnsIntervalMs: options.dnsIntervalMs,
@@ -103,6 +112,7 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
       log: app.log,
     }),
     now,
+    traces,
   }
   app.decorate('facade', ctx)
 

@@ -5,6 +5,7 @@ import type { Meter } from './billing/meter.js'
 import type { RateLimiter } from './limits/rate-limit.js'
 import type { FacadeOptions } from './options.js'
 import type { NodeRouter } from './router.js'
+import type { RequestTracing } from '../shared/tracing.js'
 
 export interface FacadeContext {
   options: FacadeOptions
@@ -14,4 +15,6 @@ export interface FacadeContext {
   limiter: RateLimiter
   meter: Meter
   now: () => number
+  /** The /v1 requests' SERVER spans, when tracing is on. */
+  traces?: RequestTracing | null
 }

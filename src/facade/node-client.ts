@@ -1,8 +1,12 @@
 // The facade's only way to a worker node: the internal HTTP contract (GET /health, POST /internal/v1/completions,
-// JSON or SSE), spoken with undici over keep-alive connections. Imports: contract, shared errors.
+// JSON or SSE), spoken with undici over keep-alive connections. With tracing, each completion call is a CLIENT span,
+// child of the request span active where it is made, whose `traceparent` the node receives; it ends with the
+// answer (a stream's last event). Imports: contract, shared tracing, @opentelemetry/api.
 import { StringDecoder } from 'node:string_decoder'
+import { SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api'
 import { Agent, request } from 'undici'
-import { COMPLETIONS_PATH, type CompletionRequest, type CompletionResponse, type StreamEvent } from '../contract/completions.js'
+import { epochNow, type Tracing } from '../shared/tracing.js'
+import { COMPLETIONS_PATH, type CompletionRequest, type CompletionResponse, type StreamEvent, type Usage } from '../contract/completions.js'
 import { HEALTH_PATH, type HealthBody } from '../contract/health.js'
 
 /** How a node answered a completion request. Transport failures before an answer are `unreachable`. */
@@ -30,6 +34,8 @@ export interface NodeClient {
 export interface HttpNodeClientOptions {
   /** Longest wait for response headers and between two chunks of a body. */
   timeoutMs: number
+  /** Traces (off without): see the header. */
+  tracing?: Tracing | null
 }
 
 /** Transport errors that mean no connection was made. */
@@ -77,10 +83,46 @@ async function* streamEvents(body: AsyncIterable<Buffer | string> & { destroy():
   }
 }
 
+/** Ends a completion call's CLIENT span once: with the node's status, and as an error for `failure`. */
+function endCall(span: Span, status: number | null, failure: string | null, usage?: Usage): void {
+  if (status !== null) span.setAttribute('http.response.status_code', status)
+  if (usage) span.setAttributes({ 'gen_ai.usage.input_tokens': usage.prompt_tokens, 'gen_ai.usage.output_tokens': usage.completion_tokens })
+  if (failure !== null) {
+    span.setAttribute('error.type', failure)
+    span.setStatus({ code: SpanStatusCode.ERROR, message: failure })
+  }
+  span.end(epochNow())
+}
+
+/** A node stream whose span ends with it: at its last event, when it breaks, or when the caller stops reading. */
+async function* tracedEvents(
+  events: AsyncIterable<StreamEvent>,
+  signal: AbortSignal,
+  finish: (status: number, failure: string | null, usage?: Usage) => void,
+): AsyncGenerator<StreamEvent> {
+  let usage: Usage | undefined
+  let failure: string | null = 'cancelled'
+  try {
+    for await (const ev of events) {
+      if ('usage' in ev && ev.usage) usage = ev.usage
+      if ('error' in ev) failure = String(ev.error.code)
+      else if ('finish_reason' in ev && ev.finish_reason) failure = null
+      yield ev
+    }
+  } catch (e) {
+    failure = signal.aborted ? 'cancelled' : 'stream_broken'
+    throw e
+  } finally {
+    finish(200, failure, usage)
+  }
+}
+
 export class HttpNodeClient implements NodeClient {
   private readonly agent: Agent
+  private readonly tracing: Tracing | null
 
   constructor(opts: HttpNodeClientOptions) {
+    this.tracing = opts.tracing ?? null
     this.agent = new Agent({
       keepAliveTimeout: 30_000,
       headersTimeout: opts.timeoutMs,
@@ -108,12 +150,74 @@ export class HttpNodeClient implements NodeClient {
   }
 
   async complete(baseUrl: string, body: CompletionRequest, signal: AbortSignal): Promise<NodeReply> {
+    const t = this.tracing
+    if (t === null) return this.call(baseUrl, body, signal, {})
+    // One span per call: a retry on another node is a second one.
+    const parent = t.active()
+    const url = new URL(baseUrl + COMPLETIONS_PATH)
+    const span = t.tracer.startSpan(
+      `POST ${COMPLETIONS_PATH}`,
+      {
+        kind: SpanKind.CLIENT,
+        startTime: epochNow(),
+        attributes: {
+          'http.request.method': 'POST',
+          'url.full': url.href,
+          'server.address': url.hostname,
+          'server.port': Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
+          'gen_ai.request.model': body.model,
+          ...(body.request_id !== undefined ? { 'onnxd.request_id': body.request_id } : {}),
+          'onnxd.stream': body.stream === true,
+        },
+      },
+      parent,
+    )
+    const headers: Record<string, string> = {}
+    t.inject(trace.setSpan(parent, span), headers)
+    // A stream the caller never reads (another choice failed first) still ends its span, when the call is aborted.
+    let ended = false
+    const onAbort = (): void => {
+      if (ended) return
+      ended = true
+      endCall(span, null, 'cancelled')
+    }
+    signal.addEventListener('abort', onAbort, { once: true })
+    const off = (): void => signal.removeEventListener('abort', onAbort)
+    const finish = (status: number | null, failure: string | null, usage?: Usage): void => {
+      off()
+      if (ended) return
+      ended = true
+      endCall(span, status, failure, usage)
+    }
+    let reply: NodeReply
+    try {
+      reply = await this.call(baseUrl, body, signal, headers)
+    } catch (e) {
+      finish(null, 'cancelled')
+      throw e
+    }
+    switch (reply.kind) {
+      case 'json':
+        finish(200, null, reply.body.usage)
+        return reply
+      case 'stream':
+        return { kind: 'stream', events: tracedEvents(reply.events, signal, finish) }
+      case 'error':
+        finish(reply.status, String(reply.status))
+        return reply
+      case 'unreachable':
+        finish(null, reply.message)
+        return reply
+    }
+  }
+
+  private async call(baseUrl: string, body: CompletionRequest, signal: AbortSignal, traceHeaders: Record<string, string>): Promise<NodeReply> {
     let res: Awaited<ReturnType<typeof request>>
     try {
       res = await request(baseUrl + COMPLETIONS_PATH, {
         dispatcher: this.agent,
         method: 'POST',
-        headers: { 'content-type': 'application/json', accept: body.stream ? 'text/event-stream' : 'application/json' },
+        headers: { ...traceHeaders, 'content-type': 'application/json', accept: body.stream ? 'text/event-stream' : 'application/json' },
         body: JSON.stringify(body),
         signal,
       })

@@ -13,6 +13,7 @@ import { COMPLETIONS_PATH } from '../contract/completions.js'
 import { registerCompletionRoutes, requestIdFor } from './routes/completions.js'
 import { registerHealthRoutes } from './routes/health.js'
 import { bundleHasChatTemplate } from './chat-template.js'
+import { RequestTracing, type Tracing } from '../shared/tracing.js'
 
 export type { DrainResult, NodeControl } from './admission.js'
 
@@ -33,6 +34,8 @@ export interface NodeDeps {
   logStream?: { write(line: string): void }
   /** The bundle directory the engine loads (default `opts.model`): /health says whether it has a chat template. */
   modelDir?: string
+  /** Traces (off without): a SERVER span per completion, with its engine phases. The caller shuts it down. */
+  tracing?: Tracing | null
 }
 
 export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
@@ -70,6 +73,9 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
 
   app.decorate('node', state as NodeControl)
   hardenHttp(app, { bodyLimit: opts.bodyLimit })
+  // Before the route's own hooks, so that the draining node's 503 is traced too.
+  const traces = deps.tracing ? new RequestTracing(deps.tracing) : null
+  traces?.install(app, (request) => request.method === 'POST' && request.routeOptions.url === COMPLETIONS_PATH)
   registerErrorHandlers(app, onError)
   // Probes and scrapes every few seconds would drown the request log: at most warn for them.
   const probeLogLevel: LogLevel = ['info', 'debug', 'trace'].includes(opts.logLevel) ? 'warn' : opts.logLevel
@@ -82,7 +88,7 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
     chatTemplate: () => (opts.chatTemplate !== undefined ? true : bundleHasChatTemplate(modelDir)),
   })
   registerMetricsRoute(app, metrics, probeLogLevel)
-  registerCompletionRoutes(app, { engine, state, metrics })
+  registerCompletionRoutes(app, { engine, state, metrics, traces })
 
   // close() without a drain first (tests, a second signal): stop admitting and end what is still running at once.
   app.addHook('preClose', async () => {

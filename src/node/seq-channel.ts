@@ -17,10 +17,17 @@ export class SeqChannel {
   #cancel: (() => void) | null = null
   #cancelled = false
 
-  constructor(engine: EngineClient, req: EngineRequest) {
+  /** `observe` hears every engine event as it arrives, also those after the channel ended (e.g. for traces). */
+  constructor(engine: EngineClient, req: EngineRequest, observe?: (e: SeqEvent) => void) {
+    const sink = observe
+      ? (e: SeqEvent): void => {
+          observe(e)
+          this.#push(e)
+        }
+      : (e: SeqEvent): void => this.#push(e)
     try {
       // The engine may call the sink synchronously (e.g. an immediate queue_full); #push copes before #cancel is set.
-      this.#cancel = engine.submit(req, (e) => this.#push(e))
+      this.#cancel = engine.submit(req, sink)
     } catch (e) {
       this.#push({ type: 'error', error: toErrorData(e) })
     }

@@ -6,6 +6,7 @@ import { createEnginePool } from '../engine/index.js'
 import { buildNode } from './app.js'
 import { createMetrics, createRegistry } from './plugins/metrics.js'
 import { DEFAULT_MODEL_DIR, servedModelId, toPoolOptions, type NodeOptions } from './options.js'
+import type { Tracing } from '../shared/tracing.js'
 
 export interface NodeHooks {
   /** After the node listens (before the model is ready), e.g. to start a co-located facade. */
@@ -16,12 +17,17 @@ export interface NodeHooks {
   onDrained?(): Promise<void>
 }
 
+export interface ServeNodeDeps {
+  /** Traces of the node's completions (off without); the caller shuts it down once serveNode has returned. */
+  tracing?: Tracing | null
+}
+
 /**
  * Runs a node until `shutdown` resolves, then drains it: readiness turns `draining`, in-flight requests get the
  * grace period, the app and the pool close. Resolves 0; rejects when it cannot listen or the model cannot load,
  * having released the port and the workers.
  */
-export async function serveNode(opts: NodeOptions, shutdown: Promise<NodeJS.Signals>, hooks: NodeHooks = {}): Promise<number> {
+export async function serveNode(opts: NodeOptions, shutdown: Promise<NodeJS.Signals>, hooks: NodeHooks = {}, deps: ServeNodeDeps = {}): Promise<number> {
   let modelDir = opts.model
   if (opts.model === DEFAULT_MODEL_DIR) {
     const { ensureDefaultModel } = await import('../builder/index.js')
@@ -32,7 +38,7 @@ export async function serveNode(opts: NodeOptions, shutdown: Promise<NodeJS.Sign
   // The pool forwards every worker's step and finish observations to this one observer. Its workers start at
   // engine.ready(), below, so a port that cannot be bound starts none.
   const engine = createEnginePool({ ...toPoolOptions(opts), modelDir }, metrics.observer)
-  const app = buildNode(opts, { engine, metrics, modelDir })
+  const app = buildNode(opts, { engine, metrics, modelDir, tracing: deps.tracing })
   try {
     // Listen before the model has loaded, so /health can say `loading` and /health/live answers.
     await app.listen({ port: opts.port, host: opts.host })

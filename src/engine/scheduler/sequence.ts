@@ -2,7 +2,7 @@
 // its event sink. The batcher calls step() once per forward with this row's logits.
 import type { ErrorData } from '../../shared/errors.js'
 import type { LoadedModel } from '../model/load.js'
-import type { FinishObservation, FinishReason, SeqEvent, TokenLogprob } from '../types.js'
+import type { FinishObservation, FinishReason, PhaseMarks, SeqEvent, TokenLogprob } from '../types.js'
 import type { SamplingParams } from '../../shared/sampling.js'
 import { Sampler, SamplerScratch, TokenHistory, type StepLogprobs } from '../generation/sampling.js'
 import { StopMatcher } from '../generation/stopping.js'
@@ -147,7 +147,14 @@ export class Sequence {
       return true
     }
     this.pending = token
-    this.sink({ type: 'token', text, tokens: 1, ids: [token], ...(this.lastLogprobs ? { logprobs: this.lastLogprobs } : {}) })
+    this.sink({
+      type: 'token',
+      text,
+      tokens: 1,
+      ids: [token],
+      ...(this.lastLogprobs ? { logprobs: this.lastLogprobs } : {}),
+      ...(this.generated.length === 1 ? { marks: this.marks(null) } : {}),
+    })
     return false
   }
 
@@ -188,7 +195,14 @@ export class Sequence {
         ttft_ms: round(first - this.arrival),
         total_ms: round(now - this.arrival),
       },
+      marks: this.marks(now),
     })
+  }
+
+  /** The phases' instants as epoch milliseconds (see PhaseMarks); `end` as performance.now(), or null. */
+  private marks(end: number | null): PhaseMarks {
+    const epoch = (t: number | null | undefined): number | null => (t === null || t === undefined ? null : performance.timeOrigin + t)
+    return { arrival: epoch(this.arrival)!, admitted: epoch(this.admittedAt), firstToken: epoch(this.tokenTimes[0]), end: epoch(end) }
   }
 
   fail(error: ErrorData): void {
@@ -196,7 +210,7 @@ export class Sequence {
     this.done = true
     this.grammar?.dispose()
     this.grammar = null
-    this.sink({ type: 'error', error })
+    this.sink({ type: 'error', error, marks: this.marks(performance.now()) })
   }
 
   observation(reason: FinishObservation['finishReason'] | 'done'): FinishObservation {

@@ -1,9 +1,12 @@
 // What /v1/chat/completions and /v1/completions share once a request's values are checked: the model check (422),
 // billing (402), dispatch to a node, the disconnect that cancels the node's work, usage and the debit written once
 // per request (also for streams cut short: a billing Tab keeps a stream's usage durable as it is delivered), and
-// the SSE loop. Each route gives its own answer and chunk shapes. Imports: facade parts, contract, shared errors.
+// the SSE loop; with tracing, the request span's attributes (model, tokens, finish reasons, a stream's failure) and the
+// node calls made under it. Each route gives its own answer and chunk shapes. Imports: facade parts, contract, shared
+// errors, @opentelemetry/api (types).
 import type { OutgoingHttpHeaders } from 'node:http'
 import { Type, type Static } from '@sinclair/typebox'
+import type { Span } from '@opentelemetry/api'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { CompletionRequest, CompletionResponse, FinishReason, StreamEvent, TokenLogprob, Usage } from '../../contract/completions.js'
 import { clip, errorBody, errorStatus, OnnxdError } from '../../shared/errors.js'
@@ -75,6 +78,8 @@ export async function runCompletion<A>(
   job.requests.forEach((r, i) => (r.request_id = job.requests.length === 1 ? job.id : `${job.id}-${i}`))
 
   reply.header('x-request-id', job.id)
+  const span = ctx.traces?.of(request)?.span
+  span?.setAttributes({ 'gen_ai.request.model': job.model, 'onnxd.request_id': job.id, 'onnxd.stream': job.chunks !== undefined, 'onnxd.choices': job.requests.length })
   // The client's disconnect, as a signal that reaches the node requests.
   const gone = new AbortController()
   const onClose = (): void => {
@@ -89,7 +94,8 @@ export async function runCompletion<A>(
     const first: { failed: boolean; reason?: unknown } = { failed: false }
     const settled = await Promise.allSettled(
       job.requests.map((r) =>
-        ctx.router.dispatch(r, signal).catch((e: unknown) => {
+        // Under the request's span, so that each call to a node (a retry too) is a child of it.
+        (ctx.traces ? ctx.traces.run(request, () => ctx.router.dispatch(r, signal)) : ctx.router.dispatch(r, signal)).catch((e: unknown) => {
           if (!first.failed && !gone.signal.aborted) {
             first.failed = true
             first.reason = e
@@ -112,6 +118,7 @@ export async function runCompletion<A>(
     try {
       // What the nodes answered in full is billed, even when another choice of the request failed.
       const bodies = ok.flatMap((d) => (d.reply.kind === 'json' ? [d.reply.body] : []))
+      if (span && bodies.length > 0) setUsage(span, sumUsage(bodies.map((b) => b.usage)), bodies.map((b) => b.finish_reason))
       if (bodies.length > 0) {
         await ctx.meter.record(job.principal.account, job.principal.key, job.model, {
           promptTokens: bodies.reduce((n, b) => n + b.usage.prompt_tokens, 0),
@@ -127,6 +134,16 @@ export async function runCompletion<A>(
   } finally {
     reply.raw.off('close', onClose)
   }
+}
+
+/** Token counts and finish reasons on the request's span (the semantic conventions' gen_ai attributes). */
+function setUsage(span: Span, u: Usage, reasons: FinishReason[]): void {
+  span.setAttributes({
+    'gen_ai.usage.input_tokens': u.prompt_tokens,
+    'gen_ai.usage.output_tokens': u.completion_tokens,
+    'gen_ai.usage.cache_read.input_tokens': u.prompt_tokens_details?.cached_tokens ?? 0,
+    ...(reasons.length > 0 ? { 'gen_ai.response.finish_reasons': reasons } : {}),
+  })
 }
 
 type FinalEvent = Extract<StreamEvent, { finish_reason: unknown }>
@@ -208,6 +225,12 @@ async function streamCompletion(
   // Bill what was produced: each node's final usage, else the last usage it reported, else what was streamed.
   const promptTokens = choices.reduce((n, c) => n + promptOf(c), 0)
   const completionTokens = choices.reduce((n, c) => n + completionOf(c), 0)
+  const traced = ctx.traces?.of(request)
+  if (traced) {
+    const cached = choices.reduce((n, c) => n + (c.final?.usage.prompt_tokens_details?.cached_tokens ?? 0), 0)
+    const reasons = choices.flatMap((c) => (c.final ? [c.final.finish_reason] : []))
+    setUsage(traced.span, { prompt_tokens: promptTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cached } }, reasons)
+  }
   try {
     await tab.settle({ promptTokens, completionTokens })
   } catch (e) {
@@ -226,6 +249,7 @@ async function streamCompletion(
   } else {
     const f: ErrorEvent['error'] = failure ?? errorBody('internal', 'The inference backend ended the stream early').error
     const code = codeForStatus(typeof f.code === 'number' ? f.code : 500)
+    traced?.fail(code)
     const message = errorStatus(code) >= 500 ? 'The inference backend failed during the stream; it is safe to retry' : f.message
     await sse.data(JSON.stringify(errorBody(code, message)))
   }

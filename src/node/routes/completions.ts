@@ -1,5 +1,6 @@
 // POST /internal/v1/completions: admits a request into the engine, answers JSON or an SSE stream, cancels the
-// sequence the moment its client disconnects. Imports: engine types, contract, shared errors, node internals.
+// sequence the moment its client disconnects; with tracing, the request span's attributes and engine phases.
+// Imports: engine types, contract, shared errors and tracing, node internals.
 import { createHash, randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
@@ -14,11 +15,15 @@ import { ErrorBodySchema, toHttpError } from '../../shared/http-errors.js'
 import { logFailure } from '../plugins/errors.js'
 import { SseWriter } from '../../shared/sse.js'
 import { SeqChannel, type ChannelEvent } from '../seq-channel.js'
+import type { RequestSpan, RequestTracing } from '../../shared/tracing.js'
+import { PhaseTrace } from '../tracing.js'
 
 export interface CompletionRouteDeps {
   engine: EngineClient
   state: AdmissionState
   metrics: NodeMetrics
+  /** The app's SERVER spans, when tracing is on: each completion adds its attributes and engine phases to its own. */
+  traces?: RequestTracing | null
 }
 
 /**
@@ -45,7 +50,7 @@ function fingerprintOf(engine: EngineClient): string {
 }
 
 export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionRouteDeps): void {
-  const { engine, state, metrics } = deps
+  const { engine, state, metrics, traces } = deps
   app.withTypeProvider<TypeBoxTypeProvider>().post(
     COMPLETIONS_PATH,
     {
@@ -77,7 +82,10 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
         'completion submitted',
       )
 
-      const seq = new SeqChannel(engine, req)
+      const span = traces?.of(request)
+      span?.span.setAttributes({ 'gen_ai.request.model': body.model, 'onnxd.request_id': requestId, 'onnxd.stream': body.stream === true })
+      const phases = span ? new PhaseTrace(traces!.tracing.tracer, span) : null
+      const seq = new SeqChannel(engine, req, phases ? (e) => phases.event(e) : undefined)
       const stop = new AbortController() // ends waits on a slow client when the request is aborted
       const release = state.track((err) => {
         seq.abort(toErrorData(err))
@@ -97,7 +105,7 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
         const pending = first.type === 'accepted' ? null : first // the pool sends `accepted` first; tolerate it not
         const promptTokens = first.type === 'accepted' ? first.promptTokens : 0
         if (body.stream === true) {
-          return await streamSse(reply, seq, pending, { requestId, promptTokens, log, metrics, signal: stop.signal, fingerprint: fingerprintOf(engine) })
+          return await streamSse(reply, seq, pending, { requestId, promptTokens, log, metrics, signal: stop.signal, fingerprint: fingerprintOf(engine), span })
         }
         // Token events are deltas, and so is `done`: it carries what was not yet sent (the last sampled token,
         // text the detokenizer or the stop matcher held back). The answer is their concatenation.
@@ -154,6 +162,8 @@ interface StreamCtx {
   log: FastifyRequest['log']
   metrics: NodeMetrics
   signal: AbortSignal
+  /** The request's span: an error after the 200 fails it. */
+  span: RequestSpan | undefined
 }
 
 /**
@@ -191,6 +201,7 @@ async function streamSse(
       const http = toHttpError(err)
       logFailure(reply.request, err, http.status)
       metrics.requestFailed(err.code)
+      ctx.span?.fail(err.code)
       const usage: Usage = { prompt_tokens: ctx.promptTokens, completion_tokens: completionTokens }
       const ev: StreamEvent = { error: http.body.error, usage }
       void sse.data(JSON.stringify(ev))
