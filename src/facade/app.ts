@@ -15,6 +15,7 @@ import { HttpNodeClient, type NodeClient } from './node-client.js'
 import type { FacadeOptions } from './options.js'
 import './request.js'
 import type { Resolve } from './node-sources.js'
+import { createFacadeMetrics } from './metrics.js'
 import { NodeRouter } from './router.js'
 import { openRateLimits, openStore } from './stores.js'
 import { accountRoutes } from './routes/account.js'
@@ -126,6 +127,15 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
 
   app.setErrorHandler(facadeErrorHandler)
   app.setNotFoundHandler(facadeNotFoundHandler)
+
+  // Prometheus metrics of the facade itself (its nodes export their own): requests by endpoint and status, their
+  // duration, rate-limit checks failed open, and each node's state as this facade's router sees it. No credential,
+  // as the nodes' /metrics and vLLM's.
+  const metrics = createFacadeMetrics({ router, rateLimitFailures: () => rateLimits.failures })
+  app.addHook('onResponse', async (request, reply) => {
+    metrics.requestDone(request.routeOptions.url ?? 'unmatched', reply.statusCode, reply.elapsedTime / 1000)
+  })
+  app.get('/metrics', { logLevel: 'warn' }, async (_request, reply) => reply.type(metrics.registry.contentType).send(await metrics.registry.metrics()))
 
   // The facade's own health, for load balancers: ready while at least one node is ready. No credential.
   app.get('/health', async (_request, reply) => {

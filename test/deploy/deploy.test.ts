@@ -13,6 +13,7 @@ import { parseAllDocuments, parseDocument } from 'yaml'
 import { usage } from '../../src/cli.js'
 import { FACADE_ENV, loadFacadeOptions } from '../../src/facade/options.js'
 import { loadNodeOptions, NODE_ENV, type NodeOptions } from '../../src/node/options.js'
+import { createFacadeMetrics } from '../../src/facade/metrics.js'
 import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
 import { facadeFixture, type FacadeFixture } from '../helpers/facade.js'
 import { testNode, type TestNode } from '../node/helpers.js'
@@ -384,11 +385,13 @@ function kubernetesProblems(objects: K8sObject[], code: Code): string[] {
       if (!(grace > opts.drainTimeoutMs / 1000)) problems.push(`${where}: terminationGracePeriodSeconds ${grace} is not above the drain timeout (${opts.drainTimeoutMs / 1000} s)`)
       const limit = quantityBytes(obj(obj(container.resources).limits).memory)
       if (!(opts.kvBudgetMb * 2 ** 20 < limit)) problems.push(`${where}: the KV budget (${opts.kvBudgetMb} MiB) does not fit the memory limit`)
-      const ann = obj(obj(pod.metadata).annotations)
-      if (ann['prometheus.io/scrape'] === 'true') {
-        if (Number(ann['prometheus.io/port']) !== port) problems.push(`${where}: prometheus.io/port ${str(ann['prometheus.io/port'])} is not the node port ${port}`)
-        if (!code.hasRoute('node', str(ann['prometheus.io/path'] ?? '/metrics'))) problems.push(`${where}: prometheus.io/path is not a route of the node`)
-      }
+    }
+    // Both serve /metrics: the node its engine's, the facade its own (requests, fail-open, node states).
+    const ann = obj(obj(pod.metadata).annotations)
+    if (ann['prometheus.io/scrape'] !== 'true') problems.push(`${where}: no prometheus.io/scrape annotation`)
+    else {
+      if (Number(ann['prometheus.io/port']) !== port) problems.push(`${where}: prometheus.io/port ${str(ann['prometheus.io/port'])} is not the ${role} port ${port}`)
+      if (!code.hasRoute(role, str(ann['prometheus.io/path'] ?? '/metrics'))) problems.push(`${where}: prometheus.io/path is not a route of the ${role}`)
     }
   }
 
@@ -433,13 +436,19 @@ interface MetricInfo {
   labels: Set<string>
 }
 
-/** Every metric the node registers, with the labels its series carry (exercised once so every label appears). */
+/**
+ * Every metric the node and the facade register, with the labels their series carry (exercised once so every label
+ * appears).
+ */
 async function nodeMetricCatalog(): Promise<Map<string, MetricInfo>> {
   const registry = createRegistry()
   const metrics = createMetrics(registry, 'onnxd-tiny', 'cpu') // as src/node/server.ts does
   metrics.requestFailed('internal') // the failure counter has no series before its first failure
+  const node = { url: 'http://n:8081', status: 'ready' as const, models: [], capacity: 1, free_slots: 1, inflight: 0, affinity_routed: 0, error: null }
+  const facade = createFacadeMetrics({ router: { snapshot: () => [node] }, rateLimitFailures: () => 0 })
+  facade.requestDone('/v1/chat/completions', 200, 0.01)
   const out = new Map<string, MetricInfo>()
-  for (const m of await registry.getMetricsAsJSON()) {
+  for (const m of [...(await registry.getMetricsAsJSON()), ...(await facade.registry.getMetricsAsJSON())]) {
     const labels = new Set<string>()
     for (const v of m.values) for (const k of Object.keys(v.labels)) if (k !== 'le') labels.add(k)
     out.set(m.name, { type: String(m.type), labels })

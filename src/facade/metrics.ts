@@ -1,0 +1,82 @@
+// The facade's Prometheus metrics (GET /metrics on its port, as vLLM serves its own): requests by endpoint and
+// status and their duration; rate-limit checks let through because the shared counter store (Redis) did not answer;
+// and, read from the router at each scrape, each node's state, requests in flight and prefix-affinity placements.
+// Imports: prom-client, the router's snapshot type.
+import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import type { NodeRouter } from './router.js'
+
+export interface FacadeMetrics {
+  readonly registry: Registry
+  /** Counts one answered request: `endpoint` is its route pattern (e.g. /v1/chat/completions), or 'unmatched'. */
+  requestDone(endpoint: string, status: number, seconds: number): void
+}
+
+export interface FacadeMetricSources {
+  router: Pick<NodeRouter, 'snapshot'>
+  /** Rate-limit hits let through since start because the counter store did not answer; undefined when in process. */
+  rateLimitFailures: () => number | undefined
+}
+
+export function createFacadeMetrics(src: FacadeMetricSources): FacadeMetrics {
+  const registry = new Registry()
+  const registers = [registry]
+  const requests = new Counter({
+    name: 'onnxd_facade_requests_total',
+    help: 'Requests answered by the facade, by endpoint and HTTP status (4xx and 5xx are the error contract: 401, 402, 422, 429, 503, ...).',
+    labelNames: ['endpoint', 'status'] as const,
+    registers,
+  })
+  const duration = new Histogram({
+    name: 'onnxd_facade_request_duration_seconds',
+    help: 'Time from a request arriving to its answer ending (a stream: its last byte), by endpoint.',
+    labelNames: ['endpoint'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+    registers,
+  })
+  new Counter({
+    name: 'onnxd_facade_rate_limit_fail_open_total',
+    help: 'Rate-limit checks let through because the shared counter store (Redis) did not answer in time (fail open).',
+    registers,
+    collect() {
+      this.reset()
+      this.inc(src.rateLimitFailures() ?? 0)
+    },
+  })
+  new Gauge({
+    name: 'onnxd_facade_node_ready',
+    help: 'Whether the node is in rotation (1: its last /health said ready), per node this facade routes to.',
+    labelNames: ['node'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const n of src.router.snapshot()) this.set({ node: n.url }, n.status === 'ready' ? 1 : 0)
+    },
+  })
+  new Gauge({
+    name: 'onnxd_facade_node_inflight',
+    help: 'Requests this facade has in flight on the node.',
+    labelNames: ['node'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const n of src.router.snapshot()) this.set({ node: n.url }, n.inflight)
+    },
+  })
+  new Counter({
+    name: 'onnxd_facade_affinity_routed_total',
+    help: "Requests sent to the node because their prompt's prefix lives there (prefix affinity); the rest went by load.",
+    labelNames: ['node'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const n of src.router.snapshot()) this.inc({ node: n.url }, n.affinity_routed)
+    },
+  })
+  return {
+    registry,
+    requestDone(endpoint, status, seconds) {
+      requests.inc({ endpoint, status: String(status) })
+      duration.observe({ endpoint }, seconds)
+    },
+  }
+}
