@@ -47,12 +47,13 @@ interface Received {
 }
 
 /** One chat completion through a facade; a stream is abandoned after `cancelAfter` content chunks when given. */
-async function chat(facade: string, key: string, o: { content?: string; system?: string; stream?: boolean; maxTokens?: number; cancelAfter?: number; onFirstChunk?: () => void } = {}): Promise<Received> {
+async function chat(facade: string, key: string, o: { content?: string; system?: string; stream?: boolean; maxTokens?: number; cancelAfter?: number; onFirstChunk?: () => void; ignoreEos?: boolean } = {}): Promise<Received> {
   const messages = [...(o.system ? [{ role: 'system', content: o.system }] : []), { role: 'user', content: o.content ?? 'Say hello' }]
   const body = {
     model: MODEL,
     messages,
     max_tokens: o.maxTokens ?? 8,
+    ...(o.ignoreEos ? { ignore_eos: true } : {}),
     ...(o.stream ? { stream: true, stream_options: { include_usage: true } } : {}),
   }
   const abort = new AbortController()
@@ -247,10 +248,17 @@ describe.skipIf(skip !== null)('a fleet: two facades and two nodes on one Postgr
 
   it('a node cut off mid-stream moves new traffic to the other, and the cut stream is billed for what it delivered', async () => {
     const k = await newKey()
-    const streams = Array.from({ length: 6 }, (_, i) => chat(facades[i % 2]!.url, k.key, { stream: true, maxTokens: 200, content: `long ${i}` }))
-    // Wait until both nodes are streaming, then cut one off as a crash would: every connection reset, then gone.
-    await waitFor(() => nodes.every((n) => n.engine.health().running > 0), 'both nodes to be busy')
-    const victim = nodes[0]!
+    let started = 0
+    const streams = Array.from({ length: 6 }, (_, i) =>
+      chat(facades[i % 2]!.url, k.key, { stream: true, maxTokens: 1500, ignoreEos: true, content: `long ${i}`, onFirstChunk: () => started++ }),
+    )
+    // Once every stream is under way, cut off the node serving the most of them (as both facades count their
+    // requests in flight), as a crash would: every connection reset, then gone.
+    await waitFor(() => started === 6, 'the streams to start')
+    const inflight = (n: RealNode): number => facades.reduce((s, f) => s + f.app.facade.router.nodes.filter((r) => r.url === n.url).reduce((t, r) => t + r.inflight, 0), 0)
+    const at = inflight(nodes[1]!) > inflight(nodes[0]!) ? 1 : 0
+    const victim = nodes[at]!
+    expect(inflight(victim)).toBeGreaterThan(0)
     const port = victim.port
     victim.app.server.closeAllConnections()
     await victim.close()
@@ -259,10 +267,10 @@ describe.skipIf(skip !== null)('a fleet: two facades and two nodes on one Postgr
     const after = await Promise.all(Array.from({ length: 8 }, (_, i) => chat(facades[i % 2]!.url, k.key, { maxTokens: 2 })))
     expect(after.map((r) => r.status)).toEqual(Array(8).fill(200))
     // What each client was told or read is billed, the cut streams' partials included.
-    await waitFor(async () => (await usageOf(store, k.id)).requests === 6 + 8, 'every request to be billed')
+    await waitFor(async () => (await usageOf(store, k.id)).requests === 6 + 8, 'every request to be billed', 60_000)
 
     // Put a node back on the same port for the test that follows; the facades take it in at their next poll.
-    nodes[0] = await startRealNode({ port })
+    nodes[at] = await startRealNode({ port })
     await waitFor(() => facades.every((f) => f.app.facade.router.nodes.every((n) => n.status === 'ready')), 'the facades to see the new node')
   })
 
@@ -273,7 +281,7 @@ describe.skipIf(skip !== null)('a fleet: two facades and two nodes on one Postgr
     expect(used.requests).toBe(0)
     let started = 0
     const streams = Array.from({ length: 8 }, (_, i) =>
-      chat(facades[1]!.url, k.key, { stream: true, maxTokens: 400, content: `restart ${i}`, onFirstChunk: () => started++ }),
+      chat(facades[1]!.url, k.key, { stream: true, maxTokens: 400, ignoreEos: true, content: `restart ${i}`, onFirstChunk: () => started++ }),
     )
     await waitFor(() => started === 8, 'the streams to start')
     await facades[1]!.close() // graceful: stops accepting, lets its streams finish, flushes billing
