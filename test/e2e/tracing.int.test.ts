@@ -13,7 +13,7 @@ import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js
 import { openTracing, type Tracing } from '../../src/shared/tracing.js'
 import { bearer, facadeFixture, type FacadeFixture } from '../helpers/facade.js'
 import { defaultModelDir } from '../helpers/fixtures.js'
-import { clientTraceparent, KIND, startCollector, until, type CollectedSpan, type Collector } from '../helpers/tracing-collector.js'
+import { arrived, clientTraceparent, KIND, startCollector, type CollectedSpan, type Collector } from '../helpers/tracing-collector.js'
 import { listen, testOptions } from '../node/helpers.js'
 
 const MODEL = 'onnxd-tiny'
@@ -80,13 +80,8 @@ async function chat(s: Side, extra: Record<string, unknown>, headers: Record<str
 }
 
 /** The trace's spans once all six have arrived (flushing both exporters as it waits). */
-async function sixSpans(traceId: string): Promise<CollectedSpan[]> {
-  await until(async () => {
-    await Promise.all([nodeTracing.forceFlush(), facadeTracing.forceFlush()])
-    return collector.trace(traceId).length >= 6
-  }, 'the six spans of the trace')
-  return collector.trace(traceId)
-}
+const sixSpans = (traceId: string): Promise<CollectedSpan[]> =>
+  arrived(collector, traceId, 6, () => Promise.all([nodeTracing.forceFlush(), facadeTracing.forceFlush()]))
 
 const one = (spans: CollectedSpan[], name: string, service: string): CollectedSpan => {
   const found = spans.filter((s) => s.name === name && s.service === service)

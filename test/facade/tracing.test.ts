@@ -3,7 +3,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { openTracing, type Tracing } from '../../src/shared/tracing.js'
 import { bearer, chatBody, facadeFixture, MODEL, type FacadeFixture } from '../helpers/facade.js'
-import { clientTraceparent, KIND, startCollector, STATUS_ERROR, until, type CollectedSpan, type Collector } from '../helpers/tracing-collector.js'
+import { arrived, clientTraceparent, KIND, startCollector, STATUS_ERROR, type CollectedSpan, type Collector } from '../helpers/tracing-collector.js'
 
 let collector: Collector
 let tracing: Tracing
@@ -32,11 +32,7 @@ const post = (url: string, path: string, body: unknown, headers: Record<string, 
   fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) })
 
 async function spansOf(traceId: string, n: number): Promise<{ server: CollectedSpan; calls: CollectedSpan[] }> {
-  await until(async () => {
-    await tracing.forceFlush()
-    return collector.trace(traceId).length >= n
-  }, `${n} spans`)
-  const all = collector.trace(traceId)
+  const all = await arrived(collector, traceId, n, () => tracing.forceFlush())
   expect(all).toHaveLength(n)
   const server = all.find((s) => s.kind === KIND.server)!
   const calls = all.filter((s) => s.kind === KIND.client)

@@ -130,3 +130,12 @@ export async function until(cond: () => boolean | Promise<boolean>, what: string
     await new Promise((r) => setTimeout(r, 20))
   }
 }
+
+/** The spans of `traceId` once `n` have arrived, flushing the exporters (`flush`) as it waits. */
+export async function arrived(collector: Collector, traceId: string, n: number, flush: () => Promise<unknown>): Promise<CollectedSpan[]> {
+  await until(async () => {
+    await flush()
+    return collector.trace(traceId).length >= n
+  }, `${n} spans of the trace`)
+  return collector.trace(traceId)
+}

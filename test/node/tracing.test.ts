@@ -5,7 +5,7 @@ import { request as httpRequest } from 'node:http'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { openTracing, type Tracing } from '../../src/shared/tracing.js'
 import { deferred } from '../helpers/fake-engine.js'
-import { clientTraceparent, KIND, startCollector, STATUS_ERROR, until, type CollectedSpan, type Collector } from '../helpers/tracing-collector.js'
+import { arrived, clientTraceparent, KIND, startCollector, STATUS_ERROR, until, type CollectedSpan, type Collector } from '../helpers/tracing-collector.js'
 import { completionBody, listen, testNode, URL_PATH, type TestNode } from './helpers.js'
 
 let collector: Collector
@@ -30,11 +30,7 @@ const send = (base: string, body: Record<string, unknown>, traceparent: string):
 
 /** The trace's spans once `n` have arrived. */
 async function spans(traceId: string, n: number): Promise<{ server: CollectedSpan; phases: CollectedSpan[] }> {
-  await until(async () => {
-    await tracing.forceFlush()
-    return collector.trace(traceId).length >= n
-  }, `${n} spans`)
-  const all = collector.trace(traceId)
+  const all = await arrived(collector, traceId, n, () => tracing.forceFlush())
   expect(all).toHaveLength(n)
   const server = all.find((s) => s.kind === KIND.server)!
   expect(server).toMatchObject({ name: `POST ${URL_PATH}`, service: 'node-under-test' })
