@@ -62,7 +62,9 @@ const UPSERT_USAGE = `
     completion_tokens = usage.completion_tokens + excluded.completion_tokens,
     cost_micros = usage.cost_micros + excluded.cost_micros`
 
-/** recordCompletion's statement: $1 key, $2 account, $3 model, $4 day, $5..$7 tokens and cost, $8 in-flight id, $9 last_used_at. */
+const FIND_KEY = `SELECT ${KEY_WITH_ACCOUNT_COLUMNS} FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = $1`
+
+/** recordCompletion's statement (named, so planned once per connection): $1 key, $2 account, $3 model, $4 day, $5..$7 tokens and cost, $8 in-flight id, $9 last_used_at. */
 const RECORD_COMPLETION = `
   WITH taken AS (
     DELETE FROM inflight WHERE id = $8::text RETURNING settled_at, prompt_tokens, completion_tokens, cost_micros
@@ -224,12 +226,9 @@ export class PostgresStore implements Store {
   }
 
   async findKeyByHash(hash: Buffer): Promise<KeyLookup | null> {
-    const r = await this.one<KeyWithAccountRow>(
-      `SELECT ${KEY_WITH_ACCOUNT_COLUMNS}
-       FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = $1`,
-      [hash],
-    )
-    return r ? toKeyLookup(r) : null
+    // Every authenticated request runs this: a named statement is parsed and planned once per connection.
+    const r = await this.pool.query<KeyWithAccountRow>({ name: 'onnxd_find_key', text: FIND_KEY, values: [hash] })
+    return r.rows[0] ? toKeyLookup(r.rows[0]) : null
   }
 
   async getKey(id: string): Promise<ApiKey | null> {
@@ -257,7 +256,7 @@ export class PostgresStore implements Store {
    * taken and only the rest is added, the rule of unsettledRest (rows.ts), in SQL.
    */
   async recordCompletion(u: CompletionUsage): Promise<{ balanceMicros: number }> {
-    const r = await this.pool.query<{ balance_micros: number }>(RECORD_COMPLETION, [
+    const r = await this.pool.query<{ balance_micros: number }>({ name: 'onnxd_record_completion', text: RECORD_COMPLETION, values: [
       u.keyId,
       u.accountId,
       u.model,
@@ -267,7 +266,7 @@ export class PostgresStore implements Store {
       u.costMicros,
       u.inFlightId ?? null,
       u.touchKey !== false ? Math.floor(u.at / 1000) : null,
-    ])
+    ] })
     if (r.rowCount === 0) throw new OnnxdError('internal', `account ${u.accountId} vanished while recording usage`)
     return { balanceMicros: r.rows[0]!.balance_micros }
   }
