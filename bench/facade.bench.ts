@@ -14,8 +14,8 @@
 // a given Redis gets the facade's own counters (prefix onnxd:rl:, fleet bucket included), so point it at a
 // throwaway or staging server, not a live fleet's.
 //
-// Both facades rate-limit every request (per-key and fleet-wide limits of 1e9 per minute: two counter hits per
-// request, in process or in Redis), look the key up in their store and write the usage and debit of each completion,
+// Both facades rate-limit every request (per-key and fleet-wide limits of 1e9 per minute: both counters hit per
+// request, in one Lua script in Redis or in process), look the key up in their store and write the usage and debit of each completion,
 // as an operator's facade does. Each round measures, per concurrency, the node directly and then each facade (the
 // facades' order alternates between rounds, so that drift on a shared machine falls on both); the table gives, per
 // configuration, the median over rounds of the p50 and p99 added latency (facade − direct) and their range, and the
@@ -260,7 +260,7 @@ async function checkRedis(url: string): Promise<string | null> {
   const { RedisRateLimitStore } = await import('../src/store/redis-rate-limit.js')
   const counters = new RedisRateLimitStore({ url, prefix: 'onnxd-bench:probe:', timeoutMs: 2000, warn: () => undefined })
   try {
-    await counters.hit('probe', 1, 1000, Date.now())
+    await counters.hits([{ bucket: 'probe', limit: 1 }], 1000, Date.now())
     return counters.failures === 0 ? null : 'Redis did not answer a probe hit'
   } finally {
     await counters.close()
@@ -465,7 +465,7 @@ async function main(): Promise<void> {
     console.table(rows)
     console.table(rejected.map((r) => ({ config: r.config, scenario: r.scenario, requests: r.requests, errors: r.errors, p50_ms: r.p50_ms, p99_ms: r.p99_ms, rps: r.rps })))
     for (const [name, ch] of Object.entries(checks)) {
-      const failOpen = ch.rate_limit_fail_open === null ? '' : `; Redis hits failed open: ${ch.rate_limit_fail_open}`
+      const failOpen = ch.rate_limit_fail_open === null ? '' : `; Redis requests failed open: ${ch.rate_limit_fail_open}`
       console.log(`store check, ${name}: ${ch.recorded} completions recorded of ${ch.answered} answered${failOpen}`)
     }
     const bad = Object.entries(checks).filter(([, ch]) => ch.recorded !== ch.answered || (ch.rate_limit_fail_open ?? 0) > 0)

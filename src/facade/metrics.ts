@@ -13,7 +13,7 @@ export interface FacadeMetrics {
 
 export interface FacadeMetricSources {
   router: Pick<NodeRouter, 'snapshot'>
-  /** Rate-limit hits let through since start because the counter store did not answer; undefined when in process. */
+  /** Requests let through since start because the counter store did not answer; undefined when in process. */
   rateLimitFailures: () => number | undefined
 }
 
@@ -35,7 +35,7 @@ export function createFacadeMetrics(src: FacadeMetricSources): FacadeMetrics {
   })
   new Counter({
     name: 'onnxd_facade_rate_limit_fail_open_total',
-    help: 'Rate-limit checks let through because the shared counter store (Redis) did not answer in time (fail open).',
+    help: 'Requests let through because the shared rate-limit counter store (Redis) did not answer in time (fail open).',
     registers,
     collect() {
       this.reset()

@@ -165,6 +165,12 @@ export interface Store extends AccountStore, KeyStore, UsageStore {
   close(): Promise<void>
 }
 
+/** A bucket to count a request against, and its limit. */
+export interface RateLimitCheck {
+  bucket: string
+  limit: number
+}
+
 /** One counter hit in a fixed window. */
 export interface RateLimitHit {
   allowed: boolean
@@ -180,8 +186,12 @@ export interface RateLimitHit {
  * sharing a backend (e.g. Redis `INCR` + `PEXPIREAT`) agrees on when a window resets.
  */
 export interface RateLimitStore {
-  hit(bucket: string, limit: number, windowMs: number, nowMs: number): Promise<RateLimitHit>
-  /** A networked backend: hits it allowed because it could not answer (fail open), since it was opened. */
+  /**
+   * Counts one request against each bucket in order, in one step (one round trip to a shared backend), stopping
+   * after the first bucket over its limit: those after it are not counted. Returns the hits made, in order.
+   */
+  hits(checks: readonly RateLimitCheck[], windowMs: number, nowMs: number): Promise<RateLimitHit[]>
+  /** A networked backend: requests (`hits` calls) it allowed because it could not answer (fail open), since it was opened. */
   readonly failures?: number
   close(): Promise<void>
 }

@@ -1,5 +1,5 @@
 // In-process fixed-window rate-limit counters: the default for a single facade. Imports: store interfaces.
-import type { RateLimitHit, RateLimitStore } from './interfaces.js'
+import type { RateLimitCheck, RateLimitHit, RateLimitStore } from './interfaces.js'
 
 interface Window {
   start: number
@@ -12,7 +12,17 @@ export class MemoryRateLimitStore implements RateLimitStore {
 
   constructor(private readonly sweepAt = 10_000) {}
 
-  async hit(bucket: string, limit: number, windowMs: number, nowMs: number): Promise<RateLimitHit> {
+  async hits(checks: readonly RateLimitCheck[], windowMs: number, nowMs: number): Promise<RateLimitHit[]> {
+    const out: RateLimitHit[] = []
+    for (const c of checks) {
+      const h = this.hit(c.bucket, c.limit, windowMs, nowMs)
+      out.push(h)
+      if (!h.allowed) break
+    }
+    return out
+  }
+
+  private hit(bucket: string, limit: number, windowMs: number, nowMs: number): RateLimitHit {
     const start = nowMs - (nowMs % windowMs)
     let w = this.windows.get(bucket)
     if (!w || w.start !== start) {

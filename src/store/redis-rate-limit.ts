@@ -1,17 +1,23 @@
 // Fixed-window rate-limit counters in Redis, shared by every facade pointed at it (ONNXD_REDIS_URL): one Lua script
-// per hit (INCR, and PEXPIREAT at the window's end on its first count), sent with EVALSHA and, when the server does not
-// know the script yet (NOSCRIPT), with EVAL. Windows are aligned to the epoch as in the in-memory store, so the result
-// of a hit is the same. When Redis cannot answer, the hit is allowed (fail open), counted in `failures`, and a
+// per request, whatever its buckets (per bucket in order: INCR, PEXPIREAT at the window's end on its first count, and
+// a stop after the first over its limit), sent with EVALSHA and, when the server does not know the script yet
+// (NOSCRIPT), with EVAL. The buckets' keys may lie in different slots: a single Redis (or a primary), not a Cluster. Windows are aligned to the epoch as in the in-memory store, so the result
+// of a hit is the same. When Redis cannot answer, the request is allowed (fail open), counted in `failures`, and a
 // warning is logged at most once a minute. Imports: store interfaces.
 import { createHash } from 'node:crypto'
 import { setTimeout as delay } from 'node:timers/promises'
 import { createClient } from 'redis'
-import type { RateLimitHit, RateLimitStore } from './interfaces.js'
+import type { RateLimitCheck, RateLimitHit, RateLimitStore } from './interfaces.js'
 
 const SCRIPT = `
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
-return n`
+local counts = {}
+for i, key in ipairs(KEYS) do
+  local n = redis.call('INCR', key)
+  if n == 1 then redis.call('PEXPIREAT', key, ARGV[1]) end
+  counts[i] = n
+  if n > tonumber(ARGV[i + 1]) then break end
+end
+return counts`
 const SHA = createHash('sha1').update(SCRIPT).digest('hex')
 
 export interface RedisRateLimitOptions {
@@ -57,13 +63,14 @@ export class RedisRateLimitStore implements RateLimitStore {
     ])
   }
 
-  async hit(bucket: string, limit: number, windowMs: number, nowMs: number): Promise<RateLimitHit> {
+  async hits(checks: readonly RateLimitCheck[], windowMs: number, nowMs: number): Promise<RateLimitHit[]> {
+    if (checks.length === 0) return []
     const start = nowMs - (nowMs % windowMs)
     const resetAtMs = start + windowMs
-    const key = `${this.prefix}${bucket}:${start}`
-    let count: number
+    let counts: number[]
     try {
-      count = Number(await this.run(key, resetAtMs))
+      const keys = checks.map((c) => `${this.prefix}${c.bucket}:${start}`)
+      counts = ((await this.run(keys, [String(resetAtMs), ...checks.map((c) => String(c.limit))])) as unknown[]).map(Number)
     } catch (e) {
       this.failures++
       const now = Date.now()
@@ -71,19 +78,22 @@ export class RedisRateLimitStore implements RateLimitStore {
         this.lastWarnMs = now
         this.warn(`rate limits: Redis did not answer (${(e as Error).message}); allowing requests until it does`)
       }
-      return { allowed: true, count: 0, remaining: limit, resetAtMs }
+      return checks.map((c) => ({ allowed: true, count: 0, remaining: c.limit, resetAtMs }))
     }
-    return { allowed: count <= limit, count, remaining: Math.max(0, limit - count), resetAtMs }
+    return counts.map((count, i) => {
+      const limit = checks[i]!.limit
+      return { allowed: count <= limit, count, remaining: Math.max(0, limit - count), resetAtMs }
+    })
   }
 
-  private async run(key: string, resetAtMs: number): Promise<unknown> {
+  private async run(keys: string[], args: string[]): Promise<unknown> {
     if (!this.client.isReady) await this.firstConnect
-    const args = { keys: [key], arguments: [String(resetAtMs)] }
+    const options = { keys, arguments: args }
     try {
-      return await this.client.evalSha(SHA, args)
+      return await this.client.evalSha(SHA, options)
     } catch (e) {
       if (!(e instanceof Error) || !e.message.startsWith('NOSCRIPT')) throw e
-      return await this.client.eval(SCRIPT, args)
+      return await this.client.eval(SCRIPT, options)
     }
   }
 

@@ -4,7 +4,7 @@
 // does not answer lets requests through (fail open), counted.
 import { randomBytes } from 'node:crypto'
 import { afterAll, describe, expect, it } from 'vitest'
-import type { RateLimitStore } from '../../src/store/interfaces.js'
+import type { RateLimitHit, RateLimitStore } from '../../src/store/interfaces.js'
 import { MemoryRateLimitStore } from '../../src/store/memory-rate-limit.js'
 import { RedisRateLimitStore } from '../../src/store/redis-rate-limit.js'
 import { startRedis } from '../helpers/servers.js'
@@ -22,6 +22,10 @@ const redis = (warn?: (m: string) => void): RedisRateLimitStore =>
 // A window start a few minutes ahead: Redis expires a window's key when it ends, so the windows must lie in the future.
 const t0 = (Math.floor(Date.now() / 60_000) + 5) * 60_000
 
+/** One bucket's hit. */
+const hit = async (s: RateLimitStore, bucket: string, limit: number, windowMs: number, nowMs: number): Promise<RateLimitHit> =>
+  (await s.hits([{ bucket, limit }], windowMs, nowMs))[0]!
+
 const backends: { name: string; make: () => RateLimitStore; skip: string | null }[] = [
   { name: 'MemoryRateLimitStore', make: () => new MemoryRateLimitStore(), skip: null },
   { name: 'RedisRateLimitStore', make: () => redis(), skip: started.reason },
@@ -32,11 +36,31 @@ for (const b of backends) {
     it('counts per bucket in windows aligned to the epoch and resets at the window end', async () => {
       const s = b.make()
       try {
-        expect(await s.hit('a', 2, 60_000, t0 + 10)).toEqual({ allowed: true, count: 1, remaining: 1, resetAtMs: t0 + 60_000 })
-        expect((await s.hit('a', 2, 60_000, t0 + 20)).allowed).toBe(true)
-        expect(await s.hit('a', 2, 60_000, t0 + 30)).toEqual({ allowed: false, count: 3, remaining: 0, resetAtMs: t0 + 60_000 })
-        expect((await s.hit('b', 2, 60_000, t0 + 30)).allowed).toBe(true)
-        expect(await s.hit('a', 2, 60_000, t0 + 60_000)).toMatchObject({ allowed: true, count: 1, resetAtMs: t0 + 120_000 })
+        expect(await hit(s, 'a', 2, 60_000, t0 + 10)).toEqual({ allowed: true, count: 1, remaining: 1, resetAtMs: t0 + 60_000 })
+        expect((await hit(s, 'a', 2, 60_000, t0 + 20)).allowed).toBe(true)
+        expect(await hit(s, 'a', 2, 60_000, t0 + 30)).toEqual({ allowed: false, count: 3, remaining: 0, resetAtMs: t0 + 60_000 })
+        expect((await hit(s, 'b', 2, 60_000, t0 + 30)).allowed).toBe(true)
+        expect(await hit(s, 'a', 2, 60_000, t0 + 60_000)).toMatchObject({ allowed: true, count: 1, resetAtMs: t0 + 120_000 })
+      } finally {
+        await s.close()
+      }
+    })
+
+    it('counts several buckets in order in one step, and none after the first over its limit', async () => {
+      const s = b.make()
+      try {
+        const both = [
+          { bucket: 'key', limit: 1 },
+          { bucket: 'fleet', limit: 5 },
+        ]
+        expect((await s.hits(both, 60_000, t0)).map((h) => [h.allowed, h.count, h.remaining])).toEqual([
+          [true, 1, 0],
+          [true, 1, 4],
+        ])
+        // The key is over: the fleet is not counted (another key's request still finds 4 places).
+        expect((await s.hits(both, 60_000, t0)).map((h) => [h.allowed, h.count])).toEqual([[false, 2]])
+        expect(await hit(s, 'fleet', 5, 60_000, t0)).toMatchObject({ allowed: true, count: 2 })
+        expect(await s.hits([], 60_000, t0)).toEqual([])
       } finally {
         await s.close()
       }
@@ -47,10 +71,10 @@ for (const b of backends) {
 describe('MemoryRateLimitStore', () => {
   it('sweeps ended windows once the map is large', async () => {
     const s = new MemoryRateLimitStore(2)
-    await s.hit('a', 1, 1000, 0)
-    await s.hit('b', 1, 1000, 0)
-    await s.hit('c', 1, 1000, 5000) // sweeps a and b
-    expect((await s.hit('a', 1, 1000, 5000)).count).toBe(1)
+    await hit(s, 'a', 1, 1000, 0)
+    await hit(s, 'b', 1, 1000, 0)
+    await hit(s, 'c', 1, 1000, 5000) // sweeps a and b
+    expect((await hit(s, 'a', 1, 1000, 5000)).count).toBe(1)
   })
 })
 
@@ -60,7 +84,7 @@ describe.skipIf(started.server === null)(`RedisRateLimitStore, shared${started.r
     const a = new RedisRateLimitStore({ url: started.server!.url, prefix })
     const b = new RedisRateLimitStore({ url: started.server!.url, prefix })
     try {
-      const hits = await Promise.all(Array.from({ length: 100 }, (_, i) => (i % 2 ? a : b).hit('fleet', 37, 60_000, t0 + i)))
+      const hits = await Promise.all(Array.from({ length: 100 }, (_, i) => hit(i % 2 ? a : b, 'fleet', 37, 60_000, t0 + i)))
       expect(hits.filter((h) => h.allowed)).toHaveLength(37)
       expect(hits.map((h) => h.count).sort((x, y) => x - y)).toEqual(Array.from({ length: 100 }, (_, i) => i + 1))
       expect(a.failures + b.failures).toBe(0)
@@ -74,11 +98,11 @@ describe.skipIf(started.server === null)(`RedisRateLimitStore, shared${started.r
     const s = redis()
     try {
       const start = Math.floor(Date.now() / 1000) * 1000
-      await s.hit('short', 5, 1000, start)
+      await hit(s, 'short', 5, 1000, start)
       const later = await new Promise<number>((resolve) => setTimeout(() => resolve(Date.now()), start + 1100 - Date.now()))
       // The next window is a new key; the old one is gone rather than left to pile up.
-      expect((await s.hit('short', 5, 1000, later)).count).toBe(1)
-      expect((await s.hit('short', 5, 1000, start)).count).toBe(1)
+      expect((await hit(s, 'short', 5, 1000, later)).count).toBe(1)
+      expect((await hit(s, 'short', 5, 1000, start)).count).toBe(1)
     } finally {
       await s.close()
     }
@@ -90,8 +114,8 @@ describe('RedisRateLimitStore, Redis down', () => {
     const warnings: string[] = []
     const s = new RedisRateLimitStore({ url: 'redis://127.0.0.1:1', warn: (m) => warnings.push(m), timeoutMs: 200 })
     try {
-      expect(await s.hit('k', 1, 60_000, t0)).toEqual({ allowed: true, count: 0, remaining: 1, resetAtMs: t0 + 60_000 })
-      expect((await s.hit('k', 1, 60_000, t0)).allowed).toBe(true)
+      expect(await hit(s, 'k', 1, 60_000, t0)).toEqual({ allowed: true, count: 0, remaining: 1, resetAtMs: t0 + 60_000 })
+      expect((await hit(s, 'k', 1, 60_000, t0)).allowed).toBe(true)
       expect(s.failures).toBe(2)
       expect(warnings).toHaveLength(1)
       expect(warnings[0]).toMatch(/Redis did not answer.*allowing requests/)

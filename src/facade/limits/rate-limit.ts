@@ -65,24 +65,25 @@ export class RateLimiter {
    */
   async admit(key: ApiKey): Promise<RateLimitVerdict | null> {
     const now = this.now()
-    let state: RateLimitState | null = null
     const keyLimit = key.rpmLimit ?? this.opts.keyRpm
-    if (keyLimit > 0) {
-      const h = await this.counters.hit(`key:${key.id}`, keyLimit, WINDOW_MS, now)
-      state = { limit: keyLimit, remaining: h.remaining, resetAtMs: h.resetAtMs }
+    const checks = [
+      ...(keyLimit > 0 ? [{ bucket: `key:${key.id}`, limit: keyLimit, fleet: false }] : []),
+      ...(this.opts.fleetRpm > 0 ? [{ bucket: FLEET_BUCKET, limit: this.opts.fleetRpm, fleet: true }] : []),
+    ]
+    if (checks.length === 0) return null
+    // One step for both: the fleet is counted only when the key's limit let the request through.
+    const hits = await this.counters.hits(checks, WINDOW_MS, now)
+    let state: RateLimitState | null = null
+    for (const [i, h] of hits.entries()) {
+      const { limit, fleet } = checks[i]!
+      const counter = { limit, remaining: h.remaining, resetAtMs: h.resetAtMs }
       if (!h.allowed) {
-        const message = `Rate limit reached for this API key: ${keyLimit} requests per minute`
-        return { ...state, refused: new OnnxdError('rate_limited', message, { retryAfterS: secondsUntil(h.resetAtMs, now) }) }
+        const message = fleet
+          ? `Fleet-wide rate limit reached: ${limit} requests per minute across all keys`
+          : `Rate limit reached for this API key: ${limit} requests per minute`
+        return { ...counter, refused: new OnnxdError('rate_limited', message, { retryAfterS: secondsUntil(h.resetAtMs, now) }) }
       }
-    }
-    if (this.opts.fleetRpm > 0) {
-      const h = await this.counters.hit(FLEET_BUCKET, this.opts.fleetRpm, WINDOW_MS, now)
-      const fleet = { limit: this.opts.fleetRpm, remaining: h.remaining, resetAtMs: h.resetAtMs }
-      if (!h.allowed) {
-        const message = `Fleet-wide rate limit reached: ${this.opts.fleetRpm} requests per minute across all keys`
-        return { ...fleet, refused: new OnnxdError('rate_limited', message, { retryAfterS: secondsUntil(h.resetAtMs, now) }) }
-      }
-      state = binding(state, fleet)
+      state = binding(state, counter)
     }
     return state && { ...state, refused: null }
   }
