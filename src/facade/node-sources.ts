@@ -16,7 +16,7 @@ export function parseNodeSource(entry: string): NodeSource {
   const m = DNS_ENTRY.exec(entry)
   if (!m) return { kind: 'url', url: entry }
   const scheme = m[1] as 'http' | 'https'
-  return { kind: 'dns', entry, scheme, host: m[2]!, port: m[3] ?? (scheme === 'https' ? '443' : '80'), path: (m[4] ?? '').replace(/\/+$/, '') }
+  return { kind: 'dns', entry, scheme, host: m[2]!.replace(/^\[(.*)\]$/, '$1'), port: m[3] ?? (scheme === 'https' ? '443' : '80'), path: (m[4] ?? '').replace(/\/+$/, '') }
 }
 
 /** The addresses a name resolves to (A and AAAA, as the system resolver answers, /etc/hosts included). */

@@ -4,6 +4,7 @@ import type { HealthBody } from '../../src/contract/health.js'
 import type { NodeClient, NodeHealth, NodeReply } from '../../src/facade/node-client.js'
 import { NodeRouter, type RouterOptions } from '../../src/facade/router.js'
 import { affinityKey } from '../../src/facade/affinity.js'
+import { parseNodeSource } from '../../src/facade/node-sources.js'
 
 const health = (over: Partial<HealthBody> = {}): HealthBody => ({
   status: 'ready',
@@ -263,6 +264,13 @@ describe('nodes from DNS', () => {
     await router.refresh()
     expect(lookups).toHaveLength(3)
     expect(router.nodes.map((n) => n.url)).toEqual(['http://10.0.0.2:8081', 'http://10.0.0.3:8081', 'http://static:8081'])
+  })
+
+  it('reads dns+ entries: default ports, paths, and bracketed IPv6 literals', () => {
+    expect(parseNodeSource('dns+http://onnxd-node')).toMatchObject({ kind: 'dns', host: 'onnxd-node', port: '80', path: '' })
+    expect(parseNodeSource('dns+https://n.svc/base/')).toMatchObject({ kind: 'dns', scheme: 'https', host: 'n.svc', port: '443', path: '/base' })
+    expect(parseNodeSource('dns+http://[::1]:8081')).toMatchObject({ kind: 'dns', host: '::1', port: '8081' })
+    expect(parseNodeSource('http://10.0.0.1:8081')).toEqual({ kind: 'url', url: 'http://10.0.0.1:8081' })
   })
 
   it('resolves a real name through the system resolver', async () => {
