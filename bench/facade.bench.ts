@@ -83,6 +83,25 @@ async function runChild(role: string): Promise<void> {
   }
   process.on('message', (m) => {
     if (m === 'exit') void close().then(() => process.exit(0))
+    // The process's CPU time so far (user + system, µs): the parent takes it before and after a load.
+    if (m === 'cpu') {
+      const u = process.cpuUsage()
+      process.send!({ cpu: u.user + u.system })
+    }
+  })
+}
+
+/** A child's CPU time so far, µs. */
+function cpuOf(child: ChildProcess): Promise<number> {
+  return new Promise((resolve) => {
+    const on = (m: unknown): void => {
+      if (typeof m === 'object' && m !== null && 'cpu' in m) {
+        child.off('message', on)
+        resolve((m as { cpu: number }).cpu)
+      }
+    }
+    child.on('message', on)
+    child.send('cpu')
   })
 }
 
@@ -121,6 +140,8 @@ interface Result {
   p99_ms: number
   mean_ms: number
   rps: number
+  /** Through a facade: the facade process's CPU time per request of the load, µs (its stores' servers not included). */
+  facade_cpu_us?: number
 }
 
 const agent = new Agent({ connections: 256, keepAliveTimeout: 30_000, pipelining: 1 })
@@ -293,6 +314,8 @@ interface Overhead {
   rounds: number
   p50_added_ms: Spread
   p99_added_ms: Spread
+  /** The facade process's CPU time per request, µs (not for the difference row). */
+  facade_cpu_us?: Spread
 }
 
 async function main(): Promise<void> {
@@ -342,10 +365,12 @@ async function main(): Promise<void> {
       nodeUrl = n.url
     }
     const facadeUrl = new Map<ConfigName, string>()
+    const facadeChild = new Map<ConfigName, ChildProcess>()
     for (const c of configs) {
       const f = await spawn('facade', ['--node', nodeUrl, '--data-dir', c.dataDir], c.env)
       children.push(f.child)
       facadeUrl.set(c.name, f.url)
+      facadeChild.set(c.name, f.child)
     }
 
     const messages = [{ role: 'user', content: 'Say hello in four words.' }]
@@ -383,7 +408,13 @@ async function main(): Promise<void> {
       for (const c of CONCURRENCY) {
         const d = { scenario: 'direct to node', ...(await load(direct, c, { total })) }
         const facades: Result[] = []
-        for (const name of order) facades.push({ scenario: 'through facade', config: name, ...(await load(via.get(name)!, c, { total })) })
+        for (const name of order) {
+          const child = facadeChild.get(name)!
+          const cpu0 = await cpuOf(child)
+          const r = await load(via.get(name)!, c, { total })
+          const cpu = (await cpuOf(child)) - cpu0
+          facades.push({ scenario: 'through facade', config: name, ...r, facade_cpu_us: Math.round(cpu / r.requests) })
+        }
         perRound.push({ round, concurrency: c, order, direct: d, facades })
         const added = facades.map((f) => `${f.config} +${r3(f.p50_ms - d.p50_ms)} ms`).join(', ')
         process.stderr.write(`  round ${round}/${rounds} c=${c}: direct p50 ${d.p50_ms} ms; p50 added: ${added}\n`)
@@ -432,7 +463,15 @@ async function main(): Promise<void> {
       const added = (name: ConfigName, p: 'p50_ms' | 'p99_ms'): number[] =>
         rs.map((r) => r.facades.find((f) => f.config === name)![p] - r.direct[p])
       for (const cfg of configs) {
-        overhead.push({ config: cfg.name, concurrency: c, rounds: rs.length, p50_added_ms: spread(added(cfg.name, 'p50_ms')), p99_added_ms: spread(added(cfg.name, 'p99_ms')) })
+        const cpu = rs.map((r) => r.facades.find((f) => f.config === cfg.name)!.facade_cpu_us!)
+        overhead.push({
+          config: cfg.name,
+          concurrency: c,
+          rounds: rs.length,
+          p50_added_ms: spread(added(cfg.name, 'p50_ms')),
+          p99_added_ms: spread(added(cfg.name, 'p99_ms')),
+          facade_cpu_us: spread(cpu),
+        })
       }
       if (configs.length === 2) {
         const diff = (p: 'p50_ms' | 'p99_ms'): number[] => added(SHARED, p).map((x, i) => x - added(EMBEDDED, p)[i]!)
@@ -458,9 +497,15 @@ async function main(): Promise<void> {
     const rows: Record<string, string | number>[] = []
     for (const c of CONCURRENCY) {
       for (const o of overhead.filter((x) => x.concurrency === c)) {
-        rows.push({ config: o.config, concurrency: c, 'p50 added': show(o.p50_added_ms), 'p99 added': show(o.p99_added_ms) })
+        rows.push({
+          config: o.config,
+          concurrency: c,
+          'p50 added': show(o.p50_added_ms),
+          'p99 added': show(o.p99_added_ms),
+          'facade CPU µs/req': o.facade_cpu_us ? o.facade_cpu_us.median : '',
+        })
       }
-      for (const s of skipped) rows.push({ config: s.name, concurrency: c, 'p50 added': `skipped: ${s.reason}`, 'p99 added': '' })
+      for (const s of skipped) rows.push({ config: s.name, concurrency: c, 'p50 added': `skipped: ${s.reason}`, 'p99 added': '', 'facade CPU µs/req': '' })
     }
     console.table(rows)
     console.table(rejected.map((r) => ({ config: r.config, scenario: r.scenario, requests: r.requests, errors: r.errors, p50_ms: r.p50_ms, p99_ms: r.p99_ms, rps: r.rps })))
