@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { defaultModelDir } from '../helpers/fixtures.js'
+import { freePort } from '../helpers/servers.js'
 
 const ENTRY = join(import.meta.dirname, '../helpers/onnxd-src.ts')
 
@@ -32,16 +33,6 @@ async function onnxd(argv: string[]): Promise<{ code: number | null; signal: Nod
   child.stderr.on('data', (b: Buffer) => (stderr += b.toString()))
   const [code, signal] = (await once(child, 'exit')) as [number | null, NodeJS.Signals | null]
   return { code, signal, stderr }
-}
-
-/** A port nobody listens on (briefly bound to learn it). */
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, '127.0.0.1')
-  await once(s, 'listening')
-  const port = (s.address() as AddressInfo).port
-  s.close()
-  await once(s, 'close')
-  return port
 }
 
 const inUse = (command: string): RegExp => new RegExp(`^onnxd ${command}: port ${busy} on 127\\.0\\.0\\.1 is already in use\\b[^\\n]*\\n$`)

@@ -4,7 +4,6 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync } from 'node:fs'
-import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -12,6 +11,7 @@ import { createApiKey } from '../../src/facade/accounts.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import { defaultModelDir } from '../helpers/fixtures.js'
 import { clientTraceparent, startCollector, type Collector } from '../helpers/tracing-collector.js'
+import { freePort } from '../helpers/servers.js'
 
 const ENTRY = join(import.meta.dirname, '../helpers/onnxd-src.ts')
 
@@ -20,15 +20,6 @@ beforeAll(async () => {
   collector = await startCollector()
 })
 afterAll(() => collector?.close())
-
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, '127.0.0.1')
-  await once(s, 'listening')
-  const port = (s.address() as AddressInfo).port
-  s.close()
-  await once(s, 'close')
-  return port
-}
 
 describe('onnxd serve with OTEL_EXPORTER_OTLP_ENDPOINT', () => {
   it('traces a completion through facade and node, and flushes the spans when SIGTERM stops it', async () => {

@@ -4,8 +4,6 @@
 // the other at once; a node cut off mid-stream sends new traffic to the other; a facade restarted loses nothing; and
 // requests sharing a long prompt prefix land on one node, whose prefix cache serves them. Skipped, with the reason,
 // when no PostgreSQL or Redis can be had (CI always has both).
-import { randomBytes } from 'node:crypto'
-import pg from 'pg'
 import { Agent, fetch } from 'undici'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createApiKey } from '../../src/facade/accounts.js'
@@ -14,7 +12,7 @@ import { loadFacadeOptions, type FacadeOptions } from '../../src/facade/options.
 import { startFacade, type RunningFacade } from '../../src/facade/server.js'
 import type { Account } from '../../src/store/interfaces.js'
 import { PostgresStore } from '../../src/store/postgres.js'
-import { startPostgres, startRedis } from '../helpers/servers.js'
+import { freshDatabase as freshPg, startPostgres, startRedis } from '../helpers/servers.js'
 import { defaultCostMicros, MODEL, startRealNode, waitFor, type RealNode } from './stack.js'
 
 const pgServer = await startPostgres()
@@ -26,16 +24,7 @@ const SECRET = 'fleet-test-secret-fleet-test-secret-0123'
 const CREDITS = 1_000_000_000
 const agent = new Agent({ connections: 512 })
 
-async function freshDatabase(): Promise<string> {
-  const name = `onnxd_fleet_${randomBytes(6).toString('hex')}`
-  const admin = new pg.Client({ connectionString: pgServer.server!.url })
-  await admin.connect()
-  await admin.query(`CREATE DATABASE ${name}`)
-  await admin.end()
-  const u = new URL(pgServer.server!.url)
-  u.pathname = `/${name}`
-  return u.toString()
-}
+const freshDatabase = (): Promise<string> => freshPg(pgServer.server!.url, 'onnxd_fleet_')
 
 interface Received {
   status: number

@@ -3,6 +3,7 @@
 // null with the reason (the suite then reports as skipped). PostgreSQL refuses to run as root: as root, it runs as
 // the `postgres` (or `nobody`) user via runuser.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
 import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -15,7 +16,8 @@ export interface TestServer {
 
 export type Started = { server: TestServer; reason: null } | { server: null; reason: string }
 
-async function freePort(): Promise<number> {
+/** A loopback port nobody listens on (briefly bound to learn it). */
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer()
     s.once('error', reject)
@@ -114,4 +116,17 @@ export async function startRedis(): Promise<Started> {
     },
     reason: null,
   }
+}
+
+/** A new, empty database on the PostgreSQL server at `serverUrl`; its URL. */
+export async function freshDatabase(serverUrl: string, prefix = 'onnxd_t_'): Promise<string> {
+  const { default: pg } = await import('pg')
+  const name = `${prefix}${randomBytes(6).toString('hex')}`
+  const admin = new pg.Client({ connectionString: serverUrl })
+  await admin.connect()
+  await admin.query(`CREATE DATABASE ${name}`)
+  await admin.end()
+  const u = new URL(serverUrl)
+  u.pathname = `/${name}`
+  return u.toString()
 }

@@ -1,28 +1,17 @@
 // PostgresStore: the shared behavioural suite (store-contract.ts) against a real PostgreSQL, plus what only a
 // networked store shares with other facades: concurrent debits from several connections, and migrations run once by
 // facades starting together. Skipped, with the reason, when no server can be had (test/helpers/servers.ts).
-import { randomBytes } from 'node:crypto'
-import pg from 'pg'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { PG_MIGRATIONS } from '../../src/store/migrations.js'
 import { migratePostgres, PostgresStore } from '../../src/store/postgres.js'
-import { startPostgres } from '../helpers/servers.js'
+import { freshDatabase as freshPg, startPostgres } from '../helpers/servers.js'
 import { storeContract } from './store-contract.js'
 
 const started = await startPostgres()
 if (started.reason) console.warn(`PostgreSQL suites skipped: ${started.reason}`)
 
 /** A new, empty database on the test server; its URL. */
-async function freshDatabase(): Promise<string> {
-  const name = `onnxd_t_${randomBytes(6).toString('hex')}`
-  const admin = new pg.Client({ connectionString: started.server!.url })
-  await admin.connect()
-  await admin.query(`CREATE DATABASE ${name}`)
-  await admin.end()
-  const u = new URL(started.server!.url)
-  u.pathname = `/${name}`
-  return u.toString()
-}
+const freshDatabase = (): Promise<string> => freshPg(started.server!.url)
 
 const stores: PostgresStore[] = []
 const open = async (url?: string): Promise<PostgresStore> => {
