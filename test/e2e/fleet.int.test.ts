@@ -177,7 +177,7 @@ describe.skipIf(skip !== null)('a fleet: two facades and two nodes on one Postgr
     const before = (await store.getAccount(account.id))!.balanceMicros
     const jobs = Array.from({ length: 200 }, (_, i) => {
       const facade = facades[i % 2]!.url
-      if (i % 5 === 4) return { kind: 'cancelled' as const, p: chat(facade, cancelled.key, { stream: true, maxTokens: 48, content: `story ${i}`, cancelAfter: 2 }) }
+      if (i % 5 === 4) return { kind: 'cancelled' as const, p: chat(facade, cancelled.key, { stream: true, maxTokens: 48, ignoreEos: true, content: `story ${i}`, cancelAfter: 2 }) }
       return { kind: 'exact' as const, p: chat(facade, exact.key, { stream: i % 2 === 0, maxTokens: 4 + (i % 13), content: `question ${i}` }) }
     })
     const got = await Promise.all(jobs.map((j) => j.p))
