@@ -11,6 +11,8 @@ export interface FacadeMetrics {
   requestDone(endpoint: string, status: number, seconds: number): void
 }
 
+type NodeView = ReturnType<NodeRouter['snapshot']>[number]
+
 export interface FacadeMetricSources {
   router: Pick<NodeRouter, 'snapshot'>
   /** Requests let through since start because the counter store did not answer; undefined when in process. */
@@ -42,36 +44,29 @@ export function createFacadeMetrics(src: FacadeMetricSources): FacadeMetrics {
       this.inc(src.rateLimitFailures() ?? 0)
     },
   })
-  new Gauge({
-    name: 'onnxd_facade_node_ready',
-    help: 'Whether the node is in rotation (1: its last /health said ready), per node this facade routes to.',
-    labelNames: ['node'] as const,
-    registers,
-    collect() {
-      this.reset()
-      for (const n of src.router.snapshot()) this.set({ node: n.url }, n.status === 'ready' ? 1 : 0)
-    },
-  })
-  new Gauge({
-    name: 'onnxd_facade_node_inflight',
-    help: 'Requests this facade has in flight on the node.',
-    labelNames: ['node'] as const,
-    registers,
-    collect() {
-      this.reset()
-      for (const n of src.router.snapshot()) this.set({ node: n.url }, n.inflight)
-    },
-  })
-  new Counter({
-    name: 'onnxd_facade_affinity_routed_total',
-    help: "Requests sent to the node because their prompt's prefix lives there (prefix affinity); the rest went by load.",
-    labelNames: ['node'] as const,
-    registers,
-    collect() {
-      this.reset()
-      for (const n of src.router.snapshot()) this.inc({ node: n.url }, n.affinity_routed)
-    },
-  })
+  /** A series per node, read from the router's snapshot at each scrape (nodes that left drop out). */
+  const perNode = (metric: typeof Gauge | typeof Counter, name: string, help: string, value: (n: NodeView) => number): void => {
+    new metric({
+      name,
+      help,
+      labelNames: ['node'] as const,
+      registers,
+      collect(this: Gauge<'node'> | Counter<'node'>) {
+        this.reset()
+        for (const n of src.router.snapshot()) this.inc({ node: n.url }, value(n))
+      },
+    })
+  }
+  perNode(Gauge, 'onnxd_facade_node_ready', 'Whether the node is in rotation (1: its last /health said ready), per node this facade routes to.', (n) =>
+    n.status === 'ready' ? 1 : 0,
+  )
+  perNode(Gauge, 'onnxd_facade_node_inflight', 'Requests this facade has in flight on the node.', (n) => n.inflight)
+  perNode(
+    Counter,
+    'onnxd_facade_affinity_routed_total',
+    "Requests sent to the node because their prompt's prefix lives there (prefix affinity); the rest went by load.",
+    (n) => n.affinity_routed,
+  )
   return {
     registry,
     requestDone(endpoint, status, seconds) {

@@ -53,14 +53,16 @@ const types = {
 
 type Queryable = Pick<pg.PoolClient, 'query'>
 
-const UPSERT_USAGE = `
-  INSERT INTO usage (key_id, account_id, model, day, requests, prompt_tokens, completion_tokens, cost_micros)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+const USAGE_INSERT = 'INSERT INTO usage (key_id, account_id, model, day, requests, prompt_tokens, completion_tokens, cost_micros)'
+/** A day's usage row exists already: add to it. */
+const USAGE_ADD = `
   ON CONFLICT (key_id, model, day) DO UPDATE SET
     requests = usage.requests + excluded.requests,
     prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens,
     completion_tokens = usage.completion_tokens + excluded.completion_tokens,
     cost_micros = usage.cost_micros + excluded.cost_micros`
+
+const UPSERT_USAGE = `${USAGE_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ${USAGE_ADD}`
 
 const FIND_KEY = `SELECT ${KEY_WITH_ACCOUNT_COLUMNS} FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = $1`
 
@@ -76,14 +78,10 @@ const RECORD_COMPLETION = `
       CASE WHEN t.settled_at IS NULL THEN $7::bigint ELSE GREATEST(0, $7::bigint - t.cost_micros) END AS cost_micros
     FROM (SELECT 1) AS one LEFT JOIN taken AS t ON true
   ), added AS (
-    INSERT INTO usage (key_id, account_id, model, day, requests, prompt_tokens, completion_tokens, cost_micros)
+    ${USAGE_INSERT}
     SELECT $1, $2, $3, $4, requests, prompt_tokens, completion_tokens, cost_micros FROM rest
     WHERE requests + prompt_tokens + completion_tokens + cost_micros > 0
-    ON CONFLICT (key_id, model, day) DO UPDATE SET
-      requests = usage.requests + excluded.requests,
-      prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens,
-      completion_tokens = usage.completion_tokens + excluded.completion_tokens,
-      cost_micros = usage.cost_micros + excluded.cost_micros
+    ${USAGE_ADD}
   ), touched AS (
     UPDATE api_keys SET last_used_at = $9::bigint WHERE id = $1 AND $9::bigint IS NOT NULL
   )

@@ -46,8 +46,12 @@ function checkServedModel(engine: EngineClient, model: string): void {
  */
 function fingerprintOf(engine: EngineClient): string {
   const h = engine.health()
-  return `fp_${createHash('sha256').update(JSON.stringify([h.model, h.runtime ?? 'js', h.provider])).digest('hex').slice(0, 10)}`
+  const key = JSON.stringify([h.model, h.runtime ?? 'js', h.provider])
+  // What it hashes changes only when a worker reloads: hash it once per value, not once per request.
+  if (key !== lastFingerprint.key) lastFingerprint = { key, fp: `fp_${createHash('sha256').update(key).digest('hex').slice(0, 10)}` }
+  return lastFingerprint.fp
 }
+let lastFingerprint = { key: '', fp: '' }
 
 export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionRouteDeps): void {
   const { engine, state, metrics, traces } = deps
