@@ -6,9 +6,8 @@
 // prepareDecoderGraph): whatever of input_ids, attention_mask, position_ids, seqlens_k, total_sequence_length and
 // past_key_values.* it takes. Imports: the engine's graph preparation, C API and runner (its per-thread API).
 import { readFileSync } from 'node:fs'
-import { dirname } from 'node:path'
 import { loadCApi } from '../../engine/model/capi-session.js'
-import { prepareDecoderGraph } from '../../engine/model/decoder-graph.js'
+import { externalDataConfig, prepareDecoderGraph } from '../../engine/model/decoder-graph.js'
 import { ModelProto, type ValueInfo } from '../../engine/model/onnx-proto.js'
 import { NativeBuffer, type CSession, type ElementType, type Tensor } from '../../engine/model/ort-capi.js'
 import { time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
@@ -118,7 +117,7 @@ export async function measureCapiCeiling(o: CeilingOptions): Promise<{ decode: D
   const s = api.createSession(g.model, {
     intraOpThreads: o.threads,
     graphOptimization: 'all',
-    config: { 'session.model_external_initializers_file_folder_path': dirname(o.onnxPath) },
+    config: externalDataConfig(o.onnxPath),
   })
   try {
     const timed = async (batch: number, seq: number, past: number): Promise<StepTiming> => {

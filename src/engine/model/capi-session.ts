@@ -103,16 +103,16 @@ export class CapiRunner {
   ) {}
 
   /**
-   * A runner over `model` (the graph bytes the JS session runs), its external data found in `externalDir`. Null when
+   * A runner over `model` (the graph bytes the JS session runs), with the JS session's `config` entries. Null when
    * the C API cannot load here (the caller keeps the JS path); throws when it loads but refuses the model.
    */
-  static create(model: Uint8Array, sig: Signature, opts: { externalDir: string; intraOpThreads?: number; libraryPath?: string }): CapiRunner | null {
+  static create(model: Uint8Array, sig: Signature, opts: { config: Readonly<Record<string, string>>; intraOpThreads?: number; libraryPath?: string }): CapiRunner | null {
     const c = loadCApi(opts.libraryPath)
     if (!c) return null
     const session = c.createSession(model, {
       intraOpThreads: opts.intraOpThreads ?? 0,
       graphOptimization: 'all',
-      config: { 'session.model_external_initializers_file_folder_path': opts.externalDir },
+      config: opts.config,
     })
     return new CapiRunner(session, sig)
   }

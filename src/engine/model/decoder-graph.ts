@@ -347,11 +347,11 @@ export function feedAttentionLengths(model: Uint8Array, mask = 'attention_mask')
 }
 
 /**
- * The ONNX Runtime session config (`SessionOptions.extra`) that lets a model loaded from bytes find the external
- * data files of the model file it was read from.
+ * The ONNX Runtime session config entry (AddSessionConfigEntry; onnxruntime-node's `SessionOptions.extra` takes
+ * the same keys) that lets a model loaded from bytes find the external data files of the model file it was read from.
  */
-export const externalDataConfig = (onnxPath: string): Record<string, Record<string, string>> => ({
-  session: { model_external_initializers_file_folder_path: dirname(onnxPath) },
+export const externalDataConfig = (onnxPath: string): Record<string, string> => ({
+  'session.model_external_initializers_file_folder_path': dirname(onnxPath),
 })
 
 export interface PreparedGraph {

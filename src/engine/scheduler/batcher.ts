@@ -211,10 +211,15 @@ export class Batcher {
     this.reserveKv()
   }
 
-  /** Sizes the running cache for the worst case of everything admitted, so it grows in place. */
+  /**
+   * Sizes the running cache for the worst case of everything admitted, so it grows in place; ahead of that, up to
+   * maxRunning rows as the KV budget holds (KvCache.reserve).
+   */
   private reserveKv(): void {
     const all = [...this.running, ...(this.group?.seqs ?? [])]
-    this.kv.reserve(all.length, all.reduce((m, s) => Math.max(m, s.promptIds.length + s.maxTokens), 0))
+    const slots = all.reduce((m, s) => Math.max(m, s.promptIds.length + s.maxTokens), 0)
+    const fit = Math.floor(this.opts.kvBudgetBytes / Math.max(1, slots * this.model.kvBytesPerToken))
+    this.kv.reserve(all.length, slots, Math.min(this.opts.maxRunning, fit))
   }
 
   /** Moves waiting sequences into a new prefill group while slots and the KV budget allow. */

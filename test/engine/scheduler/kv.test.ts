@@ -220,6 +220,34 @@ describe('KvCache: the slot stride grows and shrinks without losing tokens', () 
     expect(sim.kv.bytes()).toBe(2 * 2 * 2 * 128 * 3 * 4)
   })
 
+  it('rows joining a few at a time: reserve() rounds rows up to a power of two within maxRows, so buffers are reallocated log2 times', () => {
+    /** The buffers a cache goes through as rows join one at a time (a prefill of 5 tokens each) up to `total`. */
+    const buffersOf = (total: number, maxRows: (rows: number) => number): number => {
+      const sim = newSim(shapeOf('new'))
+      const buffers = new Set<ArrayBufferLike>()
+      let sid = 0
+      while (sim.rows.length < total) {
+        const before = sim.rows.length
+        const n = 1
+        sim.kv.reserve(before + n, 40, maxRows(before + n))
+        addRows(sim, ...Array.from({ length: n }, () => sid++))
+        step(sim, 5, sim.rows.map((_, r) => (r >= before ? 5 : 0)))
+        buffers.add(bufferOf(sim))
+        expectPast(sim)
+      }
+      return buffers.size
+    }
+    // Reserving exactly what joined takes three buffers to reach 8 rows; reserving ahead in powers of two, two.
+    expect(buffersOf(8, (rows) => rows)).toBe(3)
+    expect(buffersOf(8, () => 64)).toBe(2)
+    // The caller's bound wins: 5 rows with room for 6 reserve 6, not 8.
+    const bounded = newSim(shapeOf('new'))
+    bounded.kv.reserve(5, 40, 6)
+    addRows(bounded, 0)
+    step(bounded, 2, [2])
+    expect(bounded.kv.bytes()).toBe(2 * 6 * 2 * 64 * 3 * 4)
+  })
+
   it('reserve() on a cache that already holds rows: grows once by reallocation, then in place', () => {
     const sim = newSim(shapeOf('appended'))
     addRows(sim, 0, 1)
