@@ -144,18 +144,20 @@ export class NodeRouter {
     this.timer = null
   }
 
-  /** Re-resolves DNS entries when due, then polls every node once; concurrent callers share the same round. */
+  /**
+   * Polls every node once and re-resolves DNS entries when due; concurrent callers share the same round. The nodes
+   * already known are polled while the lookup runs, so a slow resolver delays only the nodes it adds, which are
+   * polled as soon as it answers.
+   */
   refresh(): Promise<void> {
-    this.polling ??= this.resolveNames()
-      .then(() => Promise.all(this.current.map((n) => this.poll(n))))
-      .then(
-      () => {
+    if (!this.polling) {
+      const known = new Set(this.current)
+      const poll = (nodes: Iterable<RemoteNode>): Promise<unknown> => Promise.all([...nodes].map((n) => this.poll(n)))
+      const done = (): void => {
         this.polling = null
-      },
-      () => {
-        this.polling = null
-      },
-    )
+      }
+      this.polling = Promise.all([poll(known), this.resolveNames().then(() => poll(this.current.filter((n) => !known.has(n))))]).then(done, done)
+    }
     return this.polling
   }
 

@@ -266,6 +266,28 @@ describe('nodes from DNS', () => {
     expect(router.nodes.map((n) => n.url)).toEqual(['http://10.0.0.2:8081', 'http://10.0.0.3:8081', 'http://static:8081'])
   })
 
+  it('polls the nodes it knows while a slow DNS lookup runs, and the nodes the lookup adds as soon as it answers', async () => {
+    let answer: (addresses: string[]) => void = () => {}
+    const resolve = (): Promise<string[]> => new Promise((r) => (answer = r))
+    const client = new ScriptedClient()
+    client.healths.set('http://static:8081', ready())
+    client.healths.set('http://10.0.0.1:8081', ready())
+    const router = new NodeRouter(['dns+http://onnxd-node.svc:8081', 'http://static:8081'], client, { intervalMs: 1000, resolve })
+    const round = router.refresh()
+    // The lookup has not answered: the static node is polled and serves already.
+    await new Promise((r) => setTimeout(r, 20))
+    expect(router.nodes.map((n) => [n.url, n.status])).toEqual([['http://static:8081', 'ready']])
+    const d = await router.dispatch(req, signal)
+    expect(d.node.url).toBe('http://static:8081')
+    d.release()
+    answer(['10.0.0.1'])
+    await round
+    expect(router.nodes.map((n) => [n.url, n.status])).toEqual([
+      ['http://10.0.0.1:8081', 'ready'],
+      ['http://static:8081', 'ready'],
+    ])
+  })
+
   it('reads dns+ entries: default ports, paths, and bracketed IPv6 literals', () => {
     expect(parseNodeSource('dns+http://onnxd-node')).toMatchObject({ kind: 'dns', host: 'onnxd-node', port: '80', path: '' })
     expect(parseNodeSource('dns+https://n.svc/base/')).toMatchObject({ kind: 'dns', scheme: 'https', host: 'n.svc', port: '443', path: '/base' })

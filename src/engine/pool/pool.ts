@@ -180,7 +180,7 @@ export class EnginePool implements EngineClient {
   private onBroadcast(m: Broadcast): void {
     switch (m.type) {
       case 'ready':
-        this.workers.set(m.threadId, { ready: true, stats: null })
+        this.workers.set(m.threadId, { ready: true, stats: m.stats })
         this.info = { model: m.model, contextLength: m.contextLength, provider: m.provider as Provider, runtime: m.runtime }
         this.settleReady()
         break

@@ -43,7 +43,7 @@ export type PortCommand = { type: 'cancel' }
 
 /** Worker -> main, on the broadcast channel. */
 export type Broadcast =
-  | { type: 'ready'; threadId: number; model: string; contextLength: number; provider: string; runtime: 'js' | 'capi' }
+  | { type: 'ready'; threadId: number; model: string; contextLength: number; provider: string; runtime: 'js' | 'capi'; stats: EngineStats }
   | { type: 'failed'; threadId: number; error: string }
   | { type: 'stats'; threadId: number; stats: EngineStats }
   | { type: 'step'; threadId: number; step: StepObservation }

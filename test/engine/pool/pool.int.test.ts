@@ -40,6 +40,9 @@ describe.skipIf(!haveFixtures)('engine pool', () => {
   it('is ready with the model loaded and streams a completion from a worker thread', async () => {
     const h = pool.health()
     expect(h.status).toBe('ready')
+    // Capacity as soon as it is ready (a router's first poll must not see a full node).
+    expect(h.capacity).toBeGreaterThan(0)
+    expect(h.freeSlots).toBeGreaterThan(0)
     expect(h.model).toBe('stories260K-hf')
     expect(h.provider).toBe('cpu')
     expect(h.workers).toHaveLength(1)
