@@ -103,10 +103,20 @@ export type { Env }
 
 /** Machine facts that defaults depend on; tests pass their own. */
 export interface SystemInfo {
+  /** The memory this process may use (memoryLimitBytes()). */
   totalMemBytes: number
 }
 
-/** min(25% of system memory, 4096 MiB), in MiB. */
+/**
+ * The memory this process may use: the host's, or the container's limit (cgroup, as a Kubernetes pod's memory limit
+ * sets it) when that is lower. A node sized by the host's memory inside a smaller container would be OOM-killed.
+ */
+export function memoryLimitBytes(): number {
+  const limit = process.constrainedMemory?.() ?? 0
+  return limit > 0 ? Math.min(totalmem(), limit) : totalmem()
+}
+
+/** min(25% of the memory this process may use, 4096 MiB), in MiB. */
 export function defaultKvBudgetMb(sys: SystemInfo): number {
   return Math.max(1, Math.min(Math.floor((sys.totalMemBytes * 0.25) / MiB), 4096))
 }
@@ -131,7 +141,7 @@ export function loadNodeOptions(
   env: Env,
   flags: Partial<Record<Field, unknown>> = {},
   file: Record<string, unknown> = {},
-  sys: SystemInfo = { totalMemBytes: totalmem() },
+  sys: SystemInfo = { totalMemBytes: memoryLimitBytes() },
 ): NodeOptions {
   return loadOptions(SPEC, env, flags, file, { kvBudgetMb: defaultKvBudgetMb(sys) })
 }

@@ -1,8 +1,9 @@
 // The node's options: env strings converted strictly, defaults filled, every problem listed by field, frozen,
 // and mapped onto the engine's PoolOptions.
-import { describe, expect, it } from 'vitest'
+import { totalmem } from 'node:os'
+import { describe, expect, it, vi } from 'vitest'
 import { isOnnxdError, type OnnxdError } from '../../src/shared/errors.js'
-import { defaultKvBudgetMb, loadNodeOptions, NODE_ENV, NODE_FLAGS, nodeFlags, servedModelId, toPoolOptions } from '../../src/node/options.js'
+import { defaultKvBudgetMb, loadNodeOptions, memoryLimitBytes, NODE_ENV, NODE_FLAGS, nodeFlags, servedModelId, toPoolOptions } from '../../src/node/options.js'
 
 const GiB = 1024 ** 3
 const sys = { totalMemBytes: 8 * GiB }
@@ -46,6 +47,22 @@ describe('loadNodeOptions', () => {
   it('defaults the KV budget to a quarter of memory, at most 4096 MiB', () => {
     expect(defaultKvBudgetMb({ totalMemBytes: 4 * GiB })).toBe(1024)
     expect(defaultKvBudgetMb({ totalMemBytes: 64 * GiB })).toBe(4096)
+  })
+
+  it("sizes the default KV budget by a container's memory limit when it is below the host's memory", () => {
+    const spy = vi.spyOn(process, 'constrainedMemory')
+    try {
+      spy.mockReturnValue(2 * GiB)
+      expect(memoryLimitBytes()).toBe(Math.min(2 * GiB, totalmem()))
+      expect(loadNodeOptions({}, { model: 'models/onnxd-tiny' }).kvBudgetMb).toBe(Math.floor(Math.min(2 * GiB, totalmem()) / 4 / 1024 ** 2))
+      // No limit (0), or one above the host's memory: the host's memory.
+      spy.mockReturnValue(0)
+      expect(memoryLimitBytes()).toBe(totalmem())
+      spy.mockReturnValue(totalmem() * 4)
+      expect(memoryLimitBytes()).toBe(totalmem())
+    } finally {
+      spy.mockRestore()
+    }
   })
 
   it('reads every ONNXD_* variable, converting strings', () => {
