@@ -25,6 +25,11 @@ type Role = 'node' | 'facade'
 type Json = Record<string, unknown>
 const obj = (v: unknown): Json => (v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Json) : {})
 const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : [])
+/** A Deployment body's pod spec and its first container. */
+const podOf = (deployment: Json): { podSpec: Json; container: Json } => {
+  const podSpec = obj(obj(obj(deployment.spec).template).spec)
+  return { podSpec, container: obj(arr(podSpec.containers)[0]) }
+}
 const str = (v: unknown): string => (typeof v === 'string' ? v : typeof v === 'number' ? String(v) : '')
 
 /** Machine facts for the node's defaults (kvBudgetMb), fixed so the test does not depend on this host. */
@@ -629,7 +634,7 @@ describe('deployment files for a fleet (issue #15)', () => {
       const objects = loadKubernetes()
       const kinds = objects.map((o) => `${o.kind}/${o.name}`)
       expect(kinds).toEqual(expect.arrayContaining(['Namespace/onnxd', 'Secret/onnxd-secrets', 'Deployment/onnxd-node', 'Service/onnxd-node', 'Deployment/onnxd-facade', 'Service/onnxd-facade']))
-      const facadeEnv = arr(obj(arr(obj(obj(obj(objects.find((o) => o.name === 'onnxd-facade' && o.kind === 'Deployment')!.body.spec).template).spec).containers)[0]).env).map(obj)
+      const facadeEnv = arr(podOf(objects.find((o) => o.name === 'onnxd-facade' && o.kind === 'Deployment')!.body).container.env).map(obj)
       const fromSecret = facadeEnv.filter((e) => e.valueFrom !== undefined).map((e) => e.name)
       expect(fromSecret).toEqual(expect.arrayContaining(['ONNXD_JWT_SECRET', 'ONNXD_DATABASE_URL']))
       expect(facadeEnv.find((e) => e.name === 'ONNXD_NODES')?.value).toBe('dns+http://onnxd-node.onnxd.svc.cluster.local:8081')
@@ -638,13 +643,12 @@ describe('deployment files for a fleet (issue #15)', () => {
     it('fails on planted mistakes', () => {
       const objects = loadKubernetes()
       const nodeDep = objects.find((o) => o.kind === 'Deployment' && o.name === 'onnxd-node')!
-      const podSpec = obj(obj(obj(nodeDep.body.spec).template).spec)
-      const container = obj(arr(podSpec.containers)[0])
+      const { podSpec, container } = podOf(nodeDep.body)
       podSpec.terminationGracePeriodSeconds = 30
       obj(obj(container.livenessProbe).httpGet).path = '/live'
       arr(container.env).map(obj).find((e) => e.name === 'ONNXD_NODE_PORT')!.value = '9001'
       const facadeDep = objects.find((o) => o.kind === 'Deployment' && o.name === 'onnxd-facade')!
-      const fEnv = arr(obj(arr(obj(obj(obj(facadeDep.body.spec).template).spec).containers)[0]).env).map(obj)
+      const fEnv = arr(podOf(facadeDep.body).container.env).map(obj)
       fEnv.find((e) => e.name === 'ONNXD_NODES')!.value = 'dns+http://onnxd-nodes.onnxd.svc.cluster.local:8081'
       obj(fEnv.find((e) => e.name === 'ONNXD_JWT_SECRET')!.valueFrom).secretKeyRef = { name: 'onnxd-secrets', key: 'JWT' }
       const problems = kubernetesProblems(objects, code).join('\n')
