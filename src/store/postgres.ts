@@ -87,6 +87,28 @@ const RECORD_COMPLETION = `
   )
   UPDATE accounts SET balance_micros = balance_micros - (SELECT cost_micros FROM rest) WHERE id = $2 RETURNING balance_micros`
 
+/**
+ * saveInFlight's statement: $1 owner, $2 now (ms), $3..$10 the rows' columns as arrays. Upserts the rows (a row
+ * already settled is left alone) and renews the lease of the owner's other unsettled rows.
+ */
+const SAVE_INFLIGHT = `
+  WITH saved AS (
+    INSERT INTO inflight (id, owner, key_id, account_id, model, prompt_tokens, completion_tokens, cost_micros,
+                          started_at, updated_at)
+    SELECT r.id, $1::text, r.key_id, r.account_id, r.model, r.prompt_tokens, r.completion_tokens, r.cost_micros,
+           r.started_at, $2::bigint
+    FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+      AS r(id, key_id, account_id, model, prompt_tokens, completion_tokens, cost_micros, started_at)
+    ON CONFLICT (id) DO UPDATE SET
+      owner = excluded.owner,
+      prompt_tokens = excluded.prompt_tokens,
+      completion_tokens = excluded.completion_tokens,
+      cost_micros = excluded.cost_micros,
+      updated_at = excluded.updated_at
+    WHERE inflight.settled_at IS NULL
+  )
+  UPDATE inflight SET updated_at = $2::bigint WHERE owner = $1::text AND settled_at IS NULL AND id <> ALL($3::text[])`
+
 async function debit(c: Queryable, micros: number, accountId: string): Promise<number> {
   const r = await c.query<{ balance_micros: number }>(
     'UPDATE accounts SET balance_micros = balance_micros - $1 WHERE id = $2 RETURNING balance_micros',
@@ -269,25 +291,24 @@ export class PostgresStore implements Store {
     return { balanceMicros: r.rows[0]!.balance_micros }
   }
 
+  /**
+   * One statement (one round trip, one implicit transaction) whatever the number of rows: the rows as arrays,
+   * unnested. A completion that ends while a save runs waits for it (Meter.settle), so the save is kept short.
+   */
   async saveInFlight(owner: string, rows: readonly InFlightCompletion[], nowMs: number): Promise<void> {
-    await this.tx(async (c) => {
-      for (const r of rows) {
-        await c.query(
-          `INSERT INTO inflight (id, owner, key_id, account_id, model, prompt_tokens, completion_tokens, cost_micros,
-                                 started_at, updated_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-           ON CONFLICT (id) DO UPDATE SET
-             owner = excluded.owner,
-             prompt_tokens = excluded.prompt_tokens,
-             completion_tokens = excluded.completion_tokens,
-             cost_micros = excluded.cost_micros,
-             updated_at = excluded.updated_at
-           WHERE inflight.settled_at IS NULL`,
-          [r.id, owner, r.keyId, r.accountId, r.model, r.promptTokens, r.completionTokens, r.costMicros, r.startedAt, nowMs],
-        )
-      }
-      await c.query('UPDATE inflight SET updated_at = $1 WHERE owner = $2 AND settled_at IS NULL', [nowMs, owner])
-    })
+    const col = <K extends keyof InFlightCompletion>(k: K): InFlightCompletion[K][] => rows.map((r) => r[k])
+    await this.pool.query({ name: 'onnxd_save_inflight', text: SAVE_INFLIGHT, values: [
+      owner,
+      nowMs,
+      col('id'),
+      col('keyId'),
+      col('accountId'),
+      col('model'),
+      col('promptTokens'),
+      col('completionTokens'),
+      col('costMicros'),
+      col('startedAt'),
+    ] })
   }
 
   async settleStaleInFlight(staleBeforeMs: number, nowMs: number): Promise<SettledInFlight> {

@@ -146,6 +146,23 @@ export function storeContract<S extends Store>(h: StoreHarness<S>): void {
       expect(await inflight()).toEqual([expect.objectContaining({ id: 'r3' })])
     })
 
+    it('one save writes new rows, updates saved ones and renews the rest of its owner\'s, models of any spelling', async () => {
+      const { s, row, inflight } = await setup()
+      const odd = 'm,{"x"}\\ \'y\' NULL'
+      await s.saveInFlight('p', [row('r1', 1), row('r2', 2)], T)
+      await s.saveInFlight('q', [row('r9', 9)], T)
+      await s.saveInFlight('p', [row('r1', 5), { ...row('r3', 3), model: odd }], T + 10)
+      expect(await inflight()).toEqual([
+        { id: 'r1', owner: 'p', completion_tokens: 5, updated_at: T + 10, settled_at: null },
+        { id: 'r2', owner: 'p', completion_tokens: 2, updated_at: T + 10, settled_at: null },
+        { id: 'r3', owner: 'p', completion_tokens: 3, updated_at: T + 10, settled_at: null },
+        { id: 'r9', owner: 'q', completion_tokens: 9, updated_at: T, settled_at: null },
+      ])
+      // The model is billed as written.
+      expect(await s.settleStaleInFlight(T + 20, T + 20)).toMatchObject({ completions: 4 })
+      expect((await s.usage({ keyId: row('x', 0).keyId })).map((u) => u.model).sort()).toEqual(['m', odd])
+    })
+
     it('a completion that finishes after recovery took its row adds only what it delivered since', async () => {
       const { s, a, k, row, total, balance } = await setup()
       await s.saveInFlight('slow', [row('r1', 5)], T)
