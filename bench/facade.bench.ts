@@ -3,12 +3,17 @@
 // ("sqlite+memory", the default) and PostgreSQL + Redis ("postgres+redis", ONNXD_DATABASE_URL + ONNXD_REDIS_URL);
 // then the rate of rejected requests (401, 429) each sustains.
 //
-//   npx tsx bench/facade.bench.ts [--rounds N] [--requests N] [--seconds S] [--max-tokens N]
-//                                 [--database-url URL] [--redis-url URL] [--node URL --model ID] [--out DIR]
+//   npx tsx bench/facade.bench.ts [--rounds N] [--requests N] [--seconds S] [--max-tokens N] [--node-ms LIST]
+//                                 [--node-seconds S] [--database-url URL] [--redis-url URL] [--node URL --model ID]
+//                                 [--out DIR]
 //
 // The node, one facade per store configuration and this load generator run as separate processes; both facades
 // front the same node. Without --node a fake node (test/helpers/fake-node.ts, canned tokens) stands in for a real
-// one. The shared stores are --database-url / --redis-url, else ONNXD_DATABASE_URL / ONNXD_REDIS_URL, else throwaway
+// one; it answers each completion after each of --node-ms (default 0,100): 0 answers at once, so that at 50
+// concurrent the facade is CPU-bound and its added latency is its queue (about 50 x its CPU time per request, over
+// the cores it gets: a throughput figure); 100 answers as late as a short real completion on a node of its own, the
+// fleet's case, where 50 concurrent requests are 500 per second (a level with a node time measures
+// min(--requests, concurrency x --node-seconds / node time) requests per load). The shared stores are --database-url / --redis-url, else ONNXD_DATABASE_URL / ONNXD_REDIS_URL, else throwaway
 // servers (test/helpers/servers.ts: PostgreSQL via initdb + pg_ctl, redis-server); without them that configuration
 // is skipped, with the reason in the table. A given database gets a "bench" account (its keys revoked at the end);
 // a given Redis gets the facade's own counters (prefix onnxd:rl:, fleet bucket included), so point it at a
@@ -42,6 +47,8 @@ const { values: args } = parseArgs({
     requests: { type: 'string', default: '3000' },
     seconds: { type: 'string', default: '3' },
     'max-tokens': { type: 'string', default: '4' },
+    'node-ms': { type: 'string', default: '0,100' },
+    'node-seconds': { type: 'string', default: '10' },
     'database-url': { type: 'string' },
     'redis-url': { type: 'string' },
     out: { type: 'string' },
@@ -64,6 +71,12 @@ async function runChild(role: string): Promise<void> {
     const node = await startFakeNode({ models: [args.model], capacity: 1000 })
     close = node.close
     process.send!({ url: node.url })
+    process.on('message', (m) => {
+      if (typeof m === 'object' && m !== null && 'answerMs' in m) {
+        node.answerMs = (m as { answerMs: number }).answerMs
+        process.send!({ answerMs: node.answerMs })
+      }
+    })
   } else {
     // The store configuration comes from the environment (ONNXD_DATABASE_URL, ONNXD_REDIS_URL), as for an operator.
     const { loadFacadeOptions } = await import('../src/facade/options.js')
@@ -91,19 +104,22 @@ async function runChild(role: string): Promise<void> {
   })
 }
 
-/** A child's CPU time so far, µs. */
-function cpuOf(child: ChildProcess): Promise<number> {
+/** Sends `message` to a child and resolves with the number under `key` in its first answer that has one. */
+function ask(child: ChildProcess, message: unknown, key: string): Promise<number> {
   return new Promise((resolve) => {
     const on = (m: unknown): void => {
-      if (typeof m === 'object' && m !== null && 'cpu' in m) {
+      if (typeof m === 'object' && m !== null && key in m) {
         child.off('message', on)
-        resolve((m as { cpu: number }).cpu)
+        resolve((m as Record<string, number>)[key]!)
       }
     }
     child.on('message', on)
-    child.send('cpu')
+    child.send(message as string)
   })
 }
+
+/** A child's CPU time so far, µs. */
+const cpuOf = (child: ChildProcess): Promise<number> => ask(child, 'cpu', 'cpu')
 
 function spawn(role: string, extra: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ child: ChildProcess; url: string }> {
   const child = fork(fileURLToPath(import.meta.url), ['--role', role, ...extra], {
@@ -154,8 +170,13 @@ async function once(t: Target): Promise<{ ok: boolean; headers: Record<string, u
   return { ok: t.expect.includes(res.statusCode), headers: res.headers }
 }
 
-/** Closed loop: `concurrency` workers share `total` requests (or run for `seconds`); latency per request. */
-async function load(t: Target, concurrency: number, limit: { total?: number; seconds?: number }): Promise<Omit<Result, 'scenario'>> {
+/**
+ * Closed loop: `concurrency` workers share `total` requests (or run for `seconds`); latency per request. With
+ * `spreadMs`, worker i starts i x spreadMs / concurrency ms late: clients whose requests arrive spread over the node's
+ * answer time, as independent users' do, rather than all at once and then in lockstep (a fixed answer time never
+ * breaks up a burst that started together).
+ */
+async function load(t: Target, concurrency: number, limit: { total?: number; seconds?: number }, spreadMs = 0): Promise<Omit<Result, 'scenario'>> {
   const lat: number[] = []
   let errors = 0
   let started = 0
@@ -163,7 +184,8 @@ async function load(t: Target, concurrency: number, limit: { total?: number; sec
   const more = (): boolean => (limit.total !== undefined ? started < limit.total : performance.now() < deadline)
   const t0 = performance.now()
   await Promise.all(
-    Array.from({ length: concurrency }, async () => {
+    Array.from({ length: concurrency }, async (_, i) => {
+      if (spreadMs > 0) await new Promise((res) => setTimeout(res, (i * spreadMs) / concurrency))
       while (more()) {
         started++
         const s = performance.now()
@@ -301,6 +323,8 @@ const show = (s: Spread): string => `${s.median.toFixed(3)} (${s.min.toFixed(3)}
 
 interface RoundResult {
   round: number
+  /** The fake node's answer time, ms (0 with --node). */
+  node_ms: number
   concurrency: number
   /** The facades' order in this round. */
   order: ConfigName[]
@@ -310,6 +334,7 @@ interface RoundResult {
 
 interface Overhead {
   config: ConfigName | 'shared − embedded'
+  node_ms: number
   concurrency: number
   rounds: number
   p50_added_ms: Spread
@@ -323,10 +348,16 @@ async function main(): Promise<void> {
   const seconds = Number(args.seconds)
   const maxTokens = Number(args['max-tokens'])
   const rounds = Number(args.rounds)
+  const nodeSeconds = Number(args['node-seconds'])
   const model = args.model
-  for (const [flag, v] of Object.entries({ requests: total, seconds, 'max-tokens': maxTokens, rounds })) {
+  for (const [flag, v] of Object.entries({ requests: total, seconds, 'max-tokens': maxTokens, rounds, 'node-seconds': nodeSeconds })) {
     if (!(v > 0)) throw new RangeError(`--${flag} must be a positive number. Given: ${args[flag as keyof typeof args]}`)
   }
+  // A real node (--node) takes what its completions take: only the fake node has an answer time to set.
+  const nodeMs = args.node ? [0] : args['node-ms']!.split(',').map(Number)
+  if (nodeMs.some((x) => !(x >= 0))) throw new RangeError(`--node-ms must list numbers >= 0. Given: ${args['node-ms']}`)
+  /** Requests per load: a level with a node time runs about --node-seconds, never more than --requests. */
+  const requestsAt = (ms: number, c: number): number => (ms === 0 ? total : Math.min(total, Math.max(2 * c, Math.ceil((c * nodeSeconds * 1000) / ms))))
   const loadStart = loadavg().map((x) => Math.round(x * 100) / 100)
 
   const children: ChildProcess[] = []
@@ -359,10 +390,12 @@ async function main(): Promise<void> {
 
     // The node, then one facade per configuration in front of it.
     let nodeUrl = args.node
+    let fakeNode: ChildProcess | undefined
     if (!nodeUrl) {
       const n = await spawn('node', ['--model', model])
       children.push(n.child)
       nodeUrl = n.url
+      fakeNode = n.child
     }
     const facadeUrl = new Map<ConfigName, string>()
     const facadeChild = new Map<ConfigName, ChildProcess>()
@@ -400,26 +433,32 @@ async function main(): Promise<void> {
     }
     process.stderr.write('  warmed up\n')
 
-    // Rounds: per concurrency, the node directly, then each facade; the facades' order alternates between rounds.
+    // Rounds: per node time and concurrency, the node directly, then each facade; the facades' order alternates
+    // between rounds.
     const perRound: RoundResult[] = []
     for (let round = 1; round <= rounds; round++) {
       const order = configs.map((c) => c.name)
       if (round % 2 === 0) order.reverse()
-      for (const c of CONCURRENCY) {
-        const d = { scenario: 'direct to node', ...(await load(direct, c, { total })) }
-        const facades: Result[] = []
-        for (const name of order) {
-          const child = facadeChild.get(name)!
-          const cpu0 = await cpuOf(child)
-          const r = await load(via.get(name)!, c, { total })
-          const cpu = (await cpuOf(child)) - cpu0
-          facades.push({ scenario: 'through facade', config: name, ...r, facade_cpu_us: Math.round(cpu / r.requests) })
+      for (const ms of nodeMs) {
+        if (fakeNode) await ask(fakeNode, { answerMs: ms }, 'answerMs')
+        for (const c of CONCURRENCY) {
+          const n = requestsAt(ms, c)
+          const d = { scenario: 'direct to node', ...(await load(direct, c, { total: n }, ms)) }
+          const facades: Result[] = []
+          for (const name of order) {
+            const child = facadeChild.get(name)!
+            const cpu0 = await cpuOf(child)
+            const r = await load(via.get(name)!, c, { total: n }, ms)
+            const cpu = (await cpuOf(child)) - cpu0
+            facades.push({ scenario: 'through facade', config: name, ...r, facade_cpu_us: Math.round(cpu / r.requests) })
+          }
+          perRound.push({ round, node_ms: ms, concurrency: c, order, direct: d, facades })
+          const added = facades.map((f) => `${f.config} +${r3(f.p50_ms - d.p50_ms)} ms`).join(', ')
+          process.stderr.write(`  round ${round}/${rounds} node ${ms} ms c=${c}: direct p50 ${d.p50_ms} ms; p50 added: ${added}\n`)
         }
-        perRound.push({ round, concurrency: c, order, direct: d, facades })
-        const added = facades.map((f) => `${f.config} +${r3(f.p50_ms - d.p50_ms)} ms`).join(', ')
-        process.stderr.write(`  round ${round}/${rounds} c=${c}: direct p50 ${d.p50_ms} ms; p50 added: ${added}\n`)
       }
     }
+    if (fakeNode) await ask(fakeNode, { answerMs: 0 }, 'answerMs')
 
     // Rejected requests: an unknown key (401: a key lookup) and a key over its limit (429: lookup and counter hit).
     const rejected: Result[] = []
@@ -458,14 +497,15 @@ async function main(): Promise<void> {
 
     // Summary: per configuration and concurrency, the added latency's median over rounds and its range.
     const overhead: Overhead[] = []
-    for (const c of CONCURRENCY) {
-      const rs = perRound.filter((r) => r.concurrency === c)
+    for (const ms of nodeMs) for (const c of CONCURRENCY) {
+      const rs = perRound.filter((r) => r.node_ms === ms && r.concurrency === c)
       const added = (name: ConfigName, p: 'p50_ms' | 'p99_ms'): number[] =>
         rs.map((r) => r.facades.find((f) => f.config === name)![p] - r.direct[p])
       for (const cfg of configs) {
         const cpu = rs.map((r) => r.facades.find((f) => f.config === cfg.name)!.facade_cpu_us!)
         overhead.push({
           config: cfg.name,
+          node_ms: ms,
           concurrency: c,
           rounds: rs.length,
           p50_added_ms: spread(added(cfg.name, 'p50_ms')),
@@ -475,7 +515,7 @@ async function main(): Promise<void> {
       }
       if (configs.length === 2) {
         const diff = (p: 'p50_ms' | 'p99_ms'): number[] => added(SHARED, p).map((x, i) => x - added(EMBEDDED, p)[i]!)
-        overhead.push({ config: 'shared − embedded', concurrency: c, rounds: rs.length, p50_added_ms: spread(diff('p50_ms')), p99_added_ms: spread(diff('p99_ms')) })
+        overhead.push({ config: 'shared − embedded', node_ms: ms, concurrency: c, rounds: rs.length, p50_added_ms: spread(diff('p50_ms')), p99_added_ms: spread(diff('p99_ms')) })
       }
     }
 
@@ -490,22 +530,23 @@ async function main(): Promise<void> {
     }
     printSystem(system)
     console.log(
-      `facade benchmark: ${system.backend}, model ${model}, max_tokens ${maxTokens}; ${rounds} round${rounds === 1 ? '' : 's'} of ${total} requests per ` +
-        `level; load average ${loadStart.join(' ')} at start, ${loadEnd.join(' ')} at end`,
+      `facade benchmark: ${system.backend}, model ${model}, max_tokens ${maxTokens}; ${rounds} round${rounds === 1 ? '' : 's'} of up to ${total} requests per ` +
+        `level (about ${nodeSeconds} s with a node time); load average ${loadStart.join(' ')} at start, ${loadEnd.join(' ')} at end`,
     )
     console.log('added latency (facade − direct), ms: median over rounds (min … max)')
     const rows: Record<string, string | number>[] = []
-    for (const c of CONCURRENCY) {
-      for (const o of overhead.filter((x) => x.concurrency === c)) {
+    for (const ms of nodeMs) for (const c of CONCURRENCY) {
+      for (const o of overhead.filter((x) => x.node_ms === ms && x.concurrency === c)) {
         rows.push({
           config: o.config,
+          'node ms': ms,
           concurrency: c,
           'p50 added': show(o.p50_added_ms),
           'p99 added': show(o.p99_added_ms),
           'facade CPU µs/req': o.facade_cpu_us ? o.facade_cpu_us.median : '',
         })
       }
-      for (const s of skipped) rows.push({ config: s.name, concurrency: c, 'p50 added': `skipped: ${s.reason}`, 'p99 added': '', 'facade CPU µs/req': '' })
+      for (const s of skipped) rows.push({ config: s.name, 'node ms': ms, concurrency: c, 'p50 added': `skipped: ${s.reason}`, 'p99 added': '', 'facade CPU µs/req': '' })
     }
     console.table(rows)
     console.table(rejected.map((r) => ({ config: r.config, scenario: r.scenario, requests: r.requests, errors: r.errors, p50_ms: r.p50_ms, p99_ms: r.p99_ms, rps: r.rps })))
@@ -518,7 +559,7 @@ async function main(): Promise<void> {
     const shared = overhead.filter((o) => o.config === SHARED)
     const target =
       shared.length > 0
-        ? shared.map((o) => `c=${o.concurrency} ${o.p50_added_ms.median <= 2 ? 'met' : 'NOT met'} (${o.p50_added_ms.median} ms)`).join(', ')
+        ? shared.map((o) => `node ${o.node_ms} ms c=${o.concurrency} ${o.p50_added_ms.median <= 2 ? 'met' : 'NOT met'} (${o.p50_added_ms.median} ms)`).join(', ')
         : `not measured (${SHARED} skipped)`
     console.log(`target (${SHARED} adds ≤ 2 ms at p50): ${target}`)
 
@@ -526,8 +567,8 @@ async function main(): Promise<void> {
       'facade',
       {
         bench: 'facade',
-        schema: 2,
-        params: { rounds, total, seconds, maxTokens, model, concurrency: CONCURRENCY, keyRpm: BENCH_RPM, fleetRpm: BENCH_RPM },
+        schema: 3,
+        params: { rounds, total, seconds, maxTokens, model, nodeMs, nodeSeconds, concurrency: CONCURRENCY, keyRpm: BENCH_RPM, fleetRpm: BENCH_RPM },
         system,
         configs: [
           ...configs.map((c) => ({ name: c.name, skipped: false, source: c.source, rate_limit_header: limitHeader[c.name], check: checks[c.name] })),

@@ -1,6 +1,6 @@
 // bench/facade.bench.ts (issue #15) on tiny counts: both store configurations in one run, alternating over two
-// rounds, with the rejected-request rates. Checks the JSON report: the added latency of each configuration at 1 and 50
-// concurrent, the difference shared − embedded, and that each facade rate-limited and recorded every completion it
+// rounds, in front of a fake node that answers at once and one that takes 20 ms, with the rejected-request rates.
+// Checks the JSON report: the added latency of each configuration at each node time and at 1 and 50 concurrent, the difference shared − embedded, and that each facade rate-limited and recorded every completion it
 // answered. The postgres+redis half is skipped, with the bench's reason, where PostgreSQL or Redis cannot start.
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs'
@@ -17,15 +17,30 @@ interface Spread {
 interface Report {
   bench: string
   schema: number
-  params: { rounds: number; keyRpm: number; fleetRpm: number }
+  params: { rounds: number; nodeMs: number[]; keyRpm: number; fleetRpm: number }
   configs: (
     | { name: string; skipped: false; rate_limit_header: string; check: { answered: number; recorded: number; rate_limit_fail_open: number | null } }
     | { name: string; skipped: true; reason: string }
   )[]
-  overhead: { config: string; concurrency: number; rounds: number; p50_added_ms: Spread; p99_added_ms: Spread }[]
-  rounds: { round: number; concurrency: number; order: string[]; facades: { config: string; requests: number; errors: number }[] }[]
+  overhead: { config: string; node_ms: number; concurrency: number; rounds: number; p50_added_ms: Spread; p99_added_ms: Spread }[]
+  rounds: {
+    round: number
+    node_ms: number
+    concurrency: number
+    order: string[]
+    direct: { requests: number; p50_ms: number }
+    facades: { config: string; requests: number; errors: number }[]
+  }[]
   rejected: { config: string; scenario: string; requests: number; errors: number }[]
 }
+
+/** The levels the run measures: [node time ms, concurrency]. */
+const LEVELS = [
+  [0, 1],
+  [0, 50],
+  [20, 1],
+  [20, 50],
+] as const
 
 let report: Report
 let stdout = ''
@@ -36,7 +51,7 @@ beforeAll(() => {
   // The shared stores come from throwaway servers, not from whatever the environment names.
   delete env.ONNXD_DATABASE_URL
   delete env.ONNXD_REDIS_URL
-  const args = ['--import', 'tsx', 'bench/facade.bench.ts', '--rounds', '2', '--requests', '60', '--seconds', '0.3', '--out', out]
+  const args = ['--import', 'tsx', 'bench/facade.bench.ts', '--rounds', '2', '--requests', '60', '--seconds', '0.3', '--node-ms', '0,20', '--node-seconds', '0.5', '--out', out]
   const run = spawnSync(process.execPath, args, { env, encoding: 'utf8', timeout: 170_000 })
   stdout = run.stdout
   expect(run.status, `${run.stdout}\n${run.stderr}`).toBe(0)
@@ -54,8 +69,8 @@ function expectMeasured(name: string): void {
   expect(config.check.recorded).toBe(config.check.answered)
   expect(config.check.answered).toBeGreaterThan(0)
   expect(config.check.rate_limit_fail_open ?? 0).toBe(0)
-  for (const c of [1, 50]) {
-    const o = report.overhead.find((x) => x.config === name && x.concurrency === c)!
+  for (const [ms, c] of LEVELS) {
+    const o = report.overhead.find((x) => x.config === name && x.node_ms === ms && x.concurrency === c)!
     expect(o.rounds).toBe(2)
     for (const s of [o.p50_added_ms, o.p99_added_ms]) {
       expect(Number.isFinite(s.median)).toBe(true)
@@ -65,7 +80,9 @@ function expectMeasured(name: string): void {
   }
   for (const r of report.rounds) {
     const f = r.facades.find((x) => x.config === name)!
-    expect(f, `round ${r.round} c=${r.concurrency}`).toMatchObject({ requests: 60, errors: 0 })
+    // At 20 ms a load at 1 concurrent runs about --node-seconds (25 requests), one at 50 all of --requests.
+    const requests = r.node_ms === 20 && r.concurrency === 1 ? 25 : 60
+    expect(f, `round ${r.round} node ${r.node_ms} ms c=${r.concurrency}`).toMatchObject({ requests, errors: 0 })
   }
   expect(report.rejected.filter((r) => r.config === name).map((r) => r.scenario)).toEqual(['rejected 401 (unknown key)', 'rejected 429 (key over limit)'])
   for (const r of report.rejected.filter((x) => x.config === name)) expect(r.errors, r.scenario).toBe(0)
@@ -73,17 +90,17 @@ function expectMeasured(name: string): void {
 
 describe('bench/facade.bench.ts', () => {
   it('measures both store configurations in one run, alternating their order between rounds', () => {
-    expect(report).toMatchObject({ bench: 'facade', schema: 2, params: { rounds: 2 } })
+    expect(report).toMatchObject({ bench: 'facade', schema: 3, params: { rounds: 2 } })
     expect(report.configs.map((c) => c.name).sort()).toEqual(['postgres+redis', 'sqlite+memory'])
-    expect(report.rounds.map((r) => [r.round, r.concurrency])).toEqual([
-      [1, 1],
-      [1, 50],
-      [2, 1],
-      [2, 50],
-    ])
+    expect(report.params.nodeMs).toEqual([0, 20])
+    expect(report.rounds.map((r) => [r.round, r.node_ms, r.concurrency])).toEqual([1, 2].flatMap((round) => LEVELS.map((l) => [round, ...l])))
     const measured = report.configs.filter((c) => !c.skipped).map((c) => c.name)
     expect(report.rounds[0]!.order).toEqual(measured)
-    expect(report.rounds[2]!.order).toEqual([...measured].reverse())
+    expect(report.rounds[4]!.order).toEqual([...measured].reverse())
+    // The node's answer time is what a direct request waits at least.
+    for (const r of report.rounds.filter((x) => x.node_ms === 20)) {
+      expect(r.direct.p50_ms, `round ${r.round} c=${r.concurrency}`).toBeGreaterThanOrEqual(20)
+    }
     expect(stdout).toMatch(/added latency \(facade − direct\)/)
     expect(stdout).toMatch(/target \(postgres\+redis adds ≤ 2 ms at p50\)/)
   })
@@ -99,6 +116,8 @@ describe('bench/facade.bench.ts', () => {
       ctx.skip(`postgres+redis skipped by the bench: ${shared.reason}`)
     }
     expectMeasured('postgres+redis')
-    for (const c of [1, 50]) expect(report.overhead.find((x) => x.config === 'shared − embedded' && x.concurrency === c)?.rounds).toBe(2)
+    for (const [ms, c] of LEVELS) {
+      expect(report.overhead.find((x) => x.config === 'shared − embedded' && x.node_ms === ms && x.concurrency === c)?.rounds).toBe(2)
+    }
   })
 })

@@ -1,6 +1,6 @@
 // A fake worker node: a tiny fastify app speaking the internal contract (GET /health, POST
 // /internal/v1/completions, JSON and SSE) with canned tokens. Used by the facade tests and bench/facade.bench.ts.
-// Tests steer it explicitly (failures, held streams, mid-stream faults) and never wait on timers.
+// Tests steer it explicitly (failures, held streams, mid-stream faults); it waits on a timer only when given an answer time.
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { CompletionRequest, type Usage } from '../../src/contract/completions.js'
@@ -21,6 +21,8 @@ export interface FakeNodeOptions {
    * a stream that runs while a test acts on it.
    */
   paceMs?: number
+  /** Waits this long before answering a completion (its JSON body or its first delta): see FakeNode.answerMs. */
+  answerMs?: number
 }
 
 export interface Fault {
@@ -53,6 +55,12 @@ export interface FakeNode {
   breakNext(after: number, how: 'error' | 'drop'): void
   /** How many completions were cut off by the client (the facade) closing the connection. */
   readonly cancellations: number
+  /**
+   * How long a completion takes before its answer starts, ms (default 0; mutable): a timer, no CPU, like a node on
+   * another host doing the work. bench/facade.bench.ts sets it to measure the facade in front of a node as slow as a
+   * real completion.
+   */
+  answerMs: number
   close(): Promise<void>
 }
 
@@ -128,6 +136,10 @@ export async function startFakeNode(opts: FakeNodeOptions = {}): Promise<FakeNod
     })
     const hold = holds.shift()
     if (hold) void closed.promise.then(hold.cancelled)
+    if (node.answerMs > 0) {
+      await new Promise((resolve) => setTimeout(resolve, node.answerMs))
+      if (!open) return reply.hijack()
+    }
 
     if (!body.stream) {
       if (hold) {
@@ -178,8 +190,9 @@ export async function startFakeNode(opts: FakeNodeOptions = {}): Promise<FakeNod
   })
 
   const url = await app.listen({ port: opts.port ?? 0, host: '127.0.0.1' })
-  return {
+  const node: FakeNode = {
     url,
+    answerMs: opts.answerMs ?? 0,
     app,
     requests,
     health,
@@ -198,4 +211,5 @@ export async function startFakeNode(opts: FakeNodeOptions = {}): Promise<FakeNod
     },
     close: () => app.close(),
   }
+  return node
 }
