@@ -117,7 +117,7 @@ describe('GET /metrics', () => {
     expect(sample(text, 'onnxd_kv_cache_used_bytes{model_name="onnxd-tiny"}')).toBe(1024)
     expect(sample(text, 'onnxd_workers_ready{model_name="onnxd-tiny"}')).toBe(1)
     // The metrics were created for cpu; the running provider (a fallback, say) wins, as one series.
-    expect(sample(text, 'onnxd_info{model="onnxd-tiny",provider="cuda",runtime="js"}')).toBe(1)
+    expect(sample(text, 'onnxd_info{model_name="onnxd-tiny",provider="cuda",runtime="js"}')).toBe(1)
     expect(text).not.toContain('provider="cpu"')
     node.engine.setHealth({ waiting: 0 })
     text = await scrape(node)
@@ -131,7 +131,7 @@ describe('GET /metrics', () => {
     }
     const text = await scrape(node)
     expect(sample(text, 'onnxd_num_requests_running{model_name="onnxd-tiny"}')).toBe(0)
-    expect(sample(text, 'onnxd_info{model="onnxd-tiny",provider="cpu",runtime="js"}')).toBe(1)
+    expect(sample(text, 'onnxd_info{model_name="onnxd-tiny",provider="cpu",runtime="js"}')).toBe(1)
   })
 
   it('builds two apps in one process without "already registered", each with its own registry', async () => {

@@ -56,7 +56,7 @@ describe('node runtime option', () => {
   it('onnxd_info carries the runtime label', async () => {
     for (const [runtime, want] of [['default', 'js'], ['capi', 'capi']] as const) {
       const text = await (await fetch(`${nodes.get(runtime)!.base}/metrics`)).text()
-      expect(text).toContain(`onnxd_info{model="onnxd-tiny",provider="cpu",runtime="${want}"} 1`)
+      expect(text).toContain(`onnxd_info{model_name="onnxd-tiny",provider="cpu",runtime="${want}"} 1`)
     }
   })
 

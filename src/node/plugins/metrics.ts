@@ -96,13 +96,13 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
   new Gauge({
     name: 'onnxd_info',
     help: 'Always 1; labels name the served model, the execution provider that actually runs it, and the ORT API its steps run on (js or capi).',
-    labelNames: ['model', 'provider', 'runtime'] as const,
+    labelNames: ['model_name', 'provider', 'runtime'] as const,
     registers,
     collect() {
       const h = read()
       // A CPU fallback changes the provider after start: report the one running, one series only.
       this.reset()
-      this.set({ model: h?.model || modelName, provider: h?.provider ?? provider, runtime: h?.runtime ?? runtime }, 1)
+      this.set({ model_name: h?.model || modelName, provider: h?.provider ?? provider, runtime: h?.runtime ?? runtime }, 1)
     },
   })
 
