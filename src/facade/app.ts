@@ -11,6 +11,7 @@ import { hardenHttp, httpServerOptions, LOG_REDACT } from '../shared/http-server
 import { RequestTracing, type Tracing } from '../shared/tracing.js'
 import { facadeErrorHandler, facadeNotFoundHandler } from './errors.js'
 import { rateLimitHeaders, RateLimiter } from './limits/rate-limit.js'
+import { Admission } from './limits/admission.js'
 import { HttpNodeClient, type NodeClient } from './node-client.js'
 import type { FacadeOptions } from './options.js'
 import './request.js'
@@ -104,8 +105,12 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
     options,
     store,
     router,
-    auth: new Authenticator(store, sessions),
-    limiter: new RateLimiter(rateLimits, { keyRpm: options.keyRpm, fleetRpm: options.fleetRpm }, now),
+    // Counters a round trip away (a networked backend) are hit while a known key is looked up.
+    admission: new Admission(
+      new Authenticator(store, sessions),
+      new RateLimiter(rateLimits, { keyRpm: options.keyRpm, fleetRpm: options.fleetRpm }, now),
+      rateLimits.failures !== undefined,
+    ),
     meter: new Meter(store, new PriceTable(options.prices, options.defaultPrice), {
       now,
       flushMs: options.billingFlushMs,
@@ -153,10 +158,8 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
       v1.addHook('onRequest', async (request, reply) => {
         const want = request.routeOptions.config.auth
         if (!want) return
-        const principal = await ctx.auth.authenticate(request.headers.authorization, want)
+        const { principal, limit } = await ctx.admission.admit(request.headers.authorization, want)
         request.principal = principal
-        if (principal.kind !== 'key') return
-        const limit = await ctx.limiter.admit(principal.key)
         if (!limit) return
         reply.headers(rateLimitHeaders(limit, now()))
         if (limit.refused) throw limit.refused

@@ -63,7 +63,7 @@ export class RateLimiter {
    * Counts one request of this key against its limit, then (if allowed) the fleet's. Returns the binding limit, with
    * `refused` set to the 429 (`retryAfterS` in whole seconds) when the key or the fleet is over; null when unlimited.
    */
-  async admit(key: ApiKey): Promise<RateLimitVerdict | null> {
+  async admit(key: Pick<ApiKey, 'id' | 'rpmLimit'>): Promise<RateLimitVerdict | null> {
     const now = this.now()
     const keyLimit = key.rpmLimit ?? this.opts.keyRpm
     const checks = [

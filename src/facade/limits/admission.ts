@@ -1,0 +1,72 @@
+// Admission of a /v1 request: its credential (401), then, for an API key, its rate limits (429). With counters in a
+// shared backend (Redis: a round trip away, as a shared store's key lookup is), a key this facade has admitted before
+// is counted while it is looked up, under the id and limit it had then: the request waits for one round trip instead
+// of two. The lookup still decides. A key revoked since gets its 401; a key whose limit changed is counted again under
+// its new limit (that request counts twice). Either way this facade then forgets or updates what it knew, so a change
+// to a key costs at most one extra count per facade, in that key's own bucket and the fleet's. Keys that never passed
+// a lookup (unknown, malformed) are never counted ahead. Imports: auth, rate limits, store interfaces.
+import type { ApiKey } from '../../store/interfaces.js'
+import { API_KEY_PREFIX, hashApiKey, isApiKeyFormat } from '../auth/api-keys.js'
+import { bearerCredential, type Authenticator, type Principal, type RouteAuth } from '../auth/authenticate.js'
+import type { RateLimiter, RateLimitVerdict } from './rate-limit.js'
+
+/** Keys remembered (least recently admitted forgotten first): their ids and limits, by the hash of the secret. */
+export const ADMITTED_KEYS_KEPT = 10_000
+
+export interface Admitted {
+  principal: Principal
+  /** The binding rate limit (its `refused` set when over), or null: unlimited, or not an API key. */
+  limit: RateLimitVerdict | null
+}
+
+type KeyLimit = Pick<ApiKey, 'id' | 'rpmLimit'>
+
+/** The hash of an API key in an Authorization header, or null when the header holds none (authenticate says why). */
+function keyHash(header: string | undefined): string | null {
+  try {
+    const credential = bearerCredential(header)
+    return credential.startsWith(API_KEY_PREFIX) && isApiKeyFormat(credential) ? hashApiKey(credential).toString('base64') : null
+  } catch {
+    return null
+  }
+}
+
+export class Admission {
+  private readonly seen = new Map<string, KeyLimit>()
+
+  /** `overlap`: count a known key while it is looked up (for counters a round trip away); off, one after the other. */
+  constructor(
+    private readonly auth: Authenticator,
+    private readonly limiter: RateLimiter,
+    private readonly overlap: boolean,
+    private readonly kept = ADMITTED_KEYS_KEPT,
+  ) {}
+
+  async admit(header: string | undefined, want: RouteAuth): Promise<Admitted> {
+    const hash = this.overlap && want === 'key' ? keyHash(header) : null
+    const guess = hash !== null ? this.seen.get(hash) : undefined
+    const early = guess ? this.limiter.admit(guess) : null
+    // Settled below unless the lookup fails first: never an unhandled rejection.
+    early?.catch(() => undefined)
+    let principal: Principal
+    try {
+      principal = await this.auth.authenticate(header, want)
+    } catch (e) {
+      if (hash !== null) this.seen.delete(hash)
+      throw e
+    }
+    if (principal.kind !== 'key') return { principal, limit: null }
+    const { key } = principal
+    if (hash !== null) this.remember(hash, key)
+    if (early && guess!.id === key.id && guess!.rpmLimit === key.rpmLimit) return { principal, limit: await early }
+    if (early) await early
+    return { principal, limit: await this.limiter.admit(key) }
+  }
+
+  private remember(hash: string, key: ApiKey): void {
+    // Re-inserted, so that the Map's order is least recently admitted first.
+    this.seen.delete(hash)
+    this.seen.set(hash, { id: key.id, rpmLimit: key.rpmLimit })
+    if (this.seen.size > this.kept) this.seen.delete(this.seen.keys().next().value!)
+  }
+}
