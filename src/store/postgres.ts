@@ -25,6 +25,8 @@ import type {
 import {
   addSettled,
   dayOf,
+  INFLIGHT_SAVE_COLUMNS,
+  INFLIGHT_SAVE_CONFLICT,
   KEY_WITH_ACCOUNT_COLUMNS,
   nowS,
   SETTLED_RETENTION_MS,
@@ -93,19 +95,12 @@ const RECORD_COMPLETION = `
  */
 const SAVE_INFLIGHT = `
   WITH saved AS (
-    INSERT INTO inflight (id, owner, key_id, account_id, model, prompt_tokens, completion_tokens, cost_micros,
-                          started_at, updated_at)
+    INSERT INTO ${INFLIGHT_SAVE_COLUMNS}
     SELECT r.id, $1::text, r.key_id, r.account_id, r.model, r.prompt_tokens, r.completion_tokens, r.cost_micros,
            r.started_at, $2::bigint
     FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
       AS r(id, key_id, account_id, model, prompt_tokens, completion_tokens, cost_micros, started_at)
-    ON CONFLICT (id) DO UPDATE SET
-      owner = excluded.owner,
-      prompt_tokens = excluded.prompt_tokens,
-      completion_tokens = excluded.completion_tokens,
-      cost_micros = excluded.cost_micros,
-      updated_at = excluded.updated_at
-    WHERE inflight.settled_at IS NULL
+    ${INFLIGHT_SAVE_CONFLICT}
   )
   UPDATE inflight SET updated_at = $2::bigint WHERE owner = $1::text AND settled_at IS NULL AND id <> ALL($3::text[])`
 

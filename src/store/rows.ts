@@ -1,6 +1,6 @@
 // The SQL stores' shared row shapes (snake_case columns, the same in SQLite and PostgreSQL) and their mapping to
-// the store's objects, plus the bookkeeping both stores apply to in-flight rows. No SQL and no driver here: the
-// queries, with their dialect differences, stay in sqlite.ts and postgres.ts.
+// the store's objects, plus the bookkeeping both stores apply to in-flight rows. No driver here, and SQL only in the
+// fragments both dialects read alike; the queries, with their dialect differences, stay in sqlite.ts and postgres.ts.
 // Imports: store interfaces.
 import type { Account, ApiKey, KeyLookup, SettledInFlight, Subscription, UsageRow } from './interfaces.js'
 
@@ -30,6 +30,18 @@ export type KeyWithAccountRow = KeyRow & { hash: Buffer } & { [K in keyof Accoun
 /** The columns selecting a key with its account, as `KeyWithAccountRow` names them (`k` is api_keys, `a` accounts). */
 export const KEY_WITH_ACCOUNT_COLUMNS = `k.*, a.id AS a_id, a.name AS a_name, a.email AS a_email, a.balance_micros AS a_balance_micros,
               a.subscription AS a_subscription, a.created_at AS a_created_at`
+
+/** The columns an in-flight save writes, in the order of its values. */
+export const INFLIGHT_SAVE_COLUMNS = `inflight (id, owner, key_id, account_id, model, prompt_tokens, completion_tokens, cost_micros, started_at, updated_at)`
+
+/** What an in-flight save does to a row already there: takes the new counts and lease; a settled row stays as it is. */
+export const INFLIGHT_SAVE_CONFLICT = `ON CONFLICT (id) DO UPDATE SET
+    owner = excluded.owner,
+    prompt_tokens = excluded.prompt_tokens,
+    completion_tokens = excluded.completion_tokens,
+    cost_micros = excluded.cost_micros,
+    updated_at = excluded.updated_at
+  WHERE inflight.settled_at IS NULL`
 
 export interface UsageDbRow {
   key_id: string

@@ -24,6 +24,8 @@ import type {
 import {
   addSettled,
   dayOf,
+  INFLIGHT_SAVE_COLUMNS,
+  INFLIGHT_SAVE_CONFLICT,
   KEY_WITH_ACCOUNT_COLUMNS,
   nowS,
   SETTLED_RETENTION_MS,
@@ -111,16 +113,7 @@ function prepareStatements(db: Database.Database) {
     ),
     takeInFlight: db.prepare<[string], InFlightRow>('DELETE FROM inflight WHERE id = ? RETURNING *'),
     saveInFlight: db.prepare<[string, string, string, string, string, number, number, number, number, number]>(
-      `INSERT INTO inflight (id, owner, key_id, account_id, model, prompt_tokens, completion_tokens, cost_micros,
-                             started_at, updated_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-       ON CONFLICT (id) DO UPDATE SET
-         owner = excluded.owner,
-         prompt_tokens = excluded.prompt_tokens,
-         completion_tokens = excluded.completion_tokens,
-         cost_micros = excluded.cost_micros,
-         updated_at = excluded.updated_at
-       WHERE settled_at IS NULL`,
+      `INSERT INTO ${INFLIGHT_SAVE_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ${INFLIGHT_SAVE_CONFLICT}`,
     ),
     renewInFlight: db.prepare<[number, string]>('UPDATE inflight SET updated_at = ? WHERE owner = ? AND settled_at IS NULL'),
     staleInFlight: db.prepare<[number], InFlightRow>(
