@@ -4,8 +4,8 @@
 // then the rate of rejected requests (401, 429) each sustains.
 //
 //   npx tsx bench/facade.bench.ts [--rounds N] [--requests N] [--seconds S] [--max-tokens N] [--node-ms LIST]
-//                                 [--node-seconds S] [--database-url URL] [--redis-url URL] [--node URL --model ID]
-//                                 [--out DIR]
+//                                 [--node-seconds S] [--pin] [--database-url URL] [--redis-url URL]
+//                                 [--node URL --model ID] [--out DIR]
 //
 // The node, one facade per store configuration and this load generator run as separate processes; both facades
 // front the same node. Without --node a fake node (test/helpers/fake-node.ts, canned tokens) stands in for a real
@@ -25,11 +25,13 @@
 // facades' order alternates between rounds, so that drift on a shared machine falls on both); the table gives, per
 // configuration, the median over rounds of the p50 and p99 added latency (facade − direct) and their range, and the
 // difference shared − embedded (per round the shared facade's percentile minus the embedded one's: the node's time
-// cancels). BENCH_LOG_LEVEL sets the facades' log level (default info, what an operator runs; the lines go to
+// cancels). --pin (Linux, 2+ CPUs, taskset) runs the facades on CPU 0 and everything else this run starts (the load
+// generator, the node, PostgreSQL, Redis) on the others: the facade's own cost, with the stores' CPU off its core as
+// on a fleet's own hosts. BENCH_LOG_LEVEL sets the facades' log level (default info, what an operator runs; the lines go to
 // /dev/null). Writes bench/results/facade-<stamp>.json (--out DIR elsewhere).
-import { fork, type ChildProcess } from 'node:child_process'
+import { fork, spawnSync, type ChildProcess } from 'node:child_process'
 import { mkdtempSync } from 'node:fs'
-import { freemem, hostname, loadavg, tmpdir } from 'node:os'
+import { cpus, freemem, hostname, loadavg, tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
@@ -49,6 +51,7 @@ const { values: args } = parseArgs({
     'max-tokens': { type: 'string', default: '4' },
     'node-ms': { type: 'string', default: '0,100' },
     'node-seconds': { type: 'string', default: '10' },
+    pin: { type: 'boolean', default: false },
     'database-url': { type: 'string' },
     'redis-url': { type: 'string' },
     out: { type: 'string' },
@@ -102,6 +105,19 @@ async function runChild(role: string): Promise<void> {
       process.send!({ cpu: u.user + u.system })
     }
   })
+}
+
+/** Sets the CPUs every thread of `pid` may run on (taskset's list form, e.g. `0` or `1-3`). */
+function pin(pid: number, list: string): void {
+  if (process.platform !== 'linux' || cpus().length < 2) throw new Error('--pin needs Linux and at least 2 CPUs')
+  const r = spawnSync('taskset', ['-a', '-pc', list, String(pid)], { encoding: 'utf8' })
+  if (r.status !== 0) throw new Error(`--pin: taskset -a -pc ${list} ${pid} failed: ${r.error?.message ?? r.stderr.trim()}`)
+}
+
+/** The CPUs `pid` may run on, as taskset lists them. */
+function cpusOf(pid: number): string {
+  const r = spawnSync('taskset', ['-pc', String(pid)], { encoding: 'utf8' })
+  return r.stdout.split(':').pop()!.trim()
 }
 
 /** Sends `message` to a child and resolves with the number under `key` in its first answer that has one. */
@@ -358,6 +374,8 @@ async function main(): Promise<void> {
   if (nodeMs.some((x) => !(x >= 0))) throw new RangeError(`--node-ms must list numbers >= 0. Given: ${args['node-ms']}`)
   /** Requests per load: a level with a node time runs about --node-seconds, never more than --requests. */
   const requestsAt = (ms: number, c: number): number => (ms === 0 ? total : Math.min(total, Math.max(2 * c, Math.ceil((c * nodeSeconds * 1000) / ms))))
+  // Pinned: this process (and so every child and server it starts) off CPU 0, then each facade onto it.
+  if (args.pin) pin(process.pid, `1-${cpus().length - 1}`)
   const loadStart = loadavg().map((x) => Math.round(x * 100) / 100)
 
   const children: ChildProcess[] = []
@@ -404,7 +422,9 @@ async function main(): Promise<void> {
       children.push(f.child)
       facadeUrl.set(c.name, f.url)
       facadeChild.set(c.name, f.child)
+      if (args.pin) pin(f.child.pid!, '0')
     }
+    const pinned = args.pin ? { bench: cpusOf(process.pid), facades: [...facadeChild.values()].map((c) => cpusOf(c.pid!)) } : null
 
     const messages = [{ role: 'user', content: 'Say hello in four words.' }]
     const json = { 'content-type': 'application/json' }
@@ -527,8 +547,10 @@ async function main(): Promise<void> {
       loadavg_start: loadStart,
       loadavg_end: loadEnd,
       backend: args.node ? `node at ${args.node}` : 'fake node (test/helpers/fake-node.ts)',
+      cpus: pinned ?? 'not pinned',
     }
     printSystem(system)
+    if (pinned) console.log(`pinned: facades on CPU ${pinned.facades.join(', ')}; the load generator, node and stores on CPU ${pinned.bench}`)
     console.log(
       `facade benchmark: ${system.backend}, model ${model}, max_tokens ${maxTokens}; ${rounds} round${rounds === 1 ? '' : 's'} of up to ${total} requests per ` +
         `level (about ${nodeSeconds} s with a node time); load average ${loadStart.join(' ')} at start, ${loadEnd.join(' ')} at end`,
@@ -568,7 +590,7 @@ async function main(): Promise<void> {
       {
         bench: 'facade',
         schema: 3,
-        params: { rounds, total, seconds, maxTokens, model, nodeMs, nodeSeconds, concurrency: CONCURRENCY, keyRpm: BENCH_RPM, fleetRpm: BENCH_RPM },
+        params: { rounds, total, seconds, maxTokens, model, nodeMs, nodeSeconds, pin: args.pin, concurrency: CONCURRENCY, keyRpm: BENCH_RPM, fleetRpm: BENCH_RPM },
         system,
         configs: [
           ...configs.map((c) => ({ name: c.name, skipped: false, source: c.source, rate_limit_header: limitHeader[c.name], check: checks[c.name] })),

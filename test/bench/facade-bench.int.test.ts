@@ -4,7 +4,7 @@
 // answered. The postgres+redis half is skipped, with the bench's reason, where PostgreSQL or Redis cannot start.
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { cpus, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { beforeAll, describe, expect, it } from 'vitest'
 
@@ -17,7 +17,8 @@ interface Spread {
 interface Report {
   bench: string
   schema: number
-  params: { rounds: number; nodeMs: number[]; keyRpm: number; fleetRpm: number }
+  params: { rounds: number; nodeMs: number[]; pin: boolean; keyRpm: number; fleetRpm: number }
+  system: { cpus: { bench: string; facades: string[] } | string }
   configs: (
     | { name: string; skipped: false; rate_limit_header: string; check: { answered: number; recorded: number; rate_limit_fail_open: number | null } }
     | { name: string; skipped: true; reason: string }
@@ -42,6 +43,9 @@ const LEVELS = [
   [20, 50],
 ] as const
 
+/** --pin where it can work: Linux with taskset and 2+ CPUs (CI's machines). */
+const PIN = process.platform === 'linux' && cpus().length >= 2 && spawnSync('taskset', ['-pc', String(process.pid)]).status === 0
+
 let report: Report
 let stdout = ''
 
@@ -51,7 +55,7 @@ beforeAll(() => {
   // The shared stores come from throwaway servers, not from whatever the environment names.
   delete env.ONNXD_DATABASE_URL
   delete env.ONNXD_REDIS_URL
-  const args = ['--import', 'tsx', 'bench/facade.bench.ts', '--rounds', '2', '--requests', '60', '--seconds', '0.3', '--node-ms', '0,20', '--node-seconds', '0.5', '--out', out]
+  const args = ['--import', 'tsx', 'bench/facade.bench.ts', '--rounds', '2', '--requests', '60', '--seconds', '0.3', '--node-ms', '0,20', '--node-seconds', '0.5', '--out', out, ...(PIN ? ['--pin'] : [])]
   const run = spawnSync(process.execPath, args, { env, encoding: 'utf8', timeout: 170_000 })
   stdout = run.stdout
   expect(run.status, `${run.stdout}\n${run.stderr}`).toBe(0)
@@ -103,6 +107,12 @@ describe('bench/facade.bench.ts', () => {
     }
     expect(stdout).toMatch(/added latency \(facade − direct\)/)
     expect(stdout).toMatch(/target \(postgres\+redis adds ≤ 2 ms at p50\)/)
+  })
+
+  it('with --pin, runs the facades on CPU 0 and itself (with the node and stores it starts) on the others', (ctx) => {
+    if (!PIN) ctx.skip('--pin needs Linux, taskset and 2+ CPUs')
+    expect(report.params.pin).toBe(true)
+    expect(report.system.cpus).toEqual({ bench: `1-${cpus().length - 1}`.replace(/^1-1$/, '1'), facades: report.configs.filter((c) => !c.skipped).map(() => '0') })
   })
 
   it('measures sqlite+memory', () => {
