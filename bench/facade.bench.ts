@@ -13,7 +13,8 @@
 // concurrent the facade is CPU-bound and its added latency is its queue (about 50 x its CPU time per request, over
 // the cores it gets: a throughput figure); 100 answers as late as a short real completion on a node of its own, the
 // fleet's case, where 50 concurrent requests are 500 per second (a level with a node time measures
-// min(--requests, concurrency x --node-seconds / node time) requests per load). The shared stores are --database-url / --redis-url, else ONNXD_DATABASE_URL / ONNXD_REDIS_URL, else throwaway
+// min(--requests, concurrency x --node-seconds / node time) requests per load). The shared stores are
+// --database-url / --redis-url, else ONNXD_DATABASE_URL / ONNXD_REDIS_URL, else throwaway
 // servers (test/helpers/servers.ts: PostgreSQL via initdb + pg_ctl, redis-server); without them that configuration
 // is skipped, with the reason in the table. A given database gets a "bench" account (its keys revoked at the end);
 // a given Redis gets the facade's own counters (prefix onnxd:rl:, fleet bucket included), so point it at a
@@ -49,7 +50,7 @@ const { values: args } = parseArgs({
     requests: { type: 'string', default: '3000' },
     seconds: { type: 'string', default: '3' },
     'max-tokens': { type: 'string', default: '4' },
-    'node-ms': { type: 'string', default: '0,100' },
+    'node-ms': { type: 'string' },
     'node-seconds': { type: 'string', default: '10' },
     pin: { type: 'boolean', default: false },
     'database-url': { type: 'string' },
@@ -370,7 +371,8 @@ async function main(): Promise<void> {
     if (!(v > 0)) throw new RangeError(`--${flag} must be a positive number. Given: ${args[flag as keyof typeof args]}`)
   }
   // A real node (--node) takes what its completions take: only the fake node has an answer time to set.
-  const nodeMs = args.node ? [0] : args['node-ms']!.split(',').map(Number)
+  if (args.node && args['node-ms'] !== undefined) throw new RangeError('--node-ms sets the fake node\'s answer time; a real node (--node) takes its own')
+  const nodeMs = args.node ? [0] : (args['node-ms'] ?? '0,100').split(',').map(Number)
   if (nodeMs.some((x) => !(x >= 0))) throw new RangeError(`--node-ms must list numbers >= 0. Given: ${args['node-ms']}`)
   /** Requests per load: a level with a node time runs about --node-seconds, never more than --requests. */
   const requestsAt = (ms: number, c: number): number => (ms === 0 ? total : Math.min(total, Math.max(2 * c, Math.ceil((c * nodeSeconds * 1000) / ms))))
