@@ -6,6 +6,7 @@ import type { Account, ApiKey } from '../../src/store/interfaces.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import { DEFAULT_PRICE } from '../../src/facade/options.js'
 import { bearer, facadeFixture, MODEL, type FacadeFixture } from '../helpers/facade.js'
+import { deferred } from '../helpers/deferred.js'
 
 describe('money', () => {
   it('parses decimal amounts into exact micros and formats them back', () => {
@@ -182,6 +183,33 @@ describe('usage in flight (a Tab per stream)', () => {
     // Nothing is left for recovery.
     clock += 60_000
     expect(await meter().start()).toMatchObject({ completions: 0 })
+  })
+
+  it('a stream that ends during a save waits for it only when that save writes its row', async () => {
+    const { store, account, key, meter, rows, usage } = await setup({ flushTokens: 100 })
+    const m = meter()
+    const gate = deferred()
+    const save = store.saveInFlight.bind(store)
+    vi.spyOn(store, 'saveInFlight').mockImplementationOnce(async (...args) => {
+      await gate.promise
+      return save(...args)
+    })
+    const a = m.open('a', account, key, 'm')
+    const saving = m.flush() // writes a's row, held at the gate
+    const b = m.open('b', account, key, 'm') // opened after: not in that save
+    let aDone = false
+    const aSettled = a.settle({ promptTokens: 1, completionTokens: 1 }).then(() => (aDone = true))
+    // b records at once, while the save holding a's row is still out.
+    await b.settle({ promptTokens: 2, completionTokens: 2 })
+    expect(await usage()).toMatchObject({ requests: 1, promptTokens: 2 })
+    await settled()
+    expect(aDone).toBe(false)
+    gate.resolve()
+    await saving
+    await aSettled
+    // a's record came after its row was written, and removed it: billed once, nothing left in flight.
+    expect(rows()).toEqual([])
+    expect(await usage()).toMatchObject({ requests: 2, promptTokens: 3, completionTokens: 3 })
   })
 
   it('after a crash, the next start settles what was saved: usage and debit, once', async () => {

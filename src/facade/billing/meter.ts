@@ -110,8 +110,9 @@ export class Meter {
   private readonly now: () => number
   private timer: NodeJS.Timeout | null = null
   private ticks = 0
-  /** The save under way, and whether another was asked for meanwhile. */
+  /** The save under way, the tabs whose rows it writes, and whether another was asked for meanwhile. */
   private saving: Promise<void> | null = null
+  private inSave = new Set<string>()
   private again = false
 
   constructor(
@@ -187,6 +188,7 @@ export class Meter {
         // Nothing new still renews the lease of the rows in flight.
         if (this.tabs.size === 0) return
         const tabs = [...this.tabs.values()].filter((t) => t.dirty)
+        this.inSave = new Set(tabs.map((t) => t.id))
         const rows = tabs.map((t) => {
           t.dirty = false
           t.unsaved = 0
@@ -203,6 +205,7 @@ export class Meter {
     }
     this.saving = run().finally(() => {
       this.saving = null
+      this.inSave = new Set()
     })
     return this.saving
   }
@@ -214,10 +217,14 @@ export class Meter {
     }
   }
 
-  /** Final record of a tab: waits for a save under way (which may hold its row), then records in one transaction. */
+  /**
+   * Final record of a tab, in one transaction. It waits for a save under way only when that save writes this tab's
+   * row (which could otherwise come back after the record removed it); a save of other rows only renews this one's
+   * lease, which the record's removal makes moot. No later save picks the tab up: it has left `tabs`.
+   */
   async settle(tab: Tab, t: TokenCounts): Promise<number> {
     this.tabs.delete(tab.id)
-    if (this.saving) await this.saving
+    if (this.saving && this.inSave.has(tab.id)) await this.saving
     return this.record(tab.account, tab.key, tab.model, t, tab.id)
   }
 
