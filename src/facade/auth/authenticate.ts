@@ -38,13 +38,17 @@ export class Authenticator {
     private readonly sessions: SessionVerifier,
   ) {}
 
-  async authenticate(header: string | undefined, want: RouteAuth): Promise<Principal> {
+  /**
+   * The principal of an Authorization header, or a 401. `beforeLookup` gets a well-formed API key's hash as the
+   * lookup starts (synchronously, within this call), so that a caller can start work that overlaps it.
+   */
+  async authenticate(header: string | undefined, want: RouteAuth, beforeLookup?: (hash: Buffer) => void): Promise<Principal> {
     const credential = bearerCredential(header)
     if (credential.startsWith(API_KEY_PREFIX)) {
       if (want === 'session') {
         throw unauthorized('API keys are not accepted for account management; use a session token')
       }
-      return this.apiKey(credential)
+      return this.apiKey(credential, beforeLookup)
     }
     if (want === 'key') {
       if (looksLikeJwt(credential)) {
@@ -58,9 +62,10 @@ export class Authenticator {
     return { kind: 'session', account }
   }
 
-  private async apiKey(secret: string): Promise<Principal> {
+  private async apiKey(secret: string, beforeLookup?: (hash: Buffer) => void): Promise<Principal> {
     if (!isApiKeyFormat(secret)) throw unauthorized(INVALID_KEY)
     const hash = hashApiKey(secret)
+    beforeLookup?.(hash)
     const found = await this.store.findKeyByHash(hash)
     if (!found || !hashesEqual(found.hash, hash) || found.key.revokedAt !== null) throw unauthorized(INVALID_KEY)
     return { kind: 'key', key: found.key, account: found.account }

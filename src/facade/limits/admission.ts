@@ -6,8 +6,7 @@
 // to a key costs at most one extra count per facade, in that key's own bucket and the fleet's. Keys that never passed
 // a lookup (unknown, malformed) are never counted ahead. Imports: auth, rate limits, store interfaces.
 import type { ApiKey } from '../../store/interfaces.js'
-import { API_KEY_PREFIX, hashApiKey, isApiKeyFormat } from '../auth/api-keys.js'
-import { bearerCredential, type Authenticator, type Principal, type RouteAuth } from '../auth/authenticate.js'
+import type { Authenticator, Principal, RouteAuth } from '../auth/authenticate.js'
 import type { RateLimiter, RateLimitVerdict } from './rate-limit.js'
 
 /** Keys remembered (least recently admitted forgotten first): their ids and limits, by the hash of the secret. */
@@ -21,16 +20,6 @@ export interface Admitted {
 
 type KeyLimit = Pick<ApiKey, 'id' | 'rpmLimit'>
 
-/** The hash of an API key in an Authorization header, or null when the header holds none (authenticate says why). */
-function keyHash(header: string | undefined): string | null {
-  try {
-    const credential = bearerCredential(header)
-    return credential.startsWith(API_KEY_PREFIX) && isApiKeyFormat(credential) ? hashApiKey(credential).toString('base64') : null
-  } catch {
-    return null
-  }
-}
-
 export class Admission {
   private readonly seen = new Map<string, KeyLimit>()
 
@@ -43,21 +32,26 @@ export class Admission {
   ) {}
 
   async admit(header: string | undefined, want: RouteAuth): Promise<Admitted> {
-    const hash = this.overlap && want === 'key' ? keyHash(header) : null
-    const guess = hash !== null ? this.seen.get(hash) : undefined
-    const early = guess ? this.limiter.admit(guess) : null
-    // Settled below unless the lookup fails first: never an unhandled rejection.
-    early?.catch(() => undefined)
+    // Filled as the key's lookup starts: its hash, what this facade knew of it, and the count made meanwhile.
+    const ahead: { hash?: string; guess?: KeyLimit; early?: Promise<RateLimitVerdict | null> } = {}
+    const startAhead = (hash: Buffer): void => {
+      ahead.hash = hash.toString('base64')
+      ahead.guess = this.seen.get(ahead.hash)
+      ahead.early = ahead.guess && this.limiter.admit(ahead.guess)
+      // Settled below unless the lookup fails first: never an unhandled rejection.
+      ahead.early?.catch(() => undefined)
+    }
     let principal: Principal
     try {
-      principal = await this.auth.authenticate(header, want)
+      principal = await this.auth.authenticate(header, want, this.overlap ? startAhead : undefined)
     } catch (e) {
-      if (hash !== null) this.seen.delete(hash)
+      if (ahead.hash !== undefined) this.seen.delete(ahead.hash)
       throw e
     }
     if (principal.kind !== 'key') return { principal, limit: null }
     const { key } = principal
-    if (hash !== null) this.remember(hash, key)
+    const { hash, guess, early } = ahead
+    if (hash !== undefined) this.remember(hash, key)
     if (early && guess!.id === key.id && guess!.rpmLimit === key.rpmLimit) return { principal, limit: await early }
     if (early) await early
     return { principal, limit: await this.limiter.admit(key) }
