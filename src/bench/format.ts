@@ -79,7 +79,7 @@ export function referenceLines(r: BenchReport): string[] {
   for (const [what, c] of ceilings) {
     if (isSkipped(c)) out.push(`ORT decode ceiling${what}: skipped (${c.reason})`)
     else {
-      out.push(`ORT decode ceiling${what} (${c.api ?? 'session.run'}, one decode step, past ${c.past}): ` + c.decode.map((d) => `B=${d.batch} ${d.ms.toFixed(1)} ms -> ${d.tokens_per_s.toFixed(1)} tok/s`).join('; '))
+      out.push(`ORT decode ceiling${what} (${c.file ? `${c.file}, ` : ''}${c.api ?? 'session.run'}, one decode step, past ${c.past}): ` + c.decode.map((d) => `B=${d.batch} ${d.ms.toFixed(1)} ms -> ${d.tokens_per_s.toFixed(1)} tok/s`).join('; '))
       out.push(`ORT prefill${what} of ${c.prefill.rows} x ${c.prefill.prompt}-token prompts in one run: ${c.prefill.ms.toFixed(1)} ms (${c.prefill.tokens_per_s.toFixed(0)} tok/s)`)
     }
   }

@@ -50,6 +50,8 @@ export interface CeilingReference {
   threads: number
   /** How the steps were run: onnxruntime-node's session.run, or ORT's C API with presents bound onto the past. */
   api?: string
+  /** The ONNX file the steps ran (its name in the bundle: model.onnx, model_q4.onnx, ...). */
+  file?: string
   /** Past length of the timed decode steps: mean prompt + half the mean output (the mean context while decoding). */
   past: number
   /** The better of the measurements before and after the sweep, per figure. */
@@ -157,8 +159,9 @@ export interface BenchReport {
   versions: Record<string, string | null>
   model: { id: string; dir: string | null; preset: string | null; builder_version: string | null; vocab: number | null; matmul_params: number | null; flops_per_output_token: number | null }
   scenarios: (ScenarioResult | (Skipped & { name: ScenarioName; target?: string; label: string }))[]
-  /** ort_ceiling is the baseline target's graph form's; ort_ceiling_by_form has every form the targets serve (a
-   * GroupQueryAttention form's through ORT's C API with presents on the past, refs/capi.ts). */
+  /** ort_ceiling is the baseline target's graph form and weights'; ort_ceiling_by_form has every graph form and
+   * weight dtype the targets serve, keyed by ceilingKey (a GroupQueryAttention form's through ORT's C API with
+   * presents on the past, refs/capi.ts). */
   references: { ort_ceiling: CeilingReference | Skipped; matmul_peak: MatmulReference | Skipped; ort_ceiling_by_form?: Record<string, CeilingReference | Skipped> }
   efficiency: Efficiency[]
   targets: TargetCheck[]
@@ -192,6 +195,10 @@ export function scenario(r: BenchReport, name: ScenarioName): ScenarioResult | n
 }
 
 const level = (s: ScenarioResult | null, c: number): LevelResult | null => s?.levels.find((l) => l.max_concurrency === c) ?? null
+/** The key of a graph form's ORT ceiling over one weight dtype in references.ort_ceiling_by_form: `gqa` (float32),
+ * `gqa/q4`. A target is held against ORT alone running its own file: a q4 target against a q4 ceiling. */
+export const ceilingKey = (form: string, dtype?: string | null): string => (!dtype || dtype === 'fp32' ? form : `${form}/${dtype}`)
+
 const ratio = (a: number | undefined | null, b: number | undefined | null): number | null => (a != null && b != null && b > 0 && Number.isFinite(a) ? a / b : null)
 
 export interface Lengths {
@@ -248,7 +255,7 @@ export function targetRatios(r: Pick<BenchReport, 'scenarios' | 'references'>, b
       const l = level(s, c)
       const key = s.target ?? s.name
       if (!l) continue
-      const ceil = s.attention ? r.references.ort_ceiling_by_form?.[s.attention] : undefined
+      const ceil = s.attention ? r.references.ort_ceiling_by_form?.[ceilingKey(s.attention, s.dtype)] : undefined
       out.output_throughput[key] = l.output_throughput
       out.vs_baseline[key] = ratio(l.output_throughput, bl.output_throughput)
       out.vs_ort_same_work[key] = ratio(l.output_throughput, ortSameWork(ceil && !isSkipped(ceil) ? ceil : null, c, len))

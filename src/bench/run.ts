@@ -5,9 +5,11 @@
 // Imports: every bench module; the builder (to build presets).
 import { loadavg } from 'node:os'
 import { writeFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { basename, join } from 'node:path'
 import type { Agent } from 'undici'
 import { DEFAULT_BATCHER } from '../engine/engine.js'
+import { readBundle } from '../engine/model/bundle.js'
+import type { Dtype } from '../shared/model.js'
 import { existsSync } from 'node:fs'
 import { BUILDER_VERSION, configJson, presetOf, type Attention } from '../builder/index.js'
 import { ensureBundle, ensureGguf } from './bundles.js'
@@ -41,6 +43,7 @@ import {
   bestOf,
   llamaCppRatios,
   llamaCppTargets,
+  ceilingKey,
 } from './report.js'
 import { packageVersion, stamp, systemInfo } from './system.js'
 import { freePort, spawnTarget, type Child } from './targets/spawn.js'
@@ -321,34 +324,41 @@ function lengths(cfg: BenchConfig, form: PromptForm): Lengths {
 
 type References = BenchReport['references']
 
-/** The ORT decode ceiling of one bundle: through the C API with presents on the past for a GroupQueryAttention
- * graph (refs/capi.ts), else through onnxruntime-node (refs/ort.ts). */
-async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<CeilingReference | Skipped> {
+/** The ORT decode ceiling of one bundle over one weight dtype's file: through the C API with presents on the past
+ * for a GroupQueryAttention graph (refs/capi.ts), else through onnxruntime-node (refs/ort.ts). */
+async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, dtype: Dtype, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<CeilingReference | Skipped> {
   if (!cfg.references.ceiling) return skipped(cfg.scenario === 'chat' ? 'not part of --scenario chat (ORT alone shares no cache between requests)' : 'disabled by --no-ceiling')
   if (!model) return skipped('no local model bundle: pass --model DIR')
   // Prefill is timed as the engine runs it: as many prompts per run as its default token budget holds.
   const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
-  const capi = usesGroupQueryAttention(model.onnxPath)
-  const api = capi ? "ORT's C API, presents bound onto the past" : 'onnxruntime-node session.run'
-  log.step(`ORT ceiling of ${model.id} (${when} the sweep, ${api}): decode steps at batch ${cfg.concurrency.join(', ')} over a past of ${past}, prefill of ${prefillRows} x ${len.prompt}`)
   try {
-    const o = { onnxPath: model.onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
+    // The file the node serves for that dtype, found by the engine's own rule.
+    const onnxPath = dtype === 'fp32' ? model.onnxPath : readBundle(model.dir, { dtype }).onnxPath
+    const capi = usesGroupQueryAttention(onnxPath)
+    const api = capi ? "ORT's C API, presents bound onto the past" : 'onnxruntime-node session.run'
+    log.step(`ORT ceiling of ${model.id}${dtype === 'fp32' ? '' : ` (${dtype})`} (${when} the sweep, ${api}): decode steps at batch ${cfg.concurrency.join(', ')} over a past of ${past}, prefill of ${prefillRows} x ${len.prompt}`)
+    const o = { onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
     const c = capi ? await measureCapiCeiling(o) : await measureCeiling(o)
-    return { threads: cfg.threads, past, api, ...c, runs: { [when]: { decode: c.decode, prefill: c.prefill } } }
+    return { threads: cfg.threads, api, file: basename(onnxPath), past, ...c, runs: { [when]: { decode: c.decode, prefill: c.prefill } } }
   } catch (e) {
     return skipped(`failed: ${(e as Error).message}`)
   }
 }
 
-async function measureReferences(cfg: BenchConfig, base: ModelInfo | null, byForm: Map<Attention | null, Bundle>, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<References> {
+/** The ORT ceilings of every graph form and weight dtype the targets serve (ort_ceiling: the baseline's), and the matmul peak. */
+async function measureReferences(cfg: BenchConfig, baseSpec: TargetSpec | null, bundleOf: (spec: TargetSpec | null) => Bundle, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<References> {
   const forms: Record<string, CeilingReference | Skipped> = {}
   let ceiling: References['ort_ceiling'] | null = null
-  for (const b of byForm.values()) {
-    const c = await ceilingOf(cfg, b.model, len, past, when, log)
-    if (b.form) forms[b.form] = c
-    if (b.model === base) ceiling = c
+  const base = bundleOf(baseSpec)
+  const baseKey = ceilingKey(base.form ?? '', baseSpec?.dtype)
+  for (const spec of cfg.targets) {
+    const b = bundleOf(spec)
+    const key = ceilingKey(b.form ?? '', spec.dtype)
+    if (key in forms) continue
+    forms[key] = await ceilingOf(cfg, b.model, spec.dtype, len, past, when, log)
+    if (b === base && key === baseKey) ceiling = forms[key]
   }
-  ceiling ??= await ceilingOf(cfg, base, len, past, when, log)
+  ceiling ??= await ceilingOf(cfg, base.model, baseSpec?.dtype ?? 'fp32', len, past, when, log)
   let matmul: References['matmul_peak'] = skipped(cfg.scenario !== 'standard' ? `not part of --scenario ${cfg.scenario}` : 'disabled by --no-matmul')
   if (cfg.references.matmul) {
     log.step(`matmul peak (${when} the sweep): square MatMul ${cfg.matmulSizes.join(', ')} through ORT`)
@@ -395,7 +405,7 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
   // References measured through ORT in this process while nothing else runs: before the sweep and again after it.
   // A ceiling is the best ORT can do, and load from elsewhere on the machine only slows it, so each figure keeps the
   // better of the two (both are in the report).
-  const refs = (when: 'before' | 'after'): Promise<References> => measureReferences(cfg, model, byForm, len, past, when, log)
+  const refs = (when: 'before' | 'after'): Promise<References> => measureReferences(cfg, baseSpec, bundleOf, len, past, when, log)
   const before = await refs('before')
   const { llamas, notWritten } = await llamaRuns(cfg, preset, dir, log)
   const { runs, skipped: notStarted, order } = await driveTargets(x, bundleOf, llamas)

@@ -7,7 +7,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { benchConfig } from '../../src/bench/options.js'
-import { isSkipped, type ScenarioResult } from '../../src/bench/report.js'
+import { referenceLines } from '../../src/bench/format.js'
+import { isSkipped, ortSameWork, type ScenarioResult } from '../../src/bench/report.js'
 import { runBench } from '../../src/bench/run.js'
 import { loadLlama } from '../../src/bench/peer/llama-cpp.js'
 
@@ -59,6 +60,31 @@ describe('onnxd bench: several targets', () => {
     // The standard figures are the baseline's: its form's ceiling.
     expect(r.references.ort_ceiling).toEqual(forms.gqa)
     expect(r.notes).toEqual([])
+  }, 90_000)
+
+  it('--dtype fp32,q4 holds each target against ORT alone running its own file: a q4 target against the q4 ceiling', async () => {
+    const { report: r } = await runBench(benchConfig([...common, ...out(), '--attention', 'gqa', '--runtime', 'capi', '--dtype', 'fp32,q4', '--concurrency', '1,2', '--no-llama-cpp']))
+    expect(runs(r.scenarios).map((s) => [s.target, s.dtype])).toEqual([
+      ['onnxd gqa/capi', 'fp32'],
+      ['onnxd gqa/capi/q4', 'q4'],
+    ])
+    const forms = r.references.ort_ceiling_by_form!
+    expect(Object.keys(forms).sort()).toEqual(['gqa', 'gqa/q4'])
+    const [fp32, q4] = [forms.gqa, forms['gqa/q4']]
+    if (isSkipped(fp32) || isSkipped(q4)) throw new Error('a ceiling was skipped')
+    expect([fp32.file, q4.file]).toEqual(['model.onnx', 'model_q4.onnx'])
+    // The standard figures are the baseline's (float32) ceiling's.
+    expect(r.references.ort_ceiling).toEqual(fp32)
+    const len = { prompt: Number(r.config.prompt_len), output: Number(r.config.output_len) }
+    for (const t of r.target_ratios) {
+      const l = (name: string) => runs(r.scenarios).find((s) => s.target === name)!.levels.find((x) => x.max_concurrency === t.concurrency)!
+      expect(t.vs_ort_same_work['onnxd gqa/capi']).toBeCloseTo(l('onnxd gqa/capi').output_throughput / ortSameWork(fp32, t.concurrency, len)!, 9)
+      expect(t.vs_ort_same_work['onnxd gqa/capi/q4']).toBeCloseTo(l('onnxd gqa/capi/q4').output_throughput / ortSameWork(q4, t.concurrency, len)!, 9)
+    }
+    expect(referenceLines(r).filter((x) => x.startsWith('ORT decode ceiling')).map((x) => x.split(':')[0])).toEqual([
+      'ORT decode ceiling (gqa graph) (model.onnx, ORT\'s C API, presents bound onto the past, one decode step, past 24)',
+      'ORT decode ceiling (gqa/q4 graph) (model_q4.onnx, ORT\'s C API, presents bound onto the past, one decode step, past 24)',
+    ])
   }, 90_000)
 
   it('--scenario long: gqa/js and gqa/capi, one wave per level, a capped level cut with a note', async () => {
