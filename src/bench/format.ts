@@ -1,6 +1,6 @@
 // The report as text: the per-level tables (throughput, latency, where the time goes), the reference lines, and a
 // fixed-width table formatter shared with `onnxd bench compare`. Pure over a BenchReport.
-import { isSkipped, type BenchReport, type CeilingReference, type Skipped } from './report.js'
+import { isSkipped, scenarioCeiling, type BenchReport, type CeilingReference, type Skipped } from './report.js'
 
 const f = (v: number, d = 1): string => (Number.isFinite(v) ? v.toFixed(d) : '-')
 
@@ -47,10 +47,10 @@ export function tables(r: BenchReport): { throughput: Record<string, string | nu
 
 /** Where each node level's wall time went (from the node's /metrics), next to the ORT step at the same batch. */
 export function timeTable(r: BenchReport): Record<string, string | number>[] {
-  const ceil = isSkipped(r.references.ort_ceiling) ? null : r.references.ort_ceiling
   const rows: Record<string, string | number>[] = []
   for (const s of r.scenarios) {
     if (isSkipped(s)) continue
+    const ceil = scenarioCeiling(r.references, s)
     for (const l of s.levels) {
       const e = l.engine
       if (!e) continue

@@ -199,6 +199,13 @@ const level = (s: ScenarioResult | null, c: number): LevelResult | null => s?.le
  * `gqa/q4`. A target is held against ORT alone running its own file: a q4 target against a q4 ceiling. */
 export const ceilingKey = (form: string, dtype?: string | null): string => (!dtype || dtype === 'fp32' ? form : `${form}/${dtype}`)
 
+/** The ORT ceiling a scenario is held against: ORT alone running the scenario's graph form and weight dtype (with
+ * one target, the run's only ceiling). Null when it was skipped or not measured. */
+export function scenarioCeiling(refs: BenchReport['references'], s: { attention?: string | null; dtype?: string }): CeilingReference | null {
+  const c = refs.ort_ceiling_by_form ? (s.attention ? refs.ort_ceiling_by_form[ceilingKey(s.attention, s.dtype)] : undefined) : refs.ort_ceiling
+  return c && !isSkipped(c) ? c : null
+}
+
 const ratio = (a: number | undefined | null, b: number | undefined | null): number | null => (a != null && b != null && b > 0 && Number.isFinite(a) ? a / b : null)
 
 export interface Lengths {
@@ -255,10 +262,9 @@ export function targetRatios(r: Pick<BenchReport, 'scenarios' | 'references'>, b
       const l = level(s, c)
       const key = s.target ?? s.name
       if (!l) continue
-      const ceil = s.attention ? r.references.ort_ceiling_by_form?.[ceilingKey(s.attention, s.dtype)] : undefined
       out.output_throughput[key] = l.output_throughput
       out.vs_baseline[key] = ratio(l.output_throughput, bl.output_throughput)
-      out.vs_ort_same_work[key] = ratio(l.output_throughput, ortSameWork(ceil && !isSkipped(ceil) ? ceil : null, c, len))
+      out.vs_ort_same_work[key] = ratio(l.output_throughput, ortSameWork(scenarioCeiling(r.references, s), c, len))
     }
     return out
   })

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest'
 import { chartPoints, chartSpec, renderSvg } from '../../src/bench/chart.js'
 import type { ModelInfo } from '../../src/bench/model-info.js'
-import { formatTable, tables } from '../../src/bench/format.js'
-import { bestOf, efficiency, hostDrift, isSkipped, llamaCppRatios, llamaCppTargets, summaryLines, targets, type BenchReport, type CeilingReference } from '../../src/bench/report.js'
+import { formatTable, tables, timeTable } from '../../src/bench/format.js'
+import { bestOf, efficiency, hostDrift, isSkipped, llamaCppRatios, llamaCppTargets, ortSameWork, summaryLines, targetRatios, targets, type BenchReport, type CeilingReference, type ScenarioResult } from '../../src/bench/report.js'
 import { fakeReport, scenarioOf } from './fixtures.js'
 
 const model: ModelInfo = { dir: '/m', id: 'm', onnxPath: '/m/onnx/model.onnx', vocab: 100, layers: 2, hidden: 8, heads: 2, kvHeads: 1, headDim: 4, intermediate: 16, matmulParams: 1000, builderVersion: null }
@@ -88,6 +88,44 @@ describe('efficiency and targets', () => {
     expect(ceil).toMatch(/^onnxd vs ceiling: at 64 streams 640\.0 output tok\/s = 80% of the ORT decode ceiling/)
     expect(peer).toMatch(/^onnxd vs peer .*20\.0x at 16 \(ORT alone, same work: 17\.2x\), 80\.0x at 64 .* streams \(target >= 5x: met\)/)
     expect(unb).toMatch(/^onnxd vs unbatched: .*64\.0x at 64 \(ORT alone, same work: 39\.0x\) streams \(target >= 8x at 64: met\); ORT alone gains 64\.0x from batch 1 to batch 64$/)
+  })
+})
+
+describe('each target against ORT alone on its own file', () => {
+  const ceiling = (ms: number): CeilingReference => ({
+    threads: 0,
+    past: 25,
+    decode: [1, 4].map((batch) => ({ batch, past: 25, ms: ms * batch, rsd: 1, runs: 5, tokens_per_s: 1000 / ms })),
+    prefill: { prompt: 20, rows: 2, ms: 20, rsd: 1, runs: 5, tokens_per_s: 2000 },
+    runs: {},
+  })
+  const engine = { decode_steps: 10, decode_seconds: 1, mean_decode_batch: 1, mean_decode_step_ms: 5, prefill_steps: 1, prefill_seconds: 0.1, prefill_tokens: 20, other_seconds: 0.1, forward_fraction: 0.9 }
+  const target = (name: string, dtype: string) => {
+    const s = scenarioOf('onnxd', [1, 4], (c) => 50 * c)
+    return { ...s, target: name, attention: 'gqa', dtype, levels: s.levels.map((l) => ({ ...l, engine })) }
+  }
+  const r = fakeReport({
+    baseline: 'onnxd gqa/capi',
+    scenarios: [target('onnxd gqa/capi', 'fp32'), target('onnxd gqa/capi/q4', 'q4')],
+    references: { ...fakeReport().references, ort_ceiling: ceiling(20), ort_ceiling_by_form: { gqa: ceiling(20), 'gqa/q4': ceiling(6) } },
+  })
+
+  it('ratios to ORT doing the same work use the ceiling of the target\'s graph form and weight dtype', () => {
+    const len = { prompt: 20, output: 10 }
+    for (const t of targetRatios(r, 'onnxd gqa/capi', len)) {
+      const l = (name: string) => (r.scenarios.find((s) => s.target === name) as ScenarioResult).levels.find((x) => x.max_concurrency === t.concurrency)!
+      expect(t.vs_ort_same_work['onnxd gqa/capi']).toBeCloseTo(l('onnxd gqa/capi').output_throughput / ortSameWork(ceiling(20), t.concurrency, len)!, 9)
+      expect(t.vs_ort_same_work['onnxd gqa/capi/q4']).toBeCloseTo(l('onnxd gqa/capi/q4').output_throughput / ortSameWork(ceiling(6), t.concurrency, len)!, 9)
+    }
+  })
+
+  it('"where the time goes" puts each target\'s step beside its own ceiling\'s step at that batch', () => {
+    expect(timeTable(r).map((x) => [x.target, x.conc, x['ORT step ms (B=conc)']])).toEqual([
+      ['onnxd gqa/capi', 1, '20.0'],
+      ['onnxd gqa/capi', 4, '80.0'],
+      ['onnxd gqa/capi/q4', 1, '6.0'],
+      ['onnxd gqa/capi/q4', 4, '24.0'],
+    ])
   })
 })
 
