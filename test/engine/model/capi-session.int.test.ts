@@ -95,6 +95,23 @@ for (const m of MODELS) {
       expect(got).toEqual(want)
     })
 
+    it('admits a request that comes in through the event loop while others decode, as a worker receives one', async () => {
+      const V = capi.model.vocab
+      const done: string[] = []
+      let late: Promise<unknown> | null = null
+      const first = runRequest(capi, { input_ids: prompt(5, 1, V), max_tokens: 60, temperature: 0, ignore_eos: true }, (k) => {
+        // From a timer, as a message port delivers: the engine must give the event loop a turn between
+        // steps (a step that ran on this thread would not), or the request waits until the running one has finished.
+        if (k === 3)
+          setTimeout(() => {
+            late = runRequest(capi, { input_ids: prompt(4, 2, V), max_tokens: 2, temperature: 0, ignore_eos: true }).then((r) => done.push(`late ${r.end.type}`))
+          }, 0)
+      }).then((r) => done.push(`first ${r.end.type}`))
+      await first
+      await late
+      expect(done).toEqual(['late done', 'first done'])
+    })
+
     it('makes no tensor in steady decode steps: what stays bound stays bound', async () => {
       const runner = (capi.model.session as unknown as { capi: { tensorsMade: number } }).capi
       const V = capi.model.vocab
