@@ -30,7 +30,7 @@
 // generator, the node, PostgreSQL, Redis) on the others: the facade's own cost, with the stores' CPU off its core as
 // on a fleet's own hosts. BENCH_LOG_LEVEL sets the facades' log level (default info, what an operator runs; the lines go to
 // /dev/null). Writes bench/results/facade-<stamp>.json (--out DIR elsewhere).
-import { fork, spawnSync, type ChildProcess } from 'node:child_process'
+import { fork, spawnSync, type ChildProcess, type Serializable } from 'node:child_process'
 import { mkdtempSync } from 'node:fs'
 import { cpus, freemem, hostname, loadavg, tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -122,7 +122,7 @@ function cpusOf(pid: number): string {
 }
 
 /** Sends `message` to a child and resolves with the number under `key` in its first answer that has one. */
-function ask(child: ChildProcess, message: unknown, key: string): Promise<number> {
+function ask(child: ChildProcess, message: Serializable, key: string): Promise<number> {
   return new Promise((resolve) => {
     const on = (m: unknown): void => {
       if (typeof m === 'object' && m !== null && key in m) {
@@ -131,7 +131,7 @@ function ask(child: ChildProcess, message: unknown, key: string): Promise<number
       }
     }
     child.on('message', on)
-    child.send(message as string)
+    child.send(message)
   })
 }
 

@@ -21,8 +21,6 @@ export interface FakeNodeOptions {
    * a stream that runs while a test acts on it.
    */
   paceMs?: number
-  /** Waits this long before answering a completion (its JSON body or its first delta): see FakeNode.answerMs. */
-  answerMs?: number
 }
 
 export interface Fault {
@@ -192,7 +190,7 @@ export async function startFakeNode(opts: FakeNodeOptions = {}): Promise<FakeNod
   const url = await app.listen({ port: opts.port ?? 0, host: '127.0.0.1' })
   const node: FakeNode = {
     url,
-    answerMs: opts.answerMs ?? 0,
+    answerMs: 0,
     app,
     requests,
     health,
