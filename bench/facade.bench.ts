@@ -7,8 +7,9 @@
 //                                 [--node-seconds S] [--pin] [--database-url URL] [--redis-url URL]
 //                                 [--node URL --model ID] [--out DIR]
 //
-// The node, one facade per store configuration and this load generator run as separate processes; both facades
-// front the same node. Without --node a fake node (test/helpers/fake-node.ts, canned tokens) stands in for a real
+// The node, one facade per store configuration, a bare proxy (bench/lib/bare-proxy.ts: a node:http proxy doing none of
+// the facade's work, the floor of any Node proxy on this host) and this load generator run as separate processes;
+// the facades and the proxy front the same node. Without --node a fake node (test/helpers/fake-node.ts, canned tokens) stands in for a real
 // one; it answers each completion after each of --node-ms (default 0,100): 0 answers at once, so that at 50
 // concurrent the facade is CPU-bound and its added latency is its queue (about 50 x its CPU time per request, over
 // the cores it gets: a throughput figure); 100 answers as late as a short real completion on a node of its own, the
@@ -22,11 +23,11 @@
 //
 // Both facades rate-limit every request (per-key and fleet-wide limits of 1e9 per minute: both counters hit per
 // request, in one Lua script in Redis or in process), look the key up in their store and write the usage and debit of each completion,
-// as an operator's facade does. Each round measures, per concurrency, the node directly and then each facade (the
-// facades' order alternates between rounds, so that drift on a shared machine falls on both); the table gives, per
-// configuration, the median over rounds of the p50 and p99 added latency (facade − direct) and their range, and the
+// as an operator's facade does. Each round measures, per concurrency, the node directly, the bare proxy, then each
+// facade (the facades' order alternates between rounds, so that drift on a shared machine falls on both); the table
+// gives, per configuration and for the bare proxy, the median over rounds of the p50 and p99 added latency (facade − direct) and their range, and the
 // difference shared − embedded (per round the shared facade's percentile minus the embedded one's: the node's time
-// cancels). --pin (Linux, 2+ CPUs, taskset) runs the facades on CPU 0 and everything else this run starts (the load
+// cancels). --pin (Linux, 2+ CPUs, taskset) runs the facades and the bare proxy on CPU 0 and everything else this run starts (the load
 // generator, the node, PostgreSQL, Redis) on the others: the facade's own cost, with the stores' CPU off its core as
 // on a fleet's own hosts. BENCH_LOG_LEVEL sets the facades' log level (default info, what an operator runs; the lines go to
 // /dev/null). Writes bench/results/facade-<stamp>.json (--out DIR elsewhere).
@@ -81,6 +82,11 @@ async function runChild(role: string): Promise<void> {
         process.send!({ answerMs: node.answerMs })
       }
     })
+  } else if (role === 'proxy') {
+    const { startBareProxy } = await import('./lib/bare-proxy.js')
+    const proxy = await startBareProxy(args.node!)
+    close = proxy.close
+    process.send!({ url: proxy.url })
   } else {
     // The store configuration comes from the environment (ONNXD_DATABASE_URL, ONNXD_REDIS_URL), as for an operator.
     const { loadFacadeOptions } = await import('../src/facade/options.js')
@@ -173,7 +179,7 @@ interface Result {
   p99_ms: number
   mean_ms: number
   rps: number
-  /** Through a facade: the facade process's CPU time per request of the load, µs (its stores' servers not included). */
+  /** Through a facade or the bare proxy: that process's CPU time per request of the load, µs (a store's server not included). */
   facade_cpu_us?: number
 }
 
@@ -346,17 +352,22 @@ interface RoundResult {
   /** The facades' order in this round. */
   order: ConfigName[]
   direct: Result
+  /** The bare proxy (bench/lib/bare-proxy.ts), measured right after the node. */
+  proxy: Result
   facades: Result[]
 }
 
+/** The row of the bare proxy: the floor of a Node proxy on this host, beside the facades. */
+const PROXY = 'bare proxy'
+
 interface Overhead {
-  config: ConfigName | 'shared − embedded'
+  config: ConfigName | 'shared − embedded' | typeof PROXY
   node_ms: number
   concurrency: number
   rounds: number
   p50_added_ms: Spread
   p99_added_ms: Spread
-  /** The facade process's CPU time per request, µs (not for the difference row). */
+  /** The facade's (or the bare proxy's) process CPU time per request, µs (not for the difference row). */
   facade_cpu_us?: Spread
 }
 
@@ -417,6 +428,10 @@ async function main(): Promise<void> {
       nodeUrl = n.url
       fakeNode = n.child
     }
+    // The bare proxy stands where the facades stand (on CPU 0 with --pin).
+    const proxy = await spawn('proxy', ['--node', nodeUrl])
+    children.push(proxy.child)
+    if (args.pin) pin(proxy.child.pid!, '0')
     const facadeUrl = new Map<ConfigName, string>()
     const facadeChild = new Map<ConfigName, ChildProcess>()
     for (const c of configs) {
@@ -432,6 +447,7 @@ async function main(): Promise<void> {
     const json = { 'content-type': 'application/json' }
     const body = JSON.stringify({ model, messages, max_tokens: maxTokens })
     const direct: Target = { url: `${nodeUrl}/internal/v1/completions`, headers: json, body, expect: [200], ok200: 0 }
+    const viaProxy: Target = { url: `${proxy.url}/v1/chat/completions`, headers: json, body, expect: [200], ok200: 0 }
     const via = new Map<ConfigName, Target>()
     for (const c of configs) {
       via.set(c.name, { url: `${facadeUrl.get(c.name)}/v1/chat/completions`, headers: { ...json, authorization: `Bearer ${c.key}` }, body, expect: [200], ok200: 0 })
@@ -451,6 +467,7 @@ async function main(): Promise<void> {
     const warm = Math.min(500, total)
     for (const c of CONCURRENCY) {
       await load(direct, c, { total: Math.max(warm, 2 * c) })
+      await load(viaProxy, c, { total: Math.max(warm, 2 * c) })
       for (const t of via.values()) await load(t, c, { total: Math.max(warm, 2 * c) })
     }
     process.stderr.write('  warmed up\n')
@@ -466,16 +483,19 @@ async function main(): Promise<void> {
         for (const c of CONCURRENCY) {
           const n = requestsAt(ms, c)
           const d = { scenario: 'direct to node', ...(await load(direct, c, { total: n }, ms)) }
+          /** A load through `child`'s server, with that process's CPU time per request. */
+          const through = async (t: Target, child: ChildProcess): Promise<Omit<Result, 'scenario'>> => {
+            const cpu0 = await cpuOf(child)
+            const r = await load(t, c, { total: n }, ms)
+            return { ...r, facade_cpu_us: Math.round(((await cpuOf(child)) - cpu0) / r.requests) }
+          }
+          const p = { scenario: 'through the bare proxy', ...(await through(viaProxy, proxy.child)) }
           const facades: Result[] = []
           for (const name of order) {
-            const child = facadeChild.get(name)!
-            const cpu0 = await cpuOf(child)
-            const r = await load(via.get(name)!, c, { total: n }, ms)
-            const cpu = (await cpuOf(child)) - cpu0
-            facades.push({ scenario: 'through facade', config: name, ...r, facade_cpu_us: Math.round(cpu / r.requests) })
+            facades.push({ scenario: 'through facade', config: name, ...(await through(via.get(name)!, facadeChild.get(name)!)) })
           }
-          perRound.push({ round, node_ms: ms, concurrency: c, order, direct: d, facades })
-          const added = facades.map((f) => `${f.config} +${r3(f.p50_ms - d.p50_ms)} ms`).join(', ')
+          perRound.push({ round, node_ms: ms, concurrency: c, order, direct: d, proxy: p, facades })
+          const added = [p, ...facades].map((f) => `${f.config ?? PROXY} +${r3(f.p50_ms - d.p50_ms)} ms`).join(', ')
           process.stderr.write(`  round ${round}/${rounds} node ${ms} ms c=${c}: direct p50 ${d.p50_ms} ms; p50 added: ${added}\n`)
         }
       }
@@ -523,6 +543,16 @@ async function main(): Promise<void> {
       const rs = perRound.filter((r) => r.node_ms === ms && r.concurrency === c)
       const added = (name: ConfigName, p: 'p50_ms' | 'p99_ms'): number[] =>
         rs.map((r) => r.facades.find((f) => f.config === name)![p] - r.direct[p])
+      const proxyAdded = (p: 'p50_ms' | 'p99_ms'): number[] => rs.map((r) => r.proxy[p] - r.direct[p])
+      overhead.push({
+        config: PROXY,
+        node_ms: ms,
+        concurrency: c,
+        rounds: rs.length,
+        p50_added_ms: spread(proxyAdded('p50_ms')),
+        p99_added_ms: spread(proxyAdded('p99_ms')),
+        facade_cpu_us: spread(rs.map((r) => r.proxy.facade_cpu_us!)),
+      })
       for (const cfg of configs) {
         const cpu = rs.map((r) => r.facades.find((f) => f.config === cfg.name)!.facade_cpu_us!)
         overhead.push({
@@ -557,7 +587,7 @@ async function main(): Promise<void> {
       `facade benchmark: ${system.backend}, model ${model}, max_tokens ${maxTokens}; ${rounds} round${rounds === 1 ? '' : 's'} of up to ${total} requests per ` +
         `level (about ${nodeSeconds} s with a node time); load average ${loadStart.join(' ')} at start, ${loadEnd.join(' ')} at end`,
     )
-    console.log('added latency (facade − direct), ms: median over rounds (min … max)')
+    console.log('added latency (facade − direct), ms: median over rounds (min … max); the bare proxy, a node:http proxy doing none of the facade\'s work, is the floor of any Node proxy on this host')
     const rows: Record<string, string | number>[] = []
     for (const ms of nodeMs) for (const c of CONCURRENCY) {
       for (const o of overhead.filter((x) => x.node_ms === ms && x.concurrency === c)) {
@@ -591,7 +621,7 @@ async function main(): Promise<void> {
       'facade',
       {
         bench: 'facade',
-        schema: 3,
+        schema: 4,
         params: { rounds, total, seconds, maxTokens, model, nodeMs, nodeSeconds, pin: args.pin, concurrency: CONCURRENCY, keyRpm: BENCH_RPM, fleetRpm: BENCH_RPM },
         system,
         configs: [

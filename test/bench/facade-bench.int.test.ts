@@ -1,5 +1,6 @@
 // bench/facade.bench.ts (issue #15) on tiny counts: both store configurations in one run, alternating over two
-// rounds, in front of a fake node that answers at once and one that takes 20 ms, with the rejected-request rates.
+// rounds, in front of a fake node that answers at once and one that takes 20 ms, with the rejected-request rates and
+// the bare proxy (the floor of a Node proxy) measured beside them.
 // Checks the JSON report: the added latency of each configuration at each node time and at 1 and 50 concurrent, the difference shared − embedded, and that each facade rate-limited and recorded every completion it
 // answered. The postgres+redis half is skipped, with the bench's reason, where PostgreSQL or Redis cannot start.
 import { spawnSync } from 'node:child_process'
@@ -23,13 +24,14 @@ interface Report {
     | { name: string; skipped: false; rate_limit_header: string; check: { answered: number; recorded: number; rate_limit_fail_open: number | null } }
     | { name: string; skipped: true; reason: string }
   )[]
-  overhead: { config: string; node_ms: number; concurrency: number; rounds: number; p50_added_ms: Spread; p99_added_ms: Spread }[]
+  overhead: { config: string; node_ms: number; concurrency: number; rounds: number; p50_added_ms: Spread; p99_added_ms: Spread; facade_cpu_us?: Spread }[]
   rounds: {
     round: number
     node_ms: number
     concurrency: number
     order: string[]
     direct: { requests: number; p50_ms: number }
+    proxy: { requests: number; errors: number; facade_cpu_us: number }
     facades: { config: string; requests: number; errors: number }[]
   }[]
   rejected: { config: string; scenario: string; requests: number; errors: number }[]
@@ -64,6 +66,9 @@ beforeAll(() => {
   report = JSON.parse(readFileSync(join(out, files[0]!), 'utf8')) as Report
 }, 180_000)
 
+/** What a round's load at this level runs: at 20 ms and 1 concurrent about --node-seconds (25 requests), else all of --requests. */
+const requestsOf = (r: { node_ms: number; concurrency: number }): number => (r.node_ms === 20 && r.concurrency === 1 ? 25 : 60)
+
 function expectMeasured(name: string): void {
   const config = report.configs.find((c) => c.name === name)!
   expect(config.skipped).toBe(false)
@@ -84,9 +89,7 @@ function expectMeasured(name: string): void {
   }
   for (const r of report.rounds) {
     const f = r.facades.find((x) => x.config === name)!
-    // At 20 ms a load at 1 concurrent runs about --node-seconds (25 requests), one at 50 all of --requests.
-    const requests = r.node_ms === 20 && r.concurrency === 1 ? 25 : 60
-    expect(f, `round ${r.round} node ${r.node_ms} ms c=${r.concurrency}`).toMatchObject({ requests, errors: 0 })
+    expect(f, `round ${r.round} node ${r.node_ms} ms c=${r.concurrency}`).toMatchObject({ requests: requestsOf(r), errors: 0 })
   }
   expect(report.rejected.filter((r) => r.config === name).map((r) => r.scenario)).toEqual(['rejected 401 (unknown key)', 'rejected 429 (key over limit)'])
   for (const r of report.rejected.filter((x) => x.config === name)) expect(r.errors, r.scenario).toBe(0)
@@ -94,7 +97,7 @@ function expectMeasured(name: string): void {
 
 describe('bench/facade.bench.ts', () => {
   it('measures both store configurations in one run, alternating their order between rounds', () => {
-    expect(report).toMatchObject({ bench: 'facade', schema: 3, params: { rounds: 2 } })
+    expect(report).toMatchObject({ bench: 'facade', schema: 4, params: { rounds: 2 } })
     expect(report.configs.map((c) => c.name).sort()).toEqual(['postgres+redis', 'sqlite+memory'])
     expect(report.params.nodeMs).toEqual([0, 20])
     expect(report.rounds.map((r) => [r.round, r.node_ms, r.concurrency])).toEqual([1, 2].flatMap((round) => LEVELS.map((l) => [round, ...l])))
@@ -107,6 +110,20 @@ describe('bench/facade.bench.ts', () => {
     }
     expect(stdout).toMatch(/added latency \(facade − direct\)/)
     expect(stdout).toMatch(/target \(postgres\+redis adds ≤ 2 ms at p50\)/)
+  })
+
+  it('measures the bare proxy at every level beside the facades: the floor of a Node proxy on the host', () => {
+    for (const r of report.rounds) {
+      expect(r.proxy, `round ${r.round} node ${r.node_ms} ms c=${r.concurrency}`).toMatchObject({ requests: requestsOf(r), errors: 0 })
+      expect(r.proxy.facade_cpu_us).toBeGreaterThan(0)
+    }
+    for (const [ms, c] of LEVELS) {
+      const o = report.overhead.find((x) => x.config === 'bare proxy' && x.node_ms === ms && x.concurrency === c)!
+      expect(o.rounds).toBe(2)
+      expect(Number.isFinite(o.p50_added_ms.median)).toBe(true)
+      expect(o.facade_cpu_us!.median).toBeGreaterThan(0)
+    }
+    expect(stdout).toMatch(/bare proxy/)
   })
 
   it('with --pin, runs the facades on CPU 0 and itself (with the node and stores it starts) on the others', (ctx) => {
