@@ -88,9 +88,10 @@ export async function runCompletion<A>(
   reply.raw.on('close', onClose)
   if (request.raw.socket?.destroyed === true) gone.abort(new Error('client disconnected'))
   try {
-    // The first choice to fail ends the others' node requests at once (the client leaving ends them all).
+    // The first choice to fail ends the others' node requests at once (the client leaving ends them all). One choice
+    // has no others: its requests follow the client alone (AbortSignal.any costs about 16 µs a request on Node 20).
     const cancel = new AbortController()
-    const signal = AbortSignal.any([gone.signal, cancel.signal])
+    const signal = job.requests.length === 1 ? gone.signal : AbortSignal.any([gone.signal, cancel.signal])
     const first: { failed: boolean; reason?: unknown } = { failed: false }
     const settled = await Promise.allSettled(
       job.requests.map((r) =>
