@@ -441,7 +441,7 @@ async function main(): Promise<void> {
       facadeChild.set(c.name, f.child)
       if (args.pin) pin(f.child.pid!, '0')
     }
-    const pinned = args.pin ? { bench: cpusOf(process.pid), facades: [...facadeChild.values()].map((c) => cpusOf(c.pid!)) } : null
+    const pinned = args.pin ? { bench: cpusOf(process.pid), facades: [...facadeChild.values()].map((c) => cpusOf(c.pid!)), proxy: cpusOf(proxy.child.pid!) } : null
 
     const messages = [{ role: 'user', content: 'Say hello in four words.' }]
     const json = { 'content-type': 'application/json' }
@@ -582,7 +582,7 @@ async function main(): Promise<void> {
       cpus: pinned ?? 'not pinned',
     }
     printSystem(system)
-    if (pinned) console.log(`pinned: facades on CPU ${pinned.facades.join(', ')}; the load generator, node and stores on CPU ${pinned.bench}`)
+    if (pinned) console.log(`pinned: facades on CPU ${pinned.facades.join(', ')}, the bare proxy on CPU ${pinned.proxy}; the load generator, node and stores on CPU ${pinned.bench}`)
     console.log(
       `facade benchmark: ${system.backend}, model ${model}, max_tokens ${maxTokens}; ${rounds} round${rounds === 1 ? '' : 's'} of up to ${total} requests per ` +
         `level (about ${nodeSeconds} s with a node time); load average ${loadStart.join(' ')} at start, ${loadEnd.join(' ')} at end`,

@@ -19,7 +19,7 @@ interface Report {
   bench: string
   schema: number
   params: { rounds: number; nodeMs: number[]; pin: boolean; keyRpm: number; fleetRpm: number }
-  system: { cpus: { bench: string; facades: string[] } | string }
+  system: { cpus: { bench: string; facades: string[]; proxy: string } | string }
   configs: (
     | { name: string; skipped: false; rate_limit_header: string; check: { answered: number; recorded: number; rate_limit_fail_open: number | null } }
     | { name: string; skipped: true; reason: string }
@@ -126,10 +126,10 @@ describe('bench/facade.bench.ts', () => {
     expect(stdout).toMatch(/bare proxy/)
   })
 
-  it('with --pin, runs the facades on CPU 0 and itself (with the node and stores it starts) on the others', (ctx) => {
+  it('with --pin, runs the facades and the bare proxy on CPU 0 and itself (with the node and stores it starts) on the others', (ctx) => {
     if (!PIN) ctx.skip('--pin needs Linux, taskset and 2+ CPUs')
     expect(report.params.pin).toBe(true)
-    expect(report.system.cpus).toEqual({ bench: `1-${cpus().length - 1}`.replace(/^1-1$/, '1'), facades: report.configs.filter((c) => !c.skipped).map(() => '0') })
+    expect(report.system.cpus).toEqual({ bench: `1-${cpus().length - 1}`.replace(/^1-1$/, '1'), facades: report.configs.filter((c) => !c.skipped).map(() => '0'), proxy: '0' })
   })
 
   it('measures sqlite+memory', () => {
