@@ -2,25 +2,17 @@
 // messages and max_tokens to the node's internal completion endpoint with undici, and answers the node's text in
 // OpenAI's chat shape; it does none of the facade's work (no credential, key lookup, rate limit, validation, routing,
 // billing or metrics). Measured like a facade, what it adds over the node is what any Node proxy costs on the host;
-// what a facade adds over it is the facade's own cost. Imports: undici, the node contract's path.
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+// what a facade adds over it is the facade's own cost. Imports: undici, the node contract's path, the bench servers'
+// shared body and error helpers.
+import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Agent, request } from 'undici'
 import { COMPLETIONS_PATH } from '../../src/contract/completions.js'
+import { bodyText, sendJsonError } from '../../src/bench/peer/http.js'
 
 export interface BareProxy {
   url: string
   close(): Promise<void>
-}
-
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let body = ''
-    req.setEncoding('utf8')
-    req.on('data', (c: string) => (body += c))
-    req.on('end', () => resolve(body))
-    req.on('error', reject)
-  })
 }
 
 const answer = (res: ServerResponse, status: number, body: unknown): void => {
@@ -32,7 +24,7 @@ export async function startBareProxy(nodeUrl: string): Promise<BareProxy> {
   const server = createServer((req, res) => {
     void (async () => {
       try {
-        const { model, messages, max_tokens } = JSON.parse(await readBody(req)) as { model: string; messages: unknown; max_tokens: number }
+        const { model, messages, max_tokens } = JSON.parse(await bodyText(req)) as { model: string; messages: unknown; max_tokens: number }
         const r = await request(nodeUrl + COMPLETIONS_PATH, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
@@ -49,7 +41,7 @@ export async function startBareProxy(nodeUrl: string): Promise<BareProxy> {
           usage: out.usage,
         })
       } catch (e) {
-        answer(res, 502, { error: { message: (e as Error).message, type: 'server_error', code: 502 } })
+        sendJsonError(res, 502, (e as Error).message)
       }
     })()
   })

@@ -14,6 +14,7 @@ import { basename, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
 import { getLlama, LlamaLogLevel, type Llama, type LlamaContext, type LlamaModel, type Token } from 'node-llama-cpp'
+import { bodyText, sendJsonError } from './http.js'
 
 /** llama.cpp from node-llama-cpp's prebuilt binary for this platform; throws when there is none that loads. */
 export async function loadLlama(threads: number): Promise<Llama> {
@@ -59,7 +60,7 @@ class BadRequest extends Error {
 
 const sendError = (res: ServerResponse, status: number, message: string): void => {
   if (res.headersSent) return void res.end()
-  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message, type: status < 500 ? 'invalid_request_error' : 'server_error', code: status } }))
+  sendJsonError(res, status, message)
 }
 
 function sse(res: ServerResponse, data: unknown): void {
@@ -67,10 +68,9 @@ function sse(res: ServerResponse, data: unknown): void {
 }
 
 async function readBody(req: IncomingMessage): Promise<Body> {
-  const parts: Buffer[] = []
-  for await (const c of req) parts.push(c as Buffer)
+  const text = await bodyText(req)
   try {
-    const b = JSON.parse(Buffer.concat(parts).toString('utf8')) as unknown
+    const b = JSON.parse(text) as unknown
     if (typeof b !== 'object' || b === null || Array.isArray(b)) throw new Error('not an object')
     return b as Body
   } catch (e) {

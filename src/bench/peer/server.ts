@@ -9,6 +9,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { basename, dirname, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
+import { bodyText, sendJsonError } from './http.js'
 
 /** The slice of transformers.js this server uses (typed here so the build never needs the optional package). */
 interface Tf {
@@ -134,14 +135,8 @@ async function answer(b: Body, res: ServerResponse, queuedAt: number): Promise<v
   }
 }
 
-async function readBody(req: IncomingMessage): Promise<Body> {
-  const parts: Buffer[] = []
-  for await (const c of req) parts.push(c as Buffer)
-  return JSON.parse(Buffer.concat(parts).toString('utf8')) as Body
-}
-
-const error = (res: ServerResponse, status: number, message: string): void =>
-  void res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message, type: status < 500 ? 'invalid_request_error' : 'server_error', code: status } }))
+const readBody = async (req: IncomingMessage): Promise<Body> => JSON.parse(await bodyText(req)) as Body
+const error = sendJsonError
 
 const server = createServer((req, res) => {
   if (req.method === 'GET' && req.url === '/health') {
