@@ -13,6 +13,9 @@ export const ChatMessage = Type.Object(
 )
 export type ChatMessage = Static<typeof ChatMessage>
 
+/** A request id: it goes back in the `x-request-id` header of a streamed answer, so only header-safe characters. */
+export const REQUEST_ID_PATTERN = '^[\\w.:@-]{1,128}$'
+
 export const CompletionRequest = Type.Object(
   {
     model: Type.String({ minLength: 1 }),
@@ -25,7 +28,7 @@ export const CompletionRequest = Type.Object(
     tools: Type.Optional(Type.Array(FunctionTool, { maxItems: MAX_TOOLS })),
     tool_choice: Type.Optional(ToolChoice),
     stream: Type.Optional(Type.Boolean()),
-    request_id: Type.Optional(Type.String({ maxLength: 128 })),
+    request_id: Type.Optional(Type.String({ pattern: REQUEST_ID_PATTERN })),
   },
   { additionalProperties: false },
 )

@@ -2,6 +2,7 @@
 // the node answers itself or maps from the engine, in the spec's error object.
 import { afterEach, describe, expect, it } from 'vitest'
 import { completionBody, testNode, URL_PATH, type TestNode } from './helpers.js'
+import { REQUEST_ID_PATTERN } from '../../src/contract/completions.js'
 import { deferred } from '../helpers/fake-engine.js'
 
 let node: TestNode | null = null
@@ -87,6 +88,20 @@ describe('POST /internal/v1/completions (JSON)', () => {
       const res = await node.app.inject({ method: 'POST', url: URL_PATH, payload: completionBody({ max_tokens: '8' }) })
       expect(res.statusCode).toBe(400)
       expect(errorOf(res).message).toBe("'max_tokens' must be integer")
+    })
+
+    it('on a request_id that cannot go back in the x-request-id header, streamed or not', async () => {
+      node = testNode()
+      for (const request_id of ['\ud800', 'a b', 'x\ny', '', 'a'.repeat(129)]) {
+        for (const stream of [true, false]) {
+          const res = await node.app.inject({ method: 'POST', url: URL_PATH, payload: completionBody({ request_id, stream }) })
+          expect(res.statusCode, JSON.stringify({ request_id, stream })).toBe(400)
+          expect(errorOf(res).message).toBe(`'request_id' must match pattern "${REQUEST_ID_PATTERN}"`)
+        }
+      }
+      expect(node.engine.submissions).toHaveLength(0)
+      const ok = await node.app.inject({ method: 'POST', url: URL_PATH, payload: completionBody({ request_id: 'gw.1:a@b-C_9' }) })
+      expect(ok.json<{ id: string }>().id).toBe('gw.1:a@b-C_9')
     })
 
     it('on a nested shape error', async () => {

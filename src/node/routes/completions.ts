@@ -4,7 +4,7 @@
 import { createHash, randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { COMPLETIONS_PATH, CompletionRequest, CompletionResponse, type StreamEvent, type TokenLogprob, type Usage } from '../../contract/completions.js'
+import { COMPLETIONS_PATH, CompletionRequest, REQUEST_ID_PATTERN, CompletionResponse, type StreamEvent, type TokenLogprob, type Usage } from '../../contract/completions.js'
 import type { EngineClient, EngineRequest } from '../../engine/index.js'
 import { fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
 import { checkOnePrompt } from '../../shared/prompt-input.js'
@@ -221,8 +221,10 @@ async function streamSse(
   return reply
 }
 
+const REQUEST_ID = new RegExp(REQUEST_ID_PATTERN)
+
 /** A request id for requests that bring none: the `x-request-id` header when sane, else a fresh one. */
 export function requestIdFor(header: string | string[] | undefined): string {
   const h = Array.isArray(header) ? header[0] : header
-  return h !== undefined && /^[\w.:@-]{1,128}$/.test(h) ? h : `cmpl-${randomUUID()}`
+  return h !== undefined && REQUEST_ID.test(h) ? h : `cmpl-${randomUUID()}`
 }
