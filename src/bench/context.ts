@@ -117,7 +117,7 @@ interface Traffic {
  */
 function probeBindings(): { take(): Traffic; restore(): void } {
   const proto = Binding.prototype
-  const orig = { bindInput: proto.bindInput, bindOutput: proto.bindOutput, clearInputs: proto.clearInputs, clearOutputs: proto.clearOutputs, run: proto.run, runAsync: proto.runAsync }
+  const orig = { bindInput: proto.bindInput, bindOutput: proto.bindOutput, clearInputs: proto.clearInputs, clearOutputs: proto.clearOutputs, run: proto.run }
   const state = new WeakMap<Binding, { ins: Map<string, Tensor>; outs: Map<string, Tensor> }>()
   const of = (b: Binding): { ins: Map<string, Tensor>; outs: Map<string, Tensor> } => {
     let st = state.get(b)
@@ -156,10 +156,6 @@ function probeBindings(): { take(): Traffic; restore(): void } {
   proto.run = function (this: Binding) {
     snapshot(this)
     orig.run.call(this)
-  }
-  proto.runAsync = function (this: Binding) {
-    snapshot(this)
-    return orig.runAsync.call(this)
   }
   return {
     take: () => {

@@ -142,6 +142,44 @@ describe('engine on the embedded default model (onnxd-tiny)', () => {
   })
 })
 
+// The C API runs each step on the engine's own thread, and a step settles in microtasks: without a turn of the event
+// loop between steps, timers and worker messages (new requests, cancels) would wait until every sequence had ended.
+describe.each(['capi', 'js'] as const)('runtime %s: the loop turns the event loop between steps', (runtime) => {
+  let engine: Engine
+  beforeAll(async () => {
+    engine = await Engine.load({ modelDir: defaultModelDir(), runtime })
+  })
+  afterAll(() => engine.close())
+
+  it("takes work that comes between steps: a timer's request joins a running decode, a timer's cancel ends one", async () => {
+    expect(engine.model.session.runtime).toBe(runtime)
+    let longTokens = 0
+    let joinedAt = -1
+    let late: Promise<unknown> = Promise.resolve()
+    const long = runRequest(engine, { prompt: 'hello', max_tokens: 400, temperature: 0, ignore_eos: true }, (n) => {
+      longTokens = n
+      if (n === 2) {
+        setTimeout(() => {
+          late = runRequest(engine, { prompt: 'world', max_tokens: 5, temperature: 0, ignore_eos: true }, (m) => {
+            if (m === 1) joinedAt = longTokens
+          })
+        }, 0)
+      }
+    })
+    const cut = runRequest(engine, { prompt: 'hi', max_tokens: 400, temperature: 0, ignore_eos: true }, (n) => {
+      if (n === 3) setTimeout(() => cut.cancel(), 0)
+    })
+    const [a, b] = await Promise.all([long, cut])
+    await late
+    expect(a.end.type).toBe('done')
+    // The short request ran beside the long one, long before its 400 tokens; the cancel ended the other at once.
+    expect(joinedAt).toBeGreaterThan(0)
+    expect(joinedAt).toBeLessThan(50)
+    expect(b.end.type).toBe('error')
+    expect(b.ids.length).toBeLessThan(50)
+  })
+})
+
 describe('prefill groups (onnxd-tiny, 128-token steps)', () => {
   /** The prefill steps (rows, tokens) of a burst of `n` prompts of `len` tokens. */
   async function prefillSteps(n: number, len: number): Promise<Array<{ batch: number; tokens: number }>> {

@@ -551,7 +551,6 @@ export class CSession {
 export class Binding {
   private binding: Ptr
   private broken: string | null = null
-  private running = false
   private readonly held = new Map<string, Tensor>()
   private readonly heldOut = new Map<string, Tensor | null>()
 
@@ -591,31 +590,7 @@ export class Binding {
 
   /** Runs the session on this binding, blocking this thread until ORT returns. */
   run(): void {
-    this.idle('run')
     this.api.check('RunWithBinding', this.api.fn.RunWithBinding(this.session.handle, null, this.handle))
-  }
-
-  /**
-   * Runs on a thread of koffi's pool, so this thread's event loop keeps turning (messages, cancellations) during
-   * the step. Until it settles the binding refuses every change, and JS must not write the bound tensors.
-   */
-  async runAsync(): Promise<void> {
-    this.idle('runAsync')
-    const session = this.session.handle
-    const handle = this.handle
-    this.running = true
-    try {
-      const status = await new Promise<Ptr>((ok, fail) => {
-        ;(this.api.fn.RunWithBinding as Fn & { async: Fn }).async(session, null, handle, (err: unknown, res: Ptr) => (err ? fail(err) : ok(res)))
-      })
-      this.api.check('RunWithBinding', status)
-    } finally {
-      this.running = false
-    }
-  }
-
-  private idle(what: string): void {
-    if (this.running) throw new Error(`binding busy: ${what} while a runAsync() is in flight`)
   }
 
   /**
@@ -624,7 +599,6 @@ export class Binding {
    * until disposed, and the caller makes a new one.
    */
   private bind(call: string, f: () => Ptr): void {
-    this.idle(call)
     if (this.broken) throw new Error(`binding unusable after a failed bind (${this.broken}); dispose it and create another`)
     try {
       this.api.check(call, f())
@@ -639,7 +613,6 @@ export class Binding {
    * tensor instead: that costs no copy.
    */
   outputs(): OwnedOutput[] {
-    this.idle('outputs')
     const f = this.api.fn
     const alloc = this.api.defaultAllocator
     const values: unknown[] = [null]
@@ -658,20 +631,17 @@ export class Binding {
   }
 
   clearInputs(): void {
-    this.idle('clearInputs')
     this.api.fn.ClearBoundInputs(this.handle)
     this.release(this.held)
   }
 
   clearOutputs(): void {
-    this.idle('clearOutputs')
     this.api.fn.ClearBoundOutputs(this.handle)
     this.release(this.heldOut)
   }
 
   dispose(): void {
     if (!this.binding) return
-    this.idle('dispose')
     this.api.fn.ReleaseIoBinding(this.binding)
     this.binding = null
     live.bindings--

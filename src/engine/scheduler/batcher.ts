@@ -156,6 +156,10 @@ export class Batcher {
       } catch (e) {
         this.failAll(toErrorData(e).message)
       }
+      // A step may block this thread from start to end (runtime 'capi' runs ORT on it) and settle in microtasks
+      // alone: one turn of the event loop takes the messages that came meanwhile (new requests, cancels) before
+      // the next step is planned.
+      await new Promise<void>((r) => setImmediate(r))
     }
     const err = new OnnxdError('not_ready', 'engine closed before the request finished')
     for (const s of [...this.waiting, ...(this.group?.seqs ?? []), ...this.running]) s.fail(toErrorData(err))

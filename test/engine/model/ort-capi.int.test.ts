@@ -380,32 +380,6 @@ describe.skipIf(!haveFixtures)('ort-capi: GroupQueryAttention with present bound
     for (const buf of kv.values()) buf.dispose()
   })
 
-  it('runAsync: the same step on koffi’s thread pool, the binding refusing changes until it settles', async () => {
-    const run = async (async: boolean): Promise<Float32Array> => {
-      const kv = cache(1)
-      const b = s.binding()
-      const ts = bindCache(b, kv, 0, 1)
-      const ids = s.alloc('int64', [1, 4])
-      const mask = s.alloc('int64', [1, 4])
-      const logits = s.alloc('float32', [1, 4, V])
-      ids.data.set(int64([11, 22, 33, 44]))
-      mask.data.fill(1n)
-      b.bindInput('input_ids', ids).bindInput('attention_mask', mask).bindOutput('logits', logits)
-      if (async) {
-        const done = b.runAsync()
-        expect(() => b.bindInput('input_ids', ids)).toThrow(/busy/)
-        expect(() => b.dispose()).toThrow(/busy/)
-        await done
-      } else b.run()
-      const out = logits.data.slice()
-      b.dispose()
-      for (const t of [...ts, ids, mask, logits]) t.dispose()
-      for (const buf of kv.values()) buf.dispose()
-      return out
-    }
-    expect(maxDiff(await run(true), await run(false))).toBe(0)
-  })
-
   it('2,000 decode steps with a binding and its tensors made and released each step: nothing grows', () => {
     const kv = cache(1)
     const before = liveCounts()
