@@ -37,7 +37,8 @@ export interface LevelFigures extends LatencyFigures {
 
 /**
  * vLLM's definitions: TTFT = first token's arrival; TPOT = (e2e - ttft) / (output_tokens - 1) for requests with
- * more than one output token; ITL = every gap between consecutive token-carrying deltas; E2EL = send to [DONE].
+ * more than one output token (a cut request: over the tokens it streamed); ITL = every gap between consecutive
+ * token-carrying deltas; E2EL = send to [DONE].
  * Throughputs divide the tokens streamed within the level by its duration (for an uncut level, exactly vLLM's
  * completed-request totals).
  */
@@ -48,7 +49,12 @@ export function levelFigures(records: RequestRecord[], durationS: number, concur
   const deadlineMs = durationS * 1000
   const censored = cut.filter((r) => Number.isNaN(r.ttftMs))
   const ttfts = [...ok.map((r) => r.ttftMs), ...cut.map((r) => (Number.isNaN(r.ttftMs) ? Math.max(0, deadlineMs - r.startMs) : r.ttftMs))]
-  const tpots = ok.filter((r) => r.outputTokens > 1).map((r) => (r.e2eMs - r.ttftMs) / (r.outputTokens - 1))
+  // A cut request's TPOT is over what it streamed by the deadline (its first token to its last), so a level the cap
+  // cuts whole still has one.
+  const tpots = [
+    ...ok.filter((r) => r.outputTokens > 1).map((r) => (r.e2eMs - r.ttftMs) / (r.outputTokens - 1)),
+    ...cut.filter((r) => r.outputTokens > 1 && r.itlMs.length > 0).map((r) => r.itlMs.reduce((a, b) => a + b, 0) / (r.outputTokens - 1)),
+  ]
   const itls = [...ok, ...cut].flatMap((r) => r.itlMs)
   const e2els = ok.map((r) => r.e2eMs)
   const inputTokens = ok.reduce((a, r) => a + r.promptTokens, 0)

@@ -44,5 +44,13 @@ describe('levelFigures', () => {
     expect(f.p99_ttft_ms).toBeGreaterThan(1400)
     expect(f.median_ttft_ms).toBe(30)
     expect(f.errors_by_status).toEqual({})
+    // TPOT: the done request's (50 - 10) / 4 and the cut one's streamed part, (5 + 5) / 2.
+    expect(f.mean_tpot_ms).toBe(7.5)
+  })
+
+  it('a level the cap cut whole still has a TPOT, from what its requests streamed', () => {
+    const f = levelFigures([rec({ ok: false, cut: true, status: 'cut', ttftMs: 100, itlMs: [20, 40, 30], outputTokens: 4 })], 1, 1, Infinity)
+    expect(f.completed).toBe(0)
+    expect(f.mean_tpot_ms).toBe(30)
   })
 })
