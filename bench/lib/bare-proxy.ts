@@ -4,19 +4,15 @@
 // billing or metrics). Measured like a facade, what it adds over the node is what any Node proxy costs on the host;
 // what a facade adds over it is the facade's own cost. Imports: undici, the node contract's path, the bench servers'
 // shared body and error helpers.
-import { createServer, type ServerResponse } from 'node:http'
+import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Agent, request } from 'undici'
 import { COMPLETIONS_PATH } from '../../src/contract/completions.js'
-import { bodyText, sendJsonError } from '../../src/bench/peer/http.js'
+import { bodyText, sendJson, sendJsonError } from '../../src/bench/peer/http.js'
 
 export interface BareProxy {
   url: string
   close(): Promise<void>
-}
-
-const answer = (res: ServerResponse, status: number, body: unknown): void => {
-  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body))
 }
 
 export async function startBareProxy(nodeUrl: string): Promise<BareProxy> {
@@ -32,8 +28,8 @@ export async function startBareProxy(nodeUrl: string): Promise<BareProxy> {
           dispatcher: agent,
         })
         const out = (await r.body.json()) as { id?: string; text?: string; finish_reason?: string; usage?: unknown }
-        if (r.statusCode !== 200) return answer(res, r.statusCode, out)
-        answer(res, 200, {
+        if (r.statusCode !== 200) return sendJson(res, r.statusCode, out)
+        sendJson(res, 200, {
           id: out.id,
           object: 'chat.completion',
           model,

@@ -14,7 +14,7 @@ import { basename, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
 import { getLlama, LlamaLogLevel, type Llama, type LlamaContext, type LlamaModel, type Token } from 'node-llama-cpp'
-import { bodyText, sendJsonError } from './http.js'
+import { bodyText, sendJson, sendJsonError } from './http.js'
 
 /** llama.cpp from node-llama-cpp's prebuilt binary for this platform; throws when there is none that loads. */
 export async function loadLlama(threads: number): Promise<Llama> {
@@ -150,7 +150,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
       res.end()
     } else {
       const text = model.detokenize(out as Token[])
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id, model: modelId, text, finish_reason, usage, timings, output_ids: out }))
+      sendJson(res, 200, { id, model: modelId, text, finish_reason, usage, timings, output_ids: out })
     }
   }
 

@@ -9,7 +9,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { basename, dirname, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
-import { bodyText, sendJsonError } from './http.js'
+import { bodyText, sendJson, sendJsonError } from './http.js'
 
 /** The slice of transformers.js this server uses (typed here so the build never needs the optional package). */
 interface Tf {
@@ -131,12 +131,11 @@ async function answer(b: Body, res: ServerResponse, queuedAt: number): Promise<v
     res.end()
   } else {
     const text = generator.tokenizer.decode(g.ids, { skip_special_tokens: true })
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id, model: modelId, text, finish_reason, usage, timings, output_ids: g.ids }))
+    sendJson(res, 200, { id, model: modelId, text, finish_reason, usage, timings, output_ids: g.ids })
   }
 }
 
 const readBody = async (req: IncomingMessage): Promise<Body> => JSON.parse(await bodyText(req)) as Body
-const error = sendJsonError
 
 const server = createServer((req, res) => {
   if (req.method === 'GET' && req.url === '/health') {
@@ -144,7 +143,7 @@ const server = createServer((req, res) => {
     res.end(JSON.stringify({ status: ready ? 'ready' : 'loading', models: [modelId], provider: 'cpu', workers: { total: 1, ready: ready ? 1 : 0 }, running, waiting, capacity: 1, peer: 'transformers.js' }))
     return
   }
-  if (req.method !== 'POST' || req.url !== '/internal/v1/completions') return error(res, 404, 'not found')
+  if (req.method !== 'POST' || req.url !== '/internal/v1/completions') return sendJsonError(res, 404, 'not found')
   readBody(req).then(
     (b) => {
       const queuedAt = performance.now()
@@ -160,13 +159,13 @@ const server = createServer((req, res) => {
           if (b.stream) {
             sse(res, { error: { message: (e as Error).message, type: 'server_error', code: 500 } })
             res.end()
-          } else error(res, 500, (e as Error).message)
+          } else sendJsonError(res, 500, (e as Error).message)
         } finally {
           running--
         }
       })
     },
-    (e: Error) => error(res, 400, `invalid JSON: ${e.message}`),
+    (e: Error) => sendJsonError(res, 400, `invalid JSON: ${e.message}`),
   )
 })
 
