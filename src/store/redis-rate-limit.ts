@@ -2,7 +2,7 @@
 // per request, whatever its buckets (per bucket in order: INCR, PEXPIREAT at the window's end on its first count, and
 // a stop after the first over its limit), sent with EVALSHA and, when the server does not know the script yet
 // (NOSCRIPT), with EVAL. The buckets' keys may lie in different slots: a single Redis (or a primary), not a Cluster. Windows are aligned to the epoch as in the in-memory store, so the result
-// of a hit is the same. When Redis cannot answer, the request is allowed (fail open), counted in `failures`, and a
+// of a hit is the same. When Redis cannot answer, or has not within `timeoutMs` (sent or not: a stalled server too), the request is allowed (fail open), counted in `failures`, and a
 // warning is logged at most once a minute. Imports: store interfaces.
 import { createHash } from 'node:crypto'
 import { setTimeout as delay } from 'node:timers/promises'
@@ -25,7 +25,7 @@ export interface RedisRateLimitOptions {
   url: string
   /** Key prefix, so that several onnxd fleets can share one Redis (default `onnxd:rl:`). */
   prefix?: string
-  /** Longest wait for a hit before it fails open (default 500 ms). */
+  /** Longest wait for a hit, sent or not, before it fails open (default 500 ms). */
   timeoutMs?: number
   /** Where fail-open warnings go (default console.warn). At most one a minute. */
   warn?: (message: string) => void
@@ -36,6 +36,7 @@ export class RedisRateLimitStore implements RateLimitStore {
   private readonly prefix: string
   private readonly warn: (message: string) => void
   private lastWarnMs = -Infinity
+  private readonly timeoutMs: number
   /** Settles once connected, or `timeoutMs` after opening: hits made before then wait for it, later ones never. */
   private readonly firstConnect: Promise<void>
   /** Hits allowed because Redis could not answer (unreachable, timed out, or an error). */
@@ -44,12 +45,13 @@ export class RedisRateLimitStore implements RateLimitStore {
   constructor(opts: RedisRateLimitOptions) {
     this.prefix = opts.prefix ?? 'onnxd:rl:'
     this.warn = opts.warn ?? ((m) => console.warn(m))
-    const timeoutMs = opts.timeoutMs ?? 500
+    const timeoutMs = (this.timeoutMs = opts.timeoutMs ?? 500)
     this.client = createClient({
       url: opts.url,
-      // While disconnected, commands fail at once (and fail open) instead of queueing behind the reconnect.
+      // While disconnected, commands fail at once (and fail open) instead of queueing behind the reconnect. (The
+      // client's own per-command timeout is not used: it gives up only on commands not yet written, so a Redis that
+      // stalls holds every request; and it costs each command an AbortSignal whose timer fires, answered or not.)
       disableOfflineQueue: true,
-      commandOptions: { timeout: timeoutMs },
       socket: { connectTimeout: 2000, reconnectStrategy: (retries: number) => Math.min(100 * 2 ** retries, 5000) },
     })
     // Connection errors are reported through failing hits; without a listener they would crash the process.
@@ -86,7 +88,23 @@ export class RedisRateLimitStore implements RateLimitStore {
     })
   }
 
+  /** The script's answer, or a rejection once `timeoutMs` has passed (the command may still run later). */
   private async run(keys: string[], args: string[]): Promise<unknown> {
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`timed out after ${this.timeoutMs} ms`)), this.timeoutMs)
+    })
+    const answer = this.eval(keys, args)
+    // A command that answers after its timeout (or fails then) is nobody's concern any more.
+    answer.catch(() => undefined)
+    try {
+      return await Promise.race([answer, late])
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
+  private async eval(keys: string[], args: string[]): Promise<unknown> {
     if (!this.client.isReady) await this.firstConnect
     const options = { keys, arguments: args }
     try {

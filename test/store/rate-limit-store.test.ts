@@ -3,6 +3,7 @@
 // backend promises: facades counting on one Redis admit exactly N in a window between them, and a Redis that
 // does not answer lets requests through (fail open), counted.
 import { randomBytes } from 'node:crypto'
+import { createClient } from 'redis'
 import { afterAll, describe, expect, it } from 'vitest'
 import type { RateLimitHit, RateLimitStore } from '../../src/store/interfaces.js'
 import { MemoryRateLimitStore } from '../../src/store/memory-rate-limit.js'
@@ -104,6 +105,32 @@ describe.skipIf(started.server === null)(`RedisRateLimitStore, shared${started.r
       expect((await hit(s, 'short', 5, 1000, later)).count).toBe(1)
       expect((await hit(s, 'short', 5, 1000, start)).count).toBe(1)
     } finally {
+      await s.close()
+    }
+  })
+})
+
+describe.skipIf(started.server === null)(`RedisRateLimitStore, Redis connected but silent${started.reason ? ` (skipped: ${started.reason})` : ''}`, () => {
+  it('fails open once a hit has waited timeoutMs, then counts again when Redis answers', async () => {
+    const url = started.server!.url
+    const warnings: string[] = []
+    const s = new RedisRateLimitStore({ url, prefix: `t${randomBytes(4).toString('hex')}:`, warn: (m) => warnings.push(m), timeoutMs: 200 })
+    const admin = createClient({ url })
+    await admin.connect()
+    try {
+      expect((await hit(s, 'k', 5, 60_000, t0)).count).toBe(1)
+      // Redis holds every client's commands for 1.5 s: the hit gives up at 200 ms, allowed and not counted.
+      await admin.sendCommand(['CLIENT', 'PAUSE', '1500', 'ALL'])
+      expect(await hit(s, 'k', 5, 60_000, t0)).toEqual({ allowed: true, count: 0, remaining: 5, resetAtMs: t0 + 60_000 })
+      expect(s.failures).toBe(1)
+      expect(warnings[0]).toMatch(/Redis did not answer \(.*timed out.*\); allowing requests/i)
+      await admin.sendCommand(['CLIENT', 'UNPAUSE'])
+      // The command that timed out still ran once Redis resumed: the count goes on from there.
+      expect((await hit(s, 'k', 5, 60_000, t0)).count).toBe(3)
+      expect(s.failures).toBe(1)
+    } finally {
+      await admin.sendCommand(['CLIENT', 'UNPAUSE']).catch(() => undefined)
+      await admin.close()
       await s.close()
     }
   })
