@@ -48,6 +48,13 @@ export const FacadeOptions = Type.Object(
      * never echoed.)
      */
     databaseUrl: Type.Optional(Type.String({ minLength: 1 })),
+    /**
+     * Most PostgreSQL connections this facade holds. Small on purpose: a completion's queries are short, so a few
+     * connections kept busy serve hundreds of requests a second, where many idle ones each cost the server a
+     * process to wake per query (bench/README.md, the facade benchmark); and every facade's pool counts against the
+     * server's `max_connections`.
+     */
+    databasePoolSize: Type.Integer({ minimum: 1, maximum: 1000, default: 4 }),
     /** Redis holding the rate-limit counters, shared by every facade given the same URL (`redis://…`). Absent: in process. */
     redisUrl: Type.Optional(Type.String({ minLength: 1 })),
     /** HS256 secret for session tokens. Absent: generated once and kept in `<dataDir>/jwt-secret` (not in production). */
@@ -98,6 +105,7 @@ export const FACADE_ENV: Record<Field, string> = {
   affinityPrefixChars: 'ONNXD_AFFINITY_PREFIX_CHARS',
   dataDir: 'ONNXD_DATA_DIR',
   databaseUrl: 'ONNXD_DATABASE_URL',
+  databasePoolSize: 'ONNXD_DATABASE_POOL_SIZE',
   redisUrl: 'ONNXD_REDIS_URL',
   jwtSecret: 'ONNXD_JWT_SECRET',
   jwksUrl: 'ONNXD_JWKS_URL',

@@ -8,8 +8,8 @@ import { RedisRateLimitStore } from '../store/redis-rate-limit.js'
 import { SqliteStore } from '../store/sqlite.js'
 import type { FacadeOptions } from './options.js'
 
-export async function openStore(options: Pick<FacadeOptions, 'dataDir' | 'databaseUrl'>): Promise<Store> {
-  if (options.databaseUrl !== undefined) return PostgresStore.open({ url: options.databaseUrl })
+export async function openStore(options: Pick<FacadeOptions, 'dataDir' | 'databaseUrl' | 'databasePoolSize'>): Promise<Store> {
+  if (options.databaseUrl !== undefined) return PostgresStore.open({ url: options.databaseUrl, maxConnections: options.databasePoolSize })
   return new SqliteStore({ dataDir: options.dataDir })
 }
 

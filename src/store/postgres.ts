@@ -145,7 +145,7 @@ export async function migratePostgres(pool: pg.Pool): Promise<number> {
 export interface PostgresStoreOptions {
   /** `postgres://user:password@host:port/database` */
   url: string
-  /** Most connections this facade opens (default 10). */
+  /** Most connections this store opens (default 4; a facade's comes from its `databasePoolSize`). */
   maxConnections?: number
 }
 
@@ -156,7 +156,7 @@ export class PostgresStore implements Store {
   static async open(opts: PostgresStoreOptions): Promise<PostgresStore> {
     let pool: pg.Pool
     try {
-      pool = new pg.Pool({ connectionString: opts.url, max: opts.maxConnections ?? 10, types })
+      pool = new pg.Pool({ connectionString: opts.url, max: opts.maxConnections ?? 4, types })
     } catch {
       throw new OnnxdError('config', 'ONNXD_DATABASE_URL is not a valid postgres:// URL')
     }

@@ -8,6 +8,7 @@ describe('loadFacadeOptions', () => {
       host: '127.0.0.1',
       nodes: ['http://127.0.0.1:8081'],
       dataDir: 'data',
+      databasePoolSize: 4,
       keyRpm: 600,
       fleetRpm: 60_000,
       prices: {},

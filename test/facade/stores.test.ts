@@ -58,4 +58,21 @@ describe('facade store selection', () => {
       await store.close()
     }
   })
+
+  it.skipIf(pgServer.server === null)(`holds at most ONNXD_DATABASE_POOL_SIZE connections (default 4), queueing the rest${pgServer.reason ? ` (skipped: ${pgServer.reason})` : ''}`, async () => {
+    const url = pgServer.server!.url
+    for (const [env, most] of [[{ ONNXD_DATABASE_URL: url }, 4], [{ ONNXD_DATABASE_URL: url, ONNXD_DATABASE_POOL_SIZE: '2' }, 2]] as const) {
+      const store = (await openStore(loadFacadeOptions(env))) as PostgresStore
+      try {
+        const a = await store.createAccount({ name: 'pooled' })
+        // Each query holds its connection for 50 ms: twelve at once need more than the pool has.
+        const held = await Promise.all(Array.from({ length: 12 }, () => store.pool.query('SELECT pg_sleep(0.05), $1::text AS id', [a.id])))
+        expect(held.map((r) => r.rows[0].id)).toEqual(Array(12).fill(a.id))
+        expect(store.pool.totalCount).toBe(most)
+      } finally {
+        await store.close()
+      }
+    }
+    expect(() => loadFacadeOptions({ ONNXD_DATABASE_POOL_SIZE: '0' })).toThrow(/databasePoolSize \(ONNXD_DATABASE_POOL_SIZE, --database-pool-size\): must be >= 1/)
+  })
 })
