@@ -1,9 +1,10 @@
 // The facade's options: one TypeBox schema, read once at start-up from a config-file section, the environment
 // (ONNXD_*) and command-line flags, in that order of precedence (flags win), by the shared loader.
-// Imports: shared options and config file, typebox.
+// Imports: shared options and config file, the PostgreSQL store's default pool size, typebox.
 import { Type, type Static } from '@sinclair/typebox'
 import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
 import { flagInput, loadOptions, optionFlags, type Env, type OptionsSpec } from '../shared/options.js'
+import { DEFAULT_MAX_CONNECTIONS } from '../store/postgres.js'
 
 const Url = Type.String({ pattern: '^https?://[^\\s/]+', description: 'an http(s) URL' })
 /** A node's base URL, or `dns+http(s)://name:port`: every address the name resolves to, re-resolved periodically. */
@@ -54,7 +55,7 @@ export const FacadeOptions = Type.Object(
      * process to wake per query (bench/README.md, the facade benchmark); and every facade's pool counts against the
      * server's `max_connections`.
      */
-    databasePoolSize: Type.Integer({ minimum: 1, maximum: 1000, default: 4 }),
+    databasePoolSize: Type.Integer({ minimum: 1, maximum: 1000, default: DEFAULT_MAX_CONNECTIONS }),
     /** Redis holding the rate-limit counters, shared by every facade given the same URL (`redis://…`). Absent: in process. */
     redisUrl: Type.Optional(Type.String({ minLength: 1 })),
     /** HS256 secret for session tokens. Absent: generated once and kept in `<dataDir>/jwt-secret` (not in production). */

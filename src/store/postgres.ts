@@ -142,10 +142,13 @@ export async function migratePostgres(pool: pg.Pool): Promise<number> {
   }
 }
 
+/** A store's connections unless told otherwise: few and busy (the facade's `databasePoolSize` says why). */
+export const DEFAULT_MAX_CONNECTIONS = 4
+
 export interface PostgresStoreOptions {
   /** `postgres://user:password@host:port/database` */
   url: string
-  /** Most connections this store opens (default 4; a facade's comes from its `databasePoolSize`). */
+  /** Most connections this store opens (default DEFAULT_MAX_CONNECTIONS). */
   maxConnections?: number
 }
 
@@ -156,7 +159,7 @@ export class PostgresStore implements Store {
   static async open(opts: PostgresStoreOptions): Promise<PostgresStore> {
     let pool: pg.Pool
     try {
-      pool = new pg.Pool({ connectionString: opts.url, max: opts.maxConnections ?? 4, types })
+      pool = new pg.Pool({ connectionString: opts.url, max: opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS, types })
     } catch {
       throw new OnnxdError('config', 'ONNXD_DATABASE_URL is not a valid postgres:// URL')
     }

@@ -45,7 +45,7 @@ export class RedisRateLimitStore implements RateLimitStore {
   constructor(opts: RedisRateLimitOptions) {
     this.prefix = opts.prefix ?? 'onnxd:rl:'
     this.warn = opts.warn ?? ((m) => console.warn(m))
-    const timeoutMs = (this.timeoutMs = opts.timeoutMs ?? 500)
+    this.timeoutMs = opts.timeoutMs ?? 500
     this.client = createClient({
       url: opts.url,
       // While disconnected, commands fail at once (and fail open) instead of queueing behind the reconnect. (The
@@ -61,7 +61,7 @@ export class RedisRateLimitStore implements RateLimitStore {
         () => undefined,
         () => undefined,
       ),
-      delay(timeoutMs, undefined, { ref: false }),
+      delay(this.timeoutMs, undefined, { ref: false }),
     ])
   }
 
