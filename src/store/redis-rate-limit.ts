@@ -48,10 +48,12 @@ export class RedisRateLimitStore implements RateLimitStore {
     this.timeoutMs = opts.timeoutMs ?? 500
     this.client = createClient({
       url: opts.url,
-      // While disconnected, commands fail at once (and fail open) instead of queueing behind the reconnect. (The
-      // client's own per-command timeout is not used: it gives up only on commands not yet written, so a Redis that
-      // stalls holds every request; and it costs each command an AbortSignal whose timer fires, answered or not.)
+      // While disconnected, commands fail at once (and fail open) instead of queueing behind the reconnect.
       disableOfflineQueue: true,
+      // The client's own per-command timeout (5 s unless set; 0 turns it off) is not used: it gives up only on
+      // commands not yet written, so a Redis that stalls would hold every request; and it costs each command an
+      // AbortSignal.timeout whose timer fires, answered or not. `run` times each hit instead.
+      commandOptions: { timeout: 0 },
       socket: { connectTimeout: 2000, reconnectStrategy: (retries: number) => Math.min(100 * 2 ** retries, 5000) },
     })
     // Connection errors are reported through failing hits; without a listener they would crash the process.
