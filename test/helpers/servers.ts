@@ -1,10 +1,11 @@
 // Throwaway PostgreSQL and Redis servers for the shared-store suites: the server named by ONNXD_TEST_DATABASE_URL /
 // ONNXD_TEST_REDIS_URL when set, else one started in a temp dir on a free loopback port when the binaries exist, else
 // null with the reason (the suite then reports as skipped). PostgreSQL refuses to run as root: as root, it runs as
-// the `postgres` (or `nobody`) user via runuser.
+// the `postgres` (or `nobody`) user via runuser. A run killed before its afterAll leaves its servers running: each
+// temp dir names the process that owns it, and starting a server first stops those whose owner is gone.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -15,6 +16,38 @@ export interface TestServer {
 }
 
 export type Started = { server: TestServer; reason: null } | { server: null; reason: string }
+
+/** The file in each server's temp dir holding the pid of the process that started it. */
+const OWNER = 'owner.pid'
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+/** A temp dir for a server, named `prefix…`, owned by this process; first stops the servers of dead owners. */
+function serverDir(prefix: string, stop: (dir: string) => void): string {
+  for (const name of readdirSync(tmpdir())) {
+    if (!name.startsWith(prefix)) continue
+    const dir = join(tmpdir(), name)
+    let owner: number
+    try {
+      owner = Number(readFileSync(join(dir, OWNER), 'utf8'))
+    } catch {
+      continue
+    }
+    if (!Number.isInteger(owner) || owner <= 0 || alive(owner)) continue
+    stop(dir)
+    rmSync(dir, { recursive: true, force: true })
+  }
+  const dir = mkdtempSync(join(tmpdir(), prefix))
+  writeFileSync(join(dir, OWNER), String(process.pid))
+  return dir
+}
 
 /** A loopback port nobody listens on (briefly bound to learn it). */
 export async function freePort(): Promise<number> {
@@ -60,10 +93,11 @@ export async function startPostgres(): Promise<Started> {
   if (given) return { server: { url: given, stop: async () => undefined }, reason: null }
   const bin = pgBinDir()
   if (!bin) return { server: null, reason: 'no PostgreSQL binaries (initdb, pg_ctl) and ONNXD_TEST_DATABASE_URL is unset' }
-  const dir = mkdtempSync(join(tmpdir(), 'onnxd-pg-'))
+  const user = asUser()
+  const pgStop = (data: string): void => void run([...user, join(bin, 'pg_ctl'), '-D', data, '-m', 'immediate', 'stop'])
+  const dir = serverDir('onnxd-pg-', (d) => pgStop(join(d, 'data')))
   chmodSync(dir, 0o777)
   const data = join(dir, 'data')
-  const user = asUser()
   const init = run([...user, join(bin, 'initdb'), '-D', data, '-U', 'onnxd', '--auth=trust', '--locale=C', '-E', 'UTF8'])
   if (!init.ok) return { server: null, reason: `initdb failed: ${init.out}` }
   const port = await freePort()
@@ -74,7 +108,7 @@ export async function startPostgres(): Promise<Started> {
     server: {
       url: `postgres://onnxd@127.0.0.1:${port}/postgres`,
       stop: async () => {
-        run([...user, join(bin, 'pg_ctl'), '-D', data, '-m', 'immediate', 'stop'])
+        pgStop(data)
         rmSync(dir, { recursive: true, force: true })
       },
     },
@@ -87,11 +121,21 @@ export async function startRedis(): Promise<Started> {
   if (given) return { server: { url: given, stop: async () => undefined }, reason: null }
   const bin = onPath('redis-server')
   if (!bin) return { server: null, reason: 'no redis-server binary and ONNXD_TEST_REDIS_URL is unset' }
-  const dir = mkdtempSync(join(tmpdir(), 'onnxd-redis-'))
-  const port = await freePort()
-  const child: ChildProcess = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--dir', dir], {
-    stdio: ['ignore', 'pipe', 'pipe'],
+  const dir = serverDir('onnxd-redis-', (d) => {
+    // The pid redis-server wrote, if that process is still a redis-server (not a reused pid).
+    try {
+      const pid = Number(readFileSync(join(d, 'redis.pid'), 'utf8'))
+      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('redis-server')) process.kill(pid, 'SIGKILL')
+    } catch {
+      // Gone already, or no /proc: nothing to stop.
+    }
   })
+  const port = await freePort()
+  const child: ChildProcess = spawn(
+    bin,
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--dir', dir, '--pidfile', join(dir, 'redis.pid')],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  )
   const ready = await new Promise<string | null>((resolve) => {
     let out = ''
     child.stdout!.on('data', (b: Buffer) => {
