@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { FACADE_ENV, FacadeOptions } from '../../src/facade/options.js'
 import { DEFAULT_MODEL_DIR, NODE_ENV, NodeOptions } from '../../src/node/options.js'
 import { defaultModelDir } from '../helpers/fixtures.js'
+import { alive } from '../helpers/servers.js'
 
 const REPO = join(import.meta.dirname, '../..')
 
@@ -185,16 +186,6 @@ function logsOf(child: ChildProcess): { waitFor(msg: string, fields?: Log): Prom
 /** This process's environment without onnxd's variables, npm's and tsx's loader: what a shell would pass on. */
 const inherited = (): NodeJS.ProcessEnv =>
   Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ONNXD_') && !k.startsWith('npm_') && k !== 'NODE_OPTIONS'))
-
-/** True while a process with this pid exists. */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
 
 describe('the built server: the Dockerfile CMD and npm start', () => {
   let root: string

@@ -20,7 +20,8 @@ export type Started = { server: TestServer; reason: null } | { server: null; rea
 /** The file in each server's temp dir holding the pid of the process that started it. */
 const OWNER = 'owner.pid'
 
-function alive(pid: number): boolean {
+/** True while a process with this pid exists (EPERM: it does, someone else's). */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0)
     return true
