@@ -129,6 +129,8 @@ export class KvCache {
       const P = t.dims[t.dims.length - 2]
       const srcRows = t.dims[t.dims.length - 4]
       const dst = this.bufs[i]
+      // Presents bound onto the past (capi-session.ts): the step wrote its rows into this buffer, where they belong.
+      if (this.shape.present === 'in-place' && O === 1 && P === cap && t.data.buffer === dst.buffer && t.data.byteOffset === dst.byteOffset) return
       for (let r = 0; r < rows; r++) {
         const n = counts[r]
         if (!n) continue
