@@ -68,16 +68,26 @@ const UPSERT_USAGE = `${USAGE_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ${
 
 const FIND_KEY = `SELECT ${KEY_WITH_ACCOUNT_COLUMNS} FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = $1`
 
-/** recordCompletion's statement (named, so planned once per connection): $1 key, $2 account, $3 model, $4 day, $5..$7 tokens and cost, $8 in-flight id, $9 last_used_at. */
+/**
+ * The rule of unsettledRest (rows.ts) in SQL: what a completion with these counts adds beyond `t`, its in-flight row
+ * as the same statement took it. With no such row, or one recovery had not settled, that is all of the completion.
+ */
+const restColumns = (promptTokens: string, completionTokens: string, costMicros: string): string => `
+      CASE WHEN t.settled_at IS NULL THEN 1 ELSE 0 END AS requests,
+      CASE WHEN t.settled_at IS NULL THEN ${promptTokens} ELSE GREATEST(0, ${promptTokens} - t.prompt_tokens) END AS prompt_tokens,
+      CASE WHEN t.settled_at IS NULL THEN ${completionTokens} ELSE GREATEST(0, ${completionTokens} - t.completion_tokens) END AS completion_tokens,
+      CASE WHEN t.settled_at IS NULL THEN ${costMicros} ELSE GREATEST(0, ${costMicros} - t.cost_micros) END AS cost_micros`
+
+/**
+ * recordCompletion's statement for one completion (named, so planned once per connection): $1 key, $2 account, $3
+ * model, $4 day, $5..$7 tokens and cost, $8 in-flight id, $9 last_used_at. Its in-flight row (if any) is taken and
+ * only the rest is added. Returns the account's new balance.
+ */
 const RECORD_COMPLETION = `
   WITH taken AS (
     DELETE FROM inflight WHERE id = $8::text RETURNING settled_at, prompt_tokens, completion_tokens, cost_micros
   ), rest AS (
-    SELECT
-      CASE WHEN t.settled_at IS NULL THEN 1 ELSE 0 END AS requests,
-      CASE WHEN t.settled_at IS NULL THEN $5::bigint ELSE GREATEST(0, $5::bigint - t.prompt_tokens) END AS prompt_tokens,
-      CASE WHEN t.settled_at IS NULL THEN $6::bigint ELSE GREATEST(0, $6::bigint - t.completion_tokens) END AS completion_tokens,
-      CASE WHEN t.settled_at IS NULL THEN $7::bigint ELSE GREATEST(0, $7::bigint - t.cost_micros) END AS cost_micros
+    SELECT ${restColumns('$5::bigint', '$6::bigint', '$7::bigint')}
     FROM (SELECT 1) AS one LEFT JOIN taken AS t ON true
   ), added AS (
     ${USAGE_INSERT}
@@ -87,7 +97,52 @@ const RECORD_COMPLETION = `
   ), touched AS (
     UPDATE api_keys SET last_used_at = $9::bigint WHERE id = $1 AND $9::bigint IS NOT NULL
   )
-  UPDATE accounts SET balance_micros = balance_micros - (SELECT cost_micros FROM rest) WHERE id = $2 RETURNING balance_micros`
+  UPDATE accounts SET balance_micros = balance_micros - (SELECT cost_micros FROM rest) WHERE id = $2
+  RETURNING id, balance_micros`
+
+/**
+ * The same for a batch of completions: $1..$9 are their columns as arrays (in-flight ids and last_used_at may be
+ * null). The rests are summed per usage row and per account, so that each row is written once. Usage rows are
+ * upserted in key, model, day order, so statements of several facades lock them in one order; accounts are updated
+ * in the plan's order, and a statement PostgreSQL picks as a deadlock victim is rolled back whole and sent again
+ * (recordBatch). It costs PostgreSQL about 0.2 ms more than RECORD_COMPLETION for a single completion (measured on
+ * an otherwise idle server), hence two statements. Returns each debited account's new balance.
+ */
+const RECORD_COMPLETIONS = `
+  WITH taken AS (
+    DELETE FROM inflight WHERE id = ANY($8::text[]) RETURNING id, settled_at, prompt_tokens, completion_tokens, cost_micros
+  ), rest AS (
+    SELECT i.key_id, i.account_id, i.model, i.day, ${restColumns('i.prompt_tokens', 'i.completion_tokens', 'i.cost_micros')}
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[])
+      AS i(key_id, account_id, model, day, prompt_tokens, completion_tokens, cost_micros, inflight_id)
+    LEFT JOIN taken AS t ON t.id = i.inflight_id
+  ), added AS (
+    ${USAGE_INSERT}
+    SELECT key_id, account_id, model, day, sum(requests), sum(prompt_tokens), sum(completion_tokens), sum(cost_micros) FROM rest
+    GROUP BY key_id, account_id, model, day
+    HAVING sum(requests) + sum(prompt_tokens) + sum(completion_tokens) + sum(cost_micros) > 0
+    ORDER BY key_id, model, day
+    ${USAGE_ADD}
+  ), touched AS (
+    UPDATE api_keys SET last_used_at = u.at
+    FROM (SELECT key_id, max(used_at) AS at FROM unnest($1::text[], $9::bigint[]) AS x(key_id, used_at) WHERE used_at IS NOT NULL GROUP BY key_id) AS u
+    WHERE id = u.key_id
+  )
+  UPDATE accounts SET balance_micros = balance_micros - d.cost
+  FROM (SELECT account_id, sum(cost_micros) AS cost FROM rest GROUP BY account_id) AS d WHERE id = d.account_id
+  RETURNING id, balance_micros`
+
+/** Most completions one usage statement records. */
+const MAX_RECORD_BATCH = 256
+
+/** PostgreSQL's deadlock_detected: the statement was rolled back whole and may run again. */
+const DEADLOCK = '40P01'
+
+interface QueuedCompletion {
+  usage: CompletionUsage
+  resolve(r: { balanceMicros: number }): void
+  reject(e: unknown): void
+}
 
 /**
  * saveInFlight's statement: $1 owner, $2 now (ms), $3..$10 the rows' columns as arrays. Upserts the rows (a row
@@ -267,26 +322,60 @@ export class PostgresStore implements Store {
     return r ? toKey(r) : null
   }
 
+  /** Completions waiting for the usage statement after the one under way (group commit). */
+  private readonly queued: QueuedCompletion[] = []
+  private recording: Promise<void> | null = null
+
   /**
    * One statement, so one round trip and one implicit transaction: the row locks it takes (the account's balance,
    * the key's usage row, which every completion of a busy key shares) are held for its execution only, not across
-   * client round trips. Data-modifying CTEs all run to completion, on one snapshot. The in-flight row (if any) is
-   * taken and only the rest is added, the rule of unsettledRest (rows.ts), in SQL.
+   * client round trips. Data-modifying CTEs all run to completion, on one snapshot. One statement is under way at a
+   * time: completions that end while it runs are recorded together by the next one (group commit), so that a busy
+   * facade sends a statement per batch, not per completion. Each caller still waits for its own commit.
    */
-  async recordCompletion(u: CompletionUsage): Promise<{ balanceMicros: number }> {
-    const r = await this.pool.query<{ balance_micros: number }>({ name: 'onnxd_record_completion', text: RECORD_COMPLETION, values: [
-      u.keyId,
-      u.accountId,
-      u.model,
-      dayOf(u.at),
-      u.promptTokens,
-      u.completionTokens,
-      u.costMicros,
-      u.inFlightId ?? null,
-      u.touchKey !== false ? Math.floor(u.at / 1000) : null,
-    ] })
-    if (r.rowCount === 0) throw new OnnxdError('internal', `account ${u.accountId} vanished while recording usage`)
-    return { balanceMicros: r.rows[0]!.balance_micros }
+  recordCompletion(u: CompletionUsage): Promise<{ balanceMicros: number }> {
+    return new Promise((resolve, reject) => {
+      this.queued.push({ usage: u, resolve, reject })
+      this.recording ??= this.recordQueued()
+    })
+  }
+
+  private async recordQueued(): Promise<void> {
+    while (this.queued.length) {
+      const batch = this.queued.splice(0, MAX_RECORD_BATCH)
+      let balances: Map<string, number>
+      try {
+        balances = await this.recordBatch(batch.map((q) => q.usage))
+      } catch (e) {
+        if (batch.length === 1) batch[0]!.reject(e)
+        else {
+          // The statement was rolled back whole. One completion's failure (a key that is gone) must not fail the
+          // others: each alone.
+          for (const q of batch) await this.recordBatch([q.usage]).then((b) => settleBatch([q], b), q.reject)
+        }
+        continue
+      }
+      settleBatch(batch, balances)
+    }
+    this.recording = null
+  }
+
+  /** Records `batch` in one statement (again after a deadlock); the new balance of each account debited. */
+  private async recordBatch(batch: readonly CompletionUsage[], attempt = 1): Promise<Map<string, number>> {
+    const cols = (u: CompletionUsage) =>
+      [u.keyId, u.accountId, u.model, dayOf(u.at), u.promptTokens, u.completionTokens, u.costMicros, u.inFlightId ?? null, u.touchKey !== false ? Math.floor(u.at / 1000) : null] as const
+    const rows = batch.map(cols)
+    const query =
+      rows.length === 1
+        ? { name: 'onnxd_record_completion', text: RECORD_COMPLETION, values: [...rows[0]!] }
+        : { name: 'onnxd_record_completions', text: RECORD_COMPLETIONS, values: rows[0]!.map((_, c) => rows.map((r) => r[c])) }
+    try {
+      const r = await this.pool.query<{ id: string; balance_micros: number }>(query)
+      return new Map(r.rows.map((row) => [row.id, row.balance_micros]))
+    } catch (e) {
+      if ((e as { code?: string }).code === DEADLOCK && attempt < 3) return this.recordBatch(batch, attempt + 1)
+      throw e
+    }
   }
 
   /**
@@ -351,7 +440,17 @@ export class PostgresStore implements Store {
   async close(): Promise<void> {
     if (this.closed) return
     this.closed = true
+    await this.recording // completions already handed in are recorded before the connections close
     await this.pool.end()
+  }
+}
+
+/** Answers each completion of a recorded batch with its account's new balance ("vanished" if it was not debited). */
+function settleBatch(batch: readonly QueuedCompletion[], balances: ReadonlyMap<string, number>): void {
+  for (const q of batch) {
+    const balance = balances.get(q.usage.accountId)
+    if (balance === undefined) q.reject(new OnnxdError('internal', `account ${q.usage.accountId} vanished while recording usage`))
+    else q.resolve({ balanceMicros: balance })
   }
 }
 

@@ -1,7 +1,7 @@
 // PostgresStore: the shared behavioural suite (store-contract.ts) against a real PostgreSQL, plus what only a
 // networked store shares with other facades: concurrent debits from several connections, and migrations run once by
 // facades starting together. Skipped, with the reason, when no server can be had (test/helpers/servers.ts).
-import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest'
 import { PG_MIGRATIONS } from '../../src/store/migrations.js'
 import { migratePostgres, PostgresStore } from '../../src/store/postgres.js'
 import { freshDatabase as freshPg, startPostgres } from '../helpers/servers.js'
@@ -80,6 +80,81 @@ describe.skipIf(started.server === null)(`PostgresStore${started.reason ? ` (ski
     expect(await facades[2]!.usage({ keyId: k.id })).toEqual([
       { keyId: k.id, model: 'm', requests: 200, promptTokens: 200, completionTokens: 400, costMicros: 1400 },
     ])
+  })
+
+  it('records completions that end together in shared statements, each exactly, settling their in-flight rows', async () => {
+    const s = await open()
+    const accounts = await Promise.all([0, 1, 2].map((i) => s.createAccount({ name: `a${i}`, balanceMicros: 10_000 })))
+    const keys = await Promise.all(accounts.flatMap((a, i) => [0, 1].map((j) => s.createKey({ accountId: a.id, hash: hash(10 * i + j + 1), redacted: 'x' }))))
+    const T = Date.UTC(2025, 0, 1, 12)
+    // r0..r9 saved in flight and settled by recovery (3 completion tokens, cost 3 already billed); r10..r19 saved, unsettled.
+    const inflight = (i: number) => ({ id: `r${i}`, accountId: keys[i % 6]!.accountId, keyId: keys[i % 6]!.id, model: 'm', promptTokens: 2, completionTokens: 3, costMicros: 3, startedAt: T })
+    await s.saveInFlight('dead', Array.from({ length: 10 }, (_, i) => inflight(i)), T)
+    expect((await s.settleStaleInFlight(T + 1, T + 1)).completions).toBe(10)
+    await s.saveInFlight('me', Array.from({ length: 10 }, (_, i) => inflight(10 + i)), T + 2)
+    const statements = vi.spyOn(s.pool, 'query')
+    const done = await Promise.all(
+      Array.from({ length: 120 }, (_, i) => {
+        const k = keys[i % 6]!
+        return s.recordCompletion({ accountId: k.accountId, keyId: k.id, model: i % 2 ? 'm' : 'n', promptTokens: 2, completionTokens: 5, costMicros: 5, at: T + 3, ...(i < 20 ? { inFlightId: `r${i}` } : {}) })
+      }),
+    )
+    const sent = statements.mock.calls.filter(([q]) => (q as { name?: string }).name === 'onnxd_record_completions').length
+    expect(sent).toBeGreaterThan(0)
+    expect(sent).toBeLessThan(120)
+    // What recovery billed for r0..r9 and what their own records add beyond it make each of them one whole
+    // completion: every key ends with 20 completions of 2 + 5 tokens at 5, as if each had been recorded once.
+    for (const a of accounts) expect((await s.getAccount(a.id))!.balanceMicros).toBe(10_000 - 40 * 5)
+    for (const k of keys) {
+      const rows = await s.usage({ keyId: k.id })
+      const sum = (f: (r: (typeof rows)[number]) => number) => rows.reduce((n, r) => n + f(r), 0)
+      expect([sum((r) => r.requests), sum((r) => r.promptTokens), sum((r) => r.completionTokens), sum((r) => r.costMicros)]).toEqual([20, 40, 100, 100])
+    }
+    for (const [i, d] of done.entries()) expect(d.balanceMicros).toBeLessThanOrEqual(10_000 - 5 * Math.floor(i / 6) - 5)
+    expect((await s.pool.query('SELECT count(*)::int AS n FROM inflight WHERE settled_at IS NULL')).rows[0].n).toBe(0)
+  })
+
+  it('fails only the completion that cannot be recorded when it was sent with others', async () => {
+    const s = await open()
+    const a = await s.createAccount({ name: 'a', balanceMicros: 100 })
+    const k = await s.createKey({ accountId: a.id, hash: hash(1), redacted: 'x' })
+    const at = Date.UTC(2025, 0, 1, 12)
+    const one = (keyId: string) => s.recordCompletion({ accountId: a.id, keyId, model: 'm', promptTokens: 1, completionTokens: 1, costMicros: 1, at })
+    // The first goes out alone; the next four wait for it and go out together, where the unknown key fails the batch.
+    const results = await Promise.allSettled([one(k.id), one(k.id), one('key_gone'), one(k.id), one(k.id)])
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'fulfilled', 'fulfilled'])
+    expect((await s.getAccount(a.id))!.balanceMicros).toBe(96)
+    expect(await s.usage({ keyId: k.id })).toEqual([{ keyId: k.id, model: 'm', requests: 4, promptTokens: 4, completionTokens: 4, costMicros: 4 }])
+  })
+
+  it('sends a usage statement again when PostgreSQL rolled it back as a deadlock victim', async () => {
+    const s = await open()
+    const a = await s.createAccount({ name: 'a', balanceMicros: 100 })
+    const k = await s.createKey({ accountId: a.id, hash: hash(1), redacted: 'x' })
+    const statements = vi.spyOn(s.pool, 'query').mockRejectedValueOnce(Object.assign(new Error('deadlock detected'), { code: '40P01' }))
+    await expect(s.recordCompletion({ accountId: a.id, keyId: k.id, model: 'm', promptTokens: 1, completionTokens: 1, costMicros: 1, at: Date.now() })).resolves.toEqual({ balanceMicros: 99 })
+    expect(statements).toHaveBeenCalledTimes(2)
+    expect((await s.usage({ keyId: k.id }))[0]).toMatchObject({ requests: 1, costMicros: 1 })
+  })
+
+  it('several facades recording for several accounts at once leave every balance and usage row exact', async () => {
+    const url = await freshDatabase()
+    const facades = await Promise.all([open(url), open(url), open(url)])
+    const accounts = await Promise.all([0, 1, 2, 3].map((i) => facades[0]!.createAccount({ name: `a${i}`, balanceMicros: 100_000 })))
+    const keys = await Promise.all(accounts.map((a, i) => facades[0]!.createKey({ accountId: a.id, hash: hash(i + 1), redacted: 'x' })))
+    const at = Date.UTC(2025, 0, 1, 12)
+    const work: Promise<unknown>[] = []
+    // Each facade walks the accounts in its own order, so that concurrent batches name the same rows in different orders.
+    for (let i = 0; i < 600; i++) {
+      const f = i % 3
+      const k = keys[(f === 1 ? 3 - (i % 4) : (i + f) % 4)]!
+      work.push(facades[f]!.recordCompletion({ accountId: k.accountId, keyId: k.id, model: 'm', promptTokens: 1, completionTokens: 1, costMicros: 2, at }))
+    }
+    await Promise.all(work)
+    for (const [i, a] of accounts.entries()) {
+      expect((await facades[1]!.getAccount(a.id))!.balanceMicros).toBe(100_000 - 150 * 2)
+      expect((await facades[2]!.usage({ keyId: keys[i]!.id }))[0]).toMatchObject({ requests: 150, costMicros: 300 })
+    }
   })
 
   it('facades recovering at the same time settle each stale in-flight row exactly once', async () => {
