@@ -361,7 +361,7 @@ export class PostgresStore implements Store {
   }
 
   /** Records `batch` in one statement (again after a deadlock); the new balance of each account debited. */
-  private async recordBatch(batch: readonly CompletionUsage[], attempt = 1): Promise<Map<string, number>> {
+  private async recordBatch(batch: readonly CompletionUsage[]): Promise<Map<string, number>> {
     const cols = (u: CompletionUsage) =>
       [u.keyId, u.accountId, u.model, dayOf(u.at), u.promptTokens, u.completionTokens, u.costMicros, u.inFlightId ?? null, u.touchKey !== false ? Math.floor(u.at / 1000) : null] as const
     const rows = batch.map(cols)
@@ -369,12 +369,13 @@ export class PostgresStore implements Store {
       rows.length === 1
         ? { name: 'onnxd_record_completion', text: RECORD_COMPLETION, values: [...rows[0]!] }
         : { name: 'onnxd_record_completions', text: RECORD_COMPLETIONS, values: rows[0]!.map((_, c) => rows.map((r) => r[c])) }
-    try {
-      const r = await this.pool.query<{ id: string; balance_micros: number }>(query)
-      return new Map(r.rows.map((row) => [row.id, row.balance_micros]))
-    } catch (e) {
-      if ((e as { code?: string }).code === DEADLOCK && attempt < 3) return this.recordBatch(batch, attempt + 1)
-      throw e
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const r = await this.pool.query<{ id: string; balance_micros: number }>(query)
+        return new Map(r.rows.map((row) => [row.id, row.balance_micros]))
+      } catch (e) {
+        if ((e as { code?: string }).code !== DEADLOCK || attempt === 3) throw e
+      }
     }
   }
 
