@@ -7,6 +7,7 @@ import pg from 'pg'
 import { OnnxdError } from '../shared/errors.js'
 import { newAccountId, newKeyId } from './ids.js'
 import { PG_MIGRATIONS } from './migrations.js'
+import { fulfilled, GroupCommit, rejected } from './group-commit.js'
 import type {
   Account,
   ApiKey,
@@ -67,6 +68,8 @@ const USAGE_ADD = `
 const UPSERT_USAGE = `${USAGE_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ${USAGE_ADD}`
 
 const FIND_KEY = `SELECT ${KEY_WITH_ACCOUNT_COLUMNS} FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = $1`
+/** The same for several keys: $1 their hashes. */
+const FIND_KEYS = `SELECT ${KEY_WITH_ACCOUNT_COLUMNS} FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = ANY($1::bytea[])`
 
 /**
  * The rule of unsettledRest (rows.ts) in SQL: what a completion with these counts adds beyond `t`, its in-flight row
@@ -135,14 +138,12 @@ const RECORD_COMPLETIONS = `
 /** Most completions one usage statement records. */
 const MAX_RECORD_BATCH = 256
 
+/** Most keys one lookup statement looks up. */
+const MAX_LOOKUP_BATCH = 256
+
 /** PostgreSQL's deadlock_detected: the statement was rolled back whole and may run again. */
 const DEADLOCK = '40P01'
 
-interface QueuedCompletion {
-  usage: CompletionUsage
-  resolve(r: { balanceMicros: number }): void
-  reject(e: unknown): void
-}
 
 /**
  * saveInFlight's statement: $1 owner, $2 now (ms), $3..$10 the rows' columns as arrays. Upserts the rows (a row
@@ -298,10 +299,30 @@ export class PostgresStore implements Store {
     return toKey(r!)
   }
 
-  async findKeyByHash(hash: Buffer): Promise<KeyLookup | null> {
-    // Every authenticated request runs this: a named statement is parsed and planned once per connection.
-    const r = await this.pool.query<KeyWithAccountRow>({ name: 'onnxd_find_key', text: FIND_KEY, values: [hash] })
-    return r.rows[0] ? toKeyLookup(r.rows[0]) : null
+  /**
+   * Every authenticated request runs this. Lookups that come while one is under way go together in the next, as one
+   * statement (GroupCommit), so a busy facade sends a lookup per batch; a lone one keeps the one-row statement. Each
+   * statement reads the rows as they are when it runs: a key revoked on any facade fails at the next lookup.
+   */
+  findKeyByHash(hash: Buffer): Promise<KeyLookup | null> {
+    return this.lookups.push(hash)
+  }
+
+  private readonly lookups = new GroupCommit((hashes: readonly Buffer[]) => this.findKeys(hashes), MAX_LOOKUP_BATCH)
+
+  private async findKeys(hashes: readonly Buffer[]): Promise<PromiseSettledResult<KeyLookup | null>[]> {
+    // Named statements: parsed and planned once per connection.
+    if (hashes.length === 1) {
+      const r = await this.pool.query<KeyWithAccountRow>({ name: 'onnxd_find_key', text: FIND_KEY, values: [hashes[0]] })
+      return [fulfilled(r.rows[0] ? toKeyLookup(r.rows[0]) : null)]
+    }
+    const distinct = [...new Map(hashes.map((h) => [h.toString('hex'), h])).values()]
+    const r = await this.pool.query<KeyWithAccountRow>({ name: 'onnxd_find_keys', text: FIND_KEYS, values: [distinct] })
+    const rows = new Map(r.rows.map((row) => [row.hash.toString('hex'), row]))
+    return hashes.map((h) => {
+      const row = rows.get(h.toString('hex'))
+      return fulfilled(row ? toKeyLookup(row) : null)
+    })
   }
 
   async getKey(id: string): Promise<ApiKey | null> {
@@ -322,42 +343,30 @@ export class PostgresStore implements Store {
     return r ? toKey(r) : null
   }
 
-  /** Completions waiting for the usage statement after the one under way (group commit). */
-  private readonly queued: QueuedCompletion[] = []
-  private recording: Promise<void> | null = null
-
   /**
    * One statement, so one round trip and one implicit transaction: the row locks it takes (the account's balance,
    * the key's usage row, which every completion of a busy key shares) are held for its execution only, not across
    * client round trips. Data-modifying CTEs all run to completion, on one snapshot. One statement is under way at a
-   * time: completions that end while it runs are recorded together by the next one (group commit), so that a busy
+   * time: completions that end while it runs are recorded together by the next one (GroupCommit), so that a busy
    * facade sends a statement per batch, not per completion. Each caller still waits for its own commit.
    */
   recordCompletion(u: CompletionUsage): Promise<{ balanceMicros: number }> {
-    return new Promise((resolve, reject) => {
-      this.queued.push({ usage: u, resolve, reject })
-      this.recording ??= this.recordQueued()
-    })
+    return this.records.push(u)
   }
 
-  private async recordQueued(): Promise<void> {
-    while (this.queued.length) {
-      const batch = this.queued.splice(0, MAX_RECORD_BATCH)
-      let balances: Map<string, number>
-      try {
-        balances = await this.recordBatch(batch.map((q) => q.usage))
-      } catch (e) {
-        if (batch.length === 1) batch[0]!.reject(e)
-        else {
-          // The statement was rolled back whole. One completion's failure (a key that is gone) must not fail the
-          // others: each alone.
-          for (const q of batch) await this.recordBatch([q.usage]).then((b) => settleBatch([q], b), q.reject)
-        }
-        continue
-      }
-      settleBatch(batch, balances)
+  private readonly records = new GroupCommit((batch: readonly CompletionUsage[]) => this.recordCompletions(batch), MAX_RECORD_BATCH)
+
+  private async recordCompletions(batch: readonly CompletionUsage[]): Promise<PromiseSettledResult<{ balanceMicros: number }>[]> {
+    try {
+      return settleBatch(batch, await this.recordBatch(batch))
+    } catch (e) {
+      if (batch.length === 1) throw e
+      // The statement was rolled back whole. One completion's failure (a key that is gone) must not fail the others:
+      // each alone.
+      const outcomes: PromiseSettledResult<{ balanceMicros: number }>[] = []
+      for (const u of batch) outcomes.push(await this.recordBatch([u]).then((b) => settleBatch([u], b)[0]!, rejected))
+      return outcomes
     }
-    this.recording = null
   }
 
   /** Records `batch` in one statement (again after a deadlock); the new balance of each account debited. */
@@ -441,18 +450,20 @@ export class PostgresStore implements Store {
   async close(): Promise<void> {
     if (this.closed) return
     this.closed = true
-    await this.recording // completions already handed in are recorded before the connections close
+    // Completions already handed in are recorded (and lookups answered) before the connections close.
+    await Promise.all([this.records.idle(), this.lookups.idle()])
     await this.pool.end()
   }
 }
 
-/** Answers each completion of a recorded batch with its account's new balance ("vanished" if it was not debited). */
-function settleBatch(batch: readonly QueuedCompletion[], balances: ReadonlyMap<string, number>): void {
-  for (const q of batch) {
-    const balance = balances.get(q.usage.accountId)
-    if (balance === undefined) q.reject(new OnnxdError('internal', `account ${q.usage.accountId} vanished while recording usage`))
-    else q.resolve({ balanceMicros: balance })
-  }
+/** Each completion of a recorded batch: its account's new balance ("vanished" if it was not debited). */
+function settleBatch(batch: readonly CompletionUsage[], balances: ReadonlyMap<string, number>): PromiseSettledResult<{ balanceMicros: number }>[] {
+  return batch.map((u) => {
+    const balance = balances.get(u.accountId)
+    return balance === undefined
+      ? rejected(new OnnxdError('internal', `account ${u.accountId} vanished while recording usage`))
+      : fulfilled({ balanceMicros: balance })
+  })
 }
 
 /** `host:port/database` of a connection URL, never its credentials. */

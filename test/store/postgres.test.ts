@@ -127,6 +127,40 @@ describe.skipIf(started.server === null)(`PostgresStore${started.reason ? ` (ski
     expect(await s.usage({ keyId: k.id })).toEqual([{ keyId: k.id, model: 'm', requests: 4, promptTokens: 4, completionTokens: 4, costMicros: 4 }])
   })
 
+  it('looks up keys that come together in shared statements, each its own answer, a revoked key failing at once', async () => {
+    const [s, other] = await (async () => {
+      const url = await freshDatabase()
+      return [await open(url), await open(url)] as const
+    })()
+    const a = await s.createAccount({ name: 'a', balanceMicros: 100 })
+    const b = await s.createAccount({ name: 'b', balanceMicros: 200 })
+    const keys = await Promise.all([1, 2, 3].map((n) => s.createKey({ accountId: (n === 3 ? b : a).id, hash: hash(n), redacted: `k${n}` })))
+    const statements = vi.spyOn(s.pool, 'query')
+    // 1, 2 and 3 several times over, and a hash no key has; the first goes out alone, the rest wait for it.
+    const asked = [1, 2, 3, 9, 1, 1, 3, 2, 9, 3].map(hash)
+    const found = await Promise.all(asked.map((h) => s.findKeyByHash(h)))
+    expect(found.map((f) => f?.key.redacted ?? null)).toEqual(['k1', 'k2', 'k3', null, 'k1', 'k1', 'k3', 'k2', null, 'k3'])
+    expect(found.map((f) => f?.account.balanceMicros ?? null)).toEqual([100, 100, 200, null, 100, 100, 200, 100, null, 200])
+    for (const [i, f] of found.entries()) if (f) expect(f.hash.equals(asked[i]!)).toBe(true)
+    const names = statements.mock.calls.map(([q]) => (q as { name?: string }).name)
+    expect(names.filter((n) => n === 'onnxd_find_key')).toHaveLength(1)
+    expect(names.filter((n) => n === 'onnxd_find_keys')).toHaveLength(1)
+    // Revoked through another facade: the next lookup, batched or not, sees it.
+    await other.revokeKey(a.id, keys[0]!.id)
+    const again = await Promise.all([hash(1), hash(2), hash(1)].map((h) => s.findKeyByHash(h)))
+    expect(again.map((f) => f?.key.revokedAt != null)).toEqual([true, false, true])
+  })
+
+  it('fails every lookup of a statement that failed, and answers the next ones', async () => {
+    const s = await open()
+    const a = await s.createAccount({ name: 'a' })
+    await s.createKey({ accountId: a.id, hash: hash(1), redacted: 'x' })
+    vi.spyOn(s.pool, 'query').mockRejectedValueOnce(new Error('connection reset'))
+    const results = await Promise.allSettled([s.findKeyByHash(hash(1)), s.findKeyByHash(hash(1)), s.findKeyByHash(hash(1))])
+    expect(results.map((r) => r.status)).toEqual(['rejected', 'fulfilled', 'fulfilled'])
+    expect((await s.findKeyByHash(hash(1)))?.key.redacted).toBe('x')
+  })
+
   it('sends a usage statement again when PostgreSQL rolled it back as a deadlock victim', async () => {
     const s = await open()
     const a = await s.createAccount({ name: 'a', balanceMicros: 100 })
