@@ -610,12 +610,16 @@ async function main(): Promise<void> {
     }
     const bad = Object.entries(checks).filter(([, ch]) => ch.recorded !== ch.answered || (ch.rate_limit_fail_open ?? 0) > 0)
     if (bad.length > 0) console.log(`WARNING: ${bad.map(([n]) => n).join(', ')}: the store check failed; those figures do not measure the stores`)
-    const shared = overhead.filter((o) => o.config === SHARED)
-    const target =
-      shared.length > 0
-        ? shared.map((o) => `node ${o.node_ms} ms c=${o.concurrency} ${o.p50_added_ms.median <= 2 ? 'met' : 'NOT met'} (${o.p50_added_ms.median} ms)`).join(', ')
+    // The issue's target, "at most 2 ms added at p50 with the shared stores", read both ways: what the shared stores
+    // add over the embedded ones, and all the shared facade adds over the node (which the bare proxy's floor bounds).
+    const check = (config: string): string => {
+      const rows = overhead.filter((o) => o.config === config)
+      return rows.length > 0
+        ? rows.map((o) => `node ${o.node_ms} ms c=${o.concurrency} ${o.p50_added_ms.median <= 2 ? 'met' : 'NOT met'} (${o.p50_added_ms.median} ms)`).join(', ')
         : `not measured (${SHARED} skipped)`
-    console.log(`target (${SHARED} adds ≤ 2 ms at p50): ${target}`)
+    }
+    console.log(`target (${SHARED} adds ≤ 2 ms at p50 over ${EMBEDDED}): ${check('shared − embedded')}`)
+    console.log(`the ${SHARED} facade's whole added latency ≤ 2 ms at p50: ${check(SHARED)}`)
 
     const file = writeReport(
       'facade',
