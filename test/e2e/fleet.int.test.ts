@@ -5,7 +5,7 @@
 // requests sharing a long prompt prefix land on one node, whose prefix cache serves them. Skipped, with the reason,
 // when no PostgreSQL or Redis can be had (CI always has both).
 import { Agent, fetch } from 'undici'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createApiKey } from '../../src/facade/accounts.js'
 import { mintSessionToken } from '../../src/facade/auth/jwt.js'
 import { loadFacadeOptions, type FacadeOptions } from '../../src/facade/options.js'
@@ -215,6 +215,15 @@ describe.skipIf(skip !== null)('a fleet: two facades and two nodes on one Postgr
     expect(revoked.status).toBe(200)
     const after = await chat(facades[1]!.url, k.key, { maxTokens: 1 })
     expect(after.status).toBe(401)
+    // Lookups that arrive together share a statement: amid a flood of unknown keys, each request still gets its own
+    // key's answer, the revoked one included.
+    const live = await newKey()
+    const keys = Array.from({ length: 120 }, (_, i) => (i % 3 === 0 ? live.key : i % 3 === 1 ? k.key : `sk-svc-unknown-key-of-the-flood-${i}`))
+    const statements = vi.spyOn((facades[1]!.app.facade.store as PostgresStore).pool, 'query')
+    const got = await Promise.all(keys.map((key) => chat(facades[1]!.url, key, { maxTokens: 1 })))
+    expect(got.map((r) => r.status)).toEqual(keys.map((key) => (key === live.key ? 200 : 401)))
+    expect(statements.mock.calls.filter(([q]) => (q as { name?: string }).name === 'onnxd_find_keys').length).toBeGreaterThan(0)
+    statements.mockRestore()
   })
 
   it('requests sharing a 1,000-token prefix land on one node while it has capacity, and its prefix cache serves them', async () => {
