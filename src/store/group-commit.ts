@@ -31,16 +31,18 @@ export class GroupCommit<I, O> {
   private async drain(): Promise<void> {
     while (this.queued.length) {
       const batch = this.queued.splice(0, this.maxBatch)
+      let outcomes: readonly PromiseSettledResult<O>[]
       try {
-        const outcomes = await this.run(batch.map((q) => q.item))
-        batch.forEach((q, i) => {
-          const o = outcomes[i]
-          if (o?.status === 'fulfilled') q.resolve(o.value)
-          else q.reject(o ? o.reason : new Error(`group commit: no outcome for item ${i} of ${batch.length}`))
-        })
+        outcomes = await this.run(batch.map((q) => q.item))
       } catch (e) {
         for (const q of batch) q.reject(e)
+        continue
       }
+      batch.forEach((q, i) => {
+        const o = outcomes[i]
+        if (o?.status === 'fulfilled') q.resolve(o.value)
+        else q.reject(o ? o.reason : new Error(`group commit: no outcome for item ${i} of ${batch.length}`))
+      })
     }
     this.running = null
   }

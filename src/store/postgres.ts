@@ -5,9 +5,9 @@
 // Imports: store interfaces, rows, migrations, ids, shared errors.
 import pg from 'pg'
 import { OnnxdError } from '../shared/errors.js'
+import { fulfilled, GroupCommit, rejected } from './group-commit.js'
 import { newAccountId, newKeyId } from './ids.js'
 import { PG_MIGRATIONS } from './migrations.js'
-import { fulfilled, GroupCommit, rejected } from './group-commit.js'
 import type {
   Account,
   ApiKey,
@@ -143,7 +143,6 @@ const MAX_LOOKUP_BATCH = 256
 
 /** PostgreSQL's deadlock_detected: the statement was rolled back whole and may run again. */
 const DEADLOCK = '40P01'
-
 
 /**
  * saveInFlight's statement: $1 owner, $2 now (ms), $3..$10 the rows' columns as arrays. Upserts the rows (a row
@@ -357,8 +356,9 @@ export class PostgresStore implements Store {
   private readonly records = new GroupCommit((batch: readonly CompletionUsage[]) => this.recordCompletions(batch), MAX_RECORD_BATCH)
 
   private async recordCompletions(batch: readonly CompletionUsage[]): Promise<PromiseSettledResult<{ balanceMicros: number }>[]> {
+    let balances: Map<string, number>
     try {
-      return settleBatch(batch, await this.recordBatch(batch))
+      balances = await this.recordBatch(batch)
     } catch (e) {
       if (batch.length === 1) throw e
       // The statement was rolled back whole. One completion's failure (a key that is gone) must not fail the others:
@@ -367,6 +367,8 @@ export class PostgresStore implements Store {
       for (const u of batch) outcomes.push(await this.recordBatch([u]).then((b) => settleBatch([u], b)[0]!, rejected))
       return outcomes
     }
+    // Outside the try: once the statement has committed, nothing may send the batch again (it would bill it twice).
+    return settleBatch(batch, balances)
   }
 
   /** Records `batch` in one statement (again after a deadlock); the new balance of each account debited. */
