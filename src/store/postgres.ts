@@ -28,8 +28,8 @@ import {
   dayOf,
   INFLIGHT_SAVE_COLUMNS,
   INFLIGHT_SAVE_CONFLICT,
-  KEY_WITH_ACCOUNT_COLUMNS,
   nowS,
+  SELECT_KEY_WITH_ACCOUNT,
   SETTLED_RETENTION_MS,
   toAccount,
   toKey,
@@ -67,9 +67,9 @@ const USAGE_ADD = `
 
 const UPSERT_USAGE = `${USAGE_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ${USAGE_ADD}`
 
-const FIND_KEY = `SELECT ${KEY_WITH_ACCOUNT_COLUMNS} FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = $1`
+const FIND_KEY = `${SELECT_KEY_WITH_ACCOUNT} WHERE k.hash = $1`
 /** The same for several keys: $1 their hashes. */
-const FIND_KEYS = `SELECT ${KEY_WITH_ACCOUNT_COLUMNS} FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = ANY($1::bytea[])`
+const FIND_KEYS = `${SELECT_KEY_WITH_ACCOUNT} WHERE k.hash = ANY($1::bytea[])`
 
 /**
  * The rule of unsettledRest (rows.ts) in SQL: what a completion with these counts adds beyond `t`, its in-flight row
@@ -315,11 +315,12 @@ export class PostgresStore implements Store {
       const r = await this.pool.query<KeyWithAccountRow>({ name: 'onnxd_find_key', text: FIND_KEY, values: [hashes[0]] })
       return [fulfilled(r.rows[0] ? toKeyLookup(r.rows[0]) : null)]
     }
-    const distinct = [...new Map(hashes.map((h) => [h.toString('hex'), h])).values()]
+    const hex = hashes.map((h) => h.toString('hex'))
+    const distinct = [...new Map(hex.map((x, i) => [x, hashes[i]!])).values()]
     const r = await this.pool.query<KeyWithAccountRow>({ name: 'onnxd_find_keys', text: FIND_KEYS, values: [distinct] })
     const rows = new Map(r.rows.map((row) => [row.hash.toString('hex'), row]))
-    return hashes.map((h) => {
-      const row = rows.get(h.toString('hex'))
+    return hex.map((x) => {
+      const row = rows.get(x)
       return fulfilled(row ? toKeyLookup(row) : null)
     })
   }

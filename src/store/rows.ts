@@ -27,9 +27,10 @@ export interface KeyRow {
 /** A key row joined with its account's columns, each prefixed `a_`, and the key's hash. */
 export type KeyWithAccountRow = KeyRow & { hash: Buffer } & { [K in keyof AccountRow as `a_${K}`]: AccountRow[K] }
 
-/** The columns selecting a key with its account, as `KeyWithAccountRow` names them (`k` is api_keys, `a` accounts). */
-export const KEY_WITH_ACCOUNT_COLUMNS = `k.*, a.id AS a_id, a.name AS a_name, a.email AS a_email, a.balance_micros AS a_balance_micros,
-              a.subscription AS a_subscription, a.created_at AS a_created_at`
+/** Keys with their accounts, as `KeyWithAccountRow` names the columns (`k` is api_keys, `a` accounts); a WHERE follows. */
+export const SELECT_KEY_WITH_ACCOUNT = `SELECT k.*, a.id AS a_id, a.name AS a_name, a.email AS a_email, a.balance_micros AS a_balance_micros,
+              a.subscription AS a_subscription, a.created_at AS a_created_at
+       FROM api_keys k JOIN accounts a ON a.id = k.account_id`
 
 /** The columns an in-flight save writes, in the order of its values. */
 export const INFLIGHT_SAVE_COLUMNS = `inflight (id, owner, key_id, account_id, model, prompt_tokens, completion_tokens, cost_micros, started_at, updated_at)`

@@ -26,8 +26,8 @@ import {
   dayOf,
   INFLIGHT_SAVE_COLUMNS,
   INFLIGHT_SAVE_CONFLICT,
-  KEY_WITH_ACCOUNT_COLUMNS,
   nowS,
+  SELECT_KEY_WITH_ACCOUNT,
   SETTLED_RETENTION_MS,
   toAccount,
   toKey,
@@ -89,8 +89,7 @@ function prepareStatements(db: Database.Database) {
        RETURNING *`,
     ),
     findKey: db.prepare<[Buffer], KeyWithAccountRow>(
-      `SELECT ${KEY_WITH_ACCOUNT_COLUMNS}
-       FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.hash = ?`,
+      `${SELECT_KEY_WITH_ACCOUNT} WHERE k.hash = ?`,
     ),
     getKey: db.prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE id = ?'),
     listKeys: db.prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE account_id = ? ORDER BY created_at, id'),
