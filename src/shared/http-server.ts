@@ -124,6 +124,32 @@ function discardBody(raw: IncomingMessage): void {
   raw.once('close', stop)
 }
 
+/**
+ * Closes `socket` only once its client has stopped sending, when the server would otherwise close it (Node's
+ * `destroySoon()`, after the last answer on a connection that does not stay open) while the client is still
+ * uploading a body that was answered early (413 to `Connection: close`). A socket closed with unread bytes makes the
+ * kernel reset the connection: the client's upload fails with EPIPE and the answer, already sent, can be dropped
+ * before the client reads it. Instead the answer is sent and the connection half-closed, what the client still sends
+ * is read and dropped (discardBody's bound applies), and the socket closes once the client ends too, or after it has
+ * sent nothing for CLIENT_ERROR_LINGER_MS.
+ */
+function lingerOnClose(socket: Socket): void {
+  socket.destroySoon = function lingeringClose(this: Socket): void {
+    const close = (): void => {
+      this.destroy()
+    }
+    this.end()
+    this.setTimeout(CLIENT_ERROR_LINGER_MS, close)
+    // Closed after the answer has gone to the kernel, and only when nothing is left unread.
+    const whenSent = (): void => {
+      if (this.readableEnded) close()
+      else this.once('end', close)
+    }
+    if (this.writableFinished) whenSent()
+    else this.once('finish', whenSent)
+  }
+}
+
 /** fastify's default JSON parser: synchronous, answers through `done`. */
 type JsonParser = (request: FastifyRequest, body: string, done: (err: Error | null, value?: unknown) => void) => void
 
@@ -164,17 +190,18 @@ export function hardenHttp(app: FastifyInstance, opts: HardenOptions): void {
   // An answer that goes out before its request's body was read (401 from a hook, 413, …). A client refused its
   // `100 Continue` sends no body: close the connection, as RFC 9110 asks of a server that will not read it.
   // Otherwise the body is on its way. fastify closes the connection after a body parser fails, and after a 413
-  // that resets the connection under the client's upload, which then never reads the answer: keep the connection,
-  // and read and drop the rest of the body here, up to DISCARD_LIMIT_BYTES (Node would drop it unbounded).
+  // that resets the connection under the client's upload, which then never reads the answer: keep the connection
+  // (unless the client asked to close it), and read and drop the rest of the body here, up to DISCARD_LIMIT_BYTES
+  // (Node would drop it unbounded). A connection that closes after the answer closes only once the client has
+  // stopped sending (lingerOnClose), with or without `Connection: close` from the client.
   app.addHook('onSend', async (request, reply) => {
     const raw = request.raw
     if (raw.complete || raw.destroyed) return
-    if (refusedContinue(raw)) {
-      reply.header('connection', 'close')
-      return
-    }
-    if (reply.statusCode === 413) reply.removeHeader('connection')
+    if (refusedContinue(raw)) reply.header('connection', 'close')
+    else if (reply.statusCode === 413 && reply.raw.shouldKeepAlive) reply.removeHeader('connection')
     discardBody(raw)
+    const closes = !reply.raw.shouldKeepAlive || /\bclose\b/i.test(String(reply.getHeader('connection') ?? ''))
+    if (closes && raw.socket) lingerOnClose(raw.socket)
   })
 
   // Once the app closes, a keep-alive connection is closed as soon as its last answer is sent: Node's server.close()

@@ -103,6 +103,34 @@ describe.each(SERVERS)('$name', (s) => {
     }
   })
 
+  it('issue #32: answers 413 to an oversized upload sent with Connection: close, every time, and closes only after the client has it', async () => {
+    const size = 256 * LIMIT
+    const body = Buffer.alloc(size, 0x20)
+    for (let i = 0; i < 20; i++) {
+      const c = new RawConnection(s.base())
+      try {
+        // Headers and the whole body in one go, as a client that does not wait for an early answer sends them.
+        const request = Buffer.concat([
+          Buffer.from(head([`POST ${s.post} HTTP/1.1`, 'Host: x', 'Content-Type: application/json', `Content-Length: ${size}`, 'Connection: close', ...headerLines(s.headers())])),
+          body,
+        ])
+        const sent = c.write(request).then(
+          () => null,
+          (e: NodeJS.ErrnoException) => e.code ?? e.message,
+        )
+        const r = await c.next()
+        expect(r.status).toBe(413)
+        expect(errorOf(r).code).toBe(413)
+        expect(r.headers.connection).toBe('close')
+        // The upload was read to its end (no EPIPE), and the connection then closed without a reset.
+        expect(await sent).toBeNull()
+        expect(await c.closed).toBeNull()
+      } finally {
+        c.close()
+      }
+    }
+  })
+
   it('answers 413 to an oversized chunked upload and keeps the connection', async () => {
     const c = new RawConnection(s.base())
     try {
