@@ -62,6 +62,12 @@ interface Consumption {
 
 /** What one finished (or cut short) completion consumed; written with its debit in one transaction. */
 export interface CompletionUsage extends Consumption {
+  /**
+   * The completion's id. A store records each id once: a second record of the same id (sent again because the first
+   * one's outcome was unknown, e.g. the connection dropped around its commit) changes nothing and answers the
+   * balance as it is. Ids are remembered for BILLED_RETENTION_MS after `at`. Without an id, every record counts.
+   */
+  id?: string
   /** Unix milliseconds; decides the day bucket. */
   at: number
   /** Set the key's `lastUsedAt` to `at` (default true; callers skip it when it was set less than a minute ago). */
@@ -162,6 +168,13 @@ export interface UsageStore {
 }
 
 export interface Store extends AccountStore, KeyStore, UsageStore {
+  /** Resolves once the store has answered a trivial query: how a caller learns that an outage is over. */
+  ping(): Promise<void>
+  /**
+   * Whether `e`, thrown by one of this store's methods, means the store could not be reached or could not work at all
+   * (connection refused or lost, server shutting down, disk full or failing), rather than refusing this operation.
+   */
+  isOutage(e: unknown): boolean
   close(): Promise<void>
 }
 

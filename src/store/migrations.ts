@@ -58,6 +58,14 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX inflight_open ON inflight(settled_at, updated_at);
   CREATE INDEX inflight_owner ON inflight(owner, settled_at);
   `,
+  // 3: ids of completions recorded, so that a record sent again (its first outcome unknown) is billed once.
+  `
+  CREATE TABLE billed (
+    id        TEXT PRIMARY KEY,
+    billed_at INTEGER NOT NULL
+  ) STRICT;
+  CREATE INDEX billed_age ON billed(billed_at);
+  `,
 ]
 
 /** The same schema in PostgreSQL: one entry per SQLite migration above (a test holds the two lists to one length). */
@@ -116,5 +124,13 @@ export const PG_MIGRATIONS: readonly string[] = [
   );
   CREATE INDEX inflight_open ON inflight(settled_at, updated_at);
   CREATE INDEX inflight_owner ON inflight(owner, settled_at);
+  `,
+  // 3: ids of completions recorded, so that a record sent again (its first outcome unknown) is billed once.
+  `
+  CREATE TABLE billed (
+    id        TEXT PRIMARY KEY,
+    billed_at BIGINT NOT NULL
+  );
+  CREATE INDEX billed_age ON billed(billed_at);
   `,
 ]

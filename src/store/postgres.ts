@@ -25,6 +25,7 @@ import type {
 } from './interfaces.js'
 import {
   addSettled,
+  BILLED_RETENTION_MS,
   dayOf,
   INFLIGHT_SAVE_COLUMNS,
   INFLIGHT_SAVE_CONFLICT,
@@ -83,15 +84,21 @@ const restColumns = (promptTokens: string, completionTokens: string, costMicros:
 
 /**
  * recordCompletion's statement for one completion (named, so planned once per connection): $1 key, $2 account, $3
- * model, $4 day, $5..$7 tokens and cost, $8 in-flight id, $9 last_used_at. Its in-flight row (if any) is taken and
- * only the rest is added. Returns the account's new balance.
+ * model, $4 day, $5..$7 tokens and cost, $8 in-flight id, $9 last_used_at, $10 the completion's id, $11 its time (ms).
+ * A completion id already in `billed` changes nothing (`go` is false); otherwise its in-flight row (if any) is taken
+ * and only the rest is added. Returns the account's new balance.
  */
 const RECORD_COMPLETION = `
-  WITH taken AS (
-    DELETE FROM inflight WHERE id = $8::text RETURNING settled_at, prompt_tokens, completion_tokens, cost_micros
+  WITH fresh AS (
+    INSERT INTO billed (id, billed_at) SELECT $10::text, $11::bigint WHERE $10::text IS NOT NULL
+    ON CONFLICT (id) DO NOTHING RETURNING id
+  ), go AS (
+    SELECT $10::text IS NULL OR EXISTS (SELECT 1 FROM fresh) AS ok
+  ), taken AS (
+    DELETE FROM inflight WHERE id = $8::text AND (SELECT ok FROM go) RETURNING settled_at, prompt_tokens, completion_tokens, cost_micros
   ), rest AS (
     SELECT ${restColumns('$5::bigint', '$6::bigint', '$7::bigint')}
-    FROM (SELECT 1) AS one LEFT JOIN taken AS t ON true
+    FROM (SELECT 1) AS one LEFT JOIN taken AS t ON true WHERE (SELECT ok FROM go)
   ), added AS (
     ${USAGE_INSERT}
     SELECT $1, $2, $3, $4, requests, prompt_tokens, completion_tokens, cost_micros FROM rest
@@ -100,25 +107,33 @@ const RECORD_COMPLETION = `
   ), touched AS (
     UPDATE api_keys SET last_used_at = $9::bigint WHERE id = $1 AND $9::bigint IS NOT NULL
   )
-  UPDATE accounts SET balance_micros = balance_micros - (SELECT cost_micros FROM rest) WHERE id = $2
+  UPDATE accounts SET balance_micros = balance_micros - coalesce((SELECT cost_micros FROM rest), 0) WHERE id = $2
   RETURNING id, balance_micros`
 
 /**
- * The same for a batch of completions: $1..$9 are their columns as arrays (in-flight ids and last_used_at may be
- * null). The rests are summed per usage row and per account, so that each row is written once. Usage rows are
- * upserted in key, model, day order, so statements of several facades lock them in one order; accounts are updated
- * in the plan's order, and a statement PostgreSQL picks as a deadlock victim is rolled back whole and sent again
- * (recordBatch). It costs PostgreSQL about 0.2 ms more than RECORD_COMPLETION for a single completion (measured on
- * an otherwise idle server), hence two statements. Returns each debited account's new balance.
+ * The same for a batch of completions: $1..$11 are their columns as arrays (in-flight ids, last_used_at and
+ * completion ids may be null; completion ids are distinct, recordBatch sees to it). Completions whose id is already
+ * in `billed` drop out (`todo`); the rests of the others are summed per usage row and per account, so that each row
+ * is written once. Usage rows are upserted in key, model, day order, so statements of several facades lock them in
+ * one order; accounts are updated in the plan's order, and a statement PostgreSQL picks as a deadlock victim is rolled
+ * back whole and sent again (recordBatch). It costs PostgreSQL about 0.2 ms more than RECORD_COMPLETION for a single
+ * completion (measured on an otherwise idle server), hence two statements. Returns the new balance of each account
+ * of the batch.
  */
 const RECORD_COMPLETIONS = `
-  WITH taken AS (
-    DELETE FROM inflight WHERE id = ANY($8::text[]) RETURNING id, settled_at, prompt_tokens, completion_tokens, cost_micros
+  WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[], $10::text[], $11::bigint[])
+      AS i(key_id, account_id, model, day, prompt_tokens, completion_tokens, cost_micros, inflight_id, id, at)
+  ), fresh AS (
+    INSERT INTO billed (id, billed_at) SELECT id, at FROM input WHERE id IS NOT NULL
+    ON CONFLICT (id) DO NOTHING RETURNING id
+  ), todo AS (
+    SELECT * FROM input WHERE id IS NULL OR id IN (SELECT id FROM fresh)
+  ), taken AS (
+    DELETE FROM inflight WHERE id IN (SELECT inflight_id FROM todo) RETURNING id, settled_at, prompt_tokens, completion_tokens, cost_micros
   ), rest AS (
     SELECT i.key_id, i.account_id, i.model, i.day, ${restColumns('i.prompt_tokens', 'i.completion_tokens', 'i.cost_micros')}
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[])
-      AS i(key_id, account_id, model, day, prompt_tokens, completion_tokens, cost_micros, inflight_id)
-    LEFT JOIN taken AS t ON t.id = i.inflight_id
+    FROM todo AS i LEFT JOIN taken AS t ON t.id = i.inflight_id
   ), added AS (
     ${USAGE_INSERT}
     SELECT key_id, account_id, model, day, sum(requests), sum(prompt_tokens), sum(completion_tokens), sum(cost_micros) FROM rest
@@ -132,7 +147,11 @@ const RECORD_COMPLETIONS = `
     WHERE id = u.key_id
   )
   UPDATE accounts SET balance_micros = balance_micros - d.cost
-  FROM (SELECT account_id, sum(cost_micros) AS cost FROM rest GROUP BY account_id) AS d WHERE id = d.account_id
+  FROM (
+    SELECT a.account_id, coalesce(sum(r.cost_micros), 0) AS cost
+    FROM (SELECT DISTINCT account_id FROM input) AS a LEFT JOIN rest AS r ON r.account_id = a.account_id
+    GROUP BY a.account_id
+  ) AS d WHERE id = d.account_id
   RETURNING id, balance_micros`
 
 /** Most completions one usage statement records. */
@@ -143,6 +162,32 @@ const MAX_LOOKUP_BATCH = 256
 
 /** PostgreSQL's deadlock_detected: the statement was rolled back whole and may run again. */
 const DEADLOCK = '40P01'
+
+/**
+ * SQLSTATEs of an unusable server: class 08 (connection exception), 53 (insufficient resources: disk full, out of
+ * memory, too many connections), 57P01..57P03 (shut down by an operator, crash shutdown, cannot connect now).
+ */
+const OUTAGE_SQLSTATE = /^(08|53|57P0[123])/
+/** Socket errors of a server that cannot be reached. */
+const OUTAGE_ERRNO = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENOTFOUND', 'EAI_AGAIN'])
+/** node-postgres's own errors (no code) for a connection lost, never made in time, or broken. */
+const OUTAGE_MESSAGE = /Connection terminated|timeout exceeded when trying to connect|connection error and is not queryable|Query read timeout/i
+
+/** Whether an error of node-postgres means the server could not be reached or could not work (see Store.isOutage). */
+export function isPostgresOutage(e: unknown): boolean {
+  if (e === null || typeof e !== 'object') return false
+  const code = (e as { code?: unknown }).code
+  if (typeof code === 'string') return /^[0-9A-Z]{5}$/.test(code) ? OUTAGE_SQLSTATE.test(code) : OUTAGE_ERRNO.has(code)
+  // Node's connect to a name with several addresses fails with an AggregateError of the attempts.
+  if (e instanceof AggregateError) return e.errors.some(isPostgresOutage)
+  return e instanceof Error && OUTAGE_MESSAGE.test(e.message)
+}
+
+/**
+ * Longest wait for a connection (a new one, or a free one of the pool): a server that drops packets fails requests
+ * in this time instead of holding them. node-postgres waits forever by default.
+ */
+const CONNECT_TIMEOUT_MS = 5000
 
 /**
  * saveInFlight's statement: $1 owner, $2 now (ms), $3..$10 the rows' columns as arrays. Upserts the rows (a row
@@ -214,7 +259,7 @@ export class PostgresStore implements Store {
   static async open(opts: PostgresStoreOptions): Promise<PostgresStore> {
     let pool: pg.Pool
     try {
-      pool = new pg.Pool({ connectionString: opts.url, max: opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS, types })
+      pool = new pg.Pool({ connectionString: opts.url, max: opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS, connectionTimeoutMillis: CONNECT_TIMEOUT_MS, types })
     } catch {
       throw new OnnxdError('config', 'ONNXD_DATABASE_URL is not a valid postgres:// URL')
     }
@@ -361,7 +406,8 @@ export class PostgresStore implements Store {
     try {
       balances = await this.recordBatch(batch)
     } catch (e) {
-      if (batch.length === 1) throw e
+      // An unreachable server fails each alone too.
+      if (batch.length === 1 || isPostgresOutage(e)) throw e
       // The statement was rolled back whole. One completion's failure (a key that is gone) must not fail the others:
       // each alone.
       const outcomes: PromiseSettledResult<{ balanceMicros: number }>[] = []
@@ -372,11 +418,27 @@ export class PostgresStore implements Store {
     return settleBatch(batch, balances)
   }
 
-  /** Records `batch` in one statement (again after a deadlock); the new balance of each account debited. */
+  /**
+   * Records `batch` in one statement (again after a deadlock); the new balance of each account of the batch. A
+   * completion id that comes twice in one batch is sent once: the statement would bill both.
+   */
   private async recordBatch(batch: readonly CompletionUsage[]): Promise<Map<string, number>> {
     const cols = (u: CompletionUsage) =>
-      [u.keyId, u.accountId, u.model, dayOf(u.at), u.promptTokens, u.completionTokens, u.costMicros, u.inFlightId ?? null, u.touchKey !== false ? Math.floor(u.at / 1000) : null] as const
-    const rows = batch.map(cols)
+      [
+        u.keyId,
+        u.accountId,
+        u.model,
+        dayOf(u.at),
+        u.promptTokens,
+        u.completionTokens,
+        u.costMicros,
+        u.inFlightId ?? null,
+        u.touchKey !== false ? Math.floor(u.at / 1000) : null,
+        u.id ?? null,
+        u.at,
+      ] as const
+    const ids = new Set<string>()
+    const rows = batch.filter((u) => u.id === undefined || (!ids.has(u.id) && ids.add(u.id))).map(cols)
     const query =
       rows.length === 1
         ? { name: 'onnxd_record_completion', text: RECORD_COMPLETION, values: [...rows[0]!] }
@@ -426,6 +488,7 @@ export class PostgresStore implements Store {
         addSettled(out, r)
       }
       await c.query('DELETE FROM inflight WHERE settled_at IS NOT NULL AND settled_at < $1', [nowMs - SETTLED_RETENTION_MS])
+      await c.query('DELETE FROM billed WHERE billed_at < $1', [nowMs - BILLED_RETENTION_MS])
       return out
     })
   }
@@ -447,6 +510,14 @@ export class PostgresStore implements Store {
       filters.map(([, value]) => value),
     )
     return rows.rows.map(toUsage)
+  }
+
+  async ping(): Promise<void> {
+    await this.pool.query('SELECT 1')
+  }
+
+  isOutage(e: unknown): boolean {
+    return isPostgresOutage(e)
   }
 
   private closed = false

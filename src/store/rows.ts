@@ -68,6 +68,12 @@ export interface InFlightRow {
 /** Settled in-flight rows are kept this long, so that a completion still running when recovery took its row adds only the rest. */
 export const SETTLED_RETENTION_MS = 86_400_000
 
+/**
+ * Ids of recorded completions are kept this long after the completion (its `at`): a record sent again within it is
+ * ignored. As long as settled in-flight rows are kept, the horizon of the rest of the billing bookkeeping.
+ */
+export const BILLED_RETENTION_MS = SETTLED_RETENTION_MS
+
 export const toAccount = (r: AccountRow): Account => ({
   id: r.id,
   name: r.name,

@@ -23,6 +23,7 @@ import type {
 } from './interfaces.js'
 import {
   addSettled,
+  BILLED_RETENTION_MS,
   dayOf,
   INFLIGHT_SAVE_COLUMNS,
   INFLIGHT_SAVE_CONFLICT,
@@ -107,6 +108,10 @@ function prepareStatements(db: Database.Database) {
          cost_micros = cost_micros + excluded.cost_micros`,
     ),
     touchKey: db.prepare<[number, string]>('UPDATE api_keys SET last_used_at = ? WHERE id = ?'),
+    markBilled: db.prepare<[string, number]>('INSERT INTO billed (id, billed_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING'),
+    forgetBilled: db.prepare<[number]>('DELETE FROM billed WHERE billed_at < ?'),
+    balance: db.prepare<[string], { balance_micros: number }>('SELECT balance_micros FROM accounts WHERE id = ?'),
+    ping: db.prepare<[], { one: number }>('SELECT 1 AS one'),
     debit: db.prepare<[number, string], { balance_micros: number }>(
       'UPDATE accounts SET balance_micros = balance_micros - ? WHERE id = ? RETURNING balance_micros',
     ),
@@ -151,6 +156,12 @@ export class SqliteStore implements Store {
       return row.balance_micros
     }
     this.record = this.db.transaction((u: CompletionUsage): { balanceMicros: number } => {
+      // A completion recorded before: nothing more (the first record's outcome may not have reached its caller).
+      if (u.id !== undefined && q.markBilled.run(u.id, u.at).changes === 0) {
+        const row = q.balance.get(u.accountId)
+        if (!row) throw new OnnxdError('internal', `account ${u.accountId} vanished while recording usage`)
+        return { balanceMicros: row.balance_micros }
+      }
       const taken = u.inFlightId !== undefined ? q.takeInFlight.get(u.inFlightId) : undefined
       const { requests, promptTokens, completionTokens, costMicros } = unsettledRest(u, taken)
       if (requests + promptTokens + completionTokens + costMicros > 0) {
@@ -174,6 +185,7 @@ export class SqliteStore implements Store {
         addSettled(out, r)
       }
       q.forgetSettled.run(nowMs - SETTLED_RETENTION_MS)
+      q.forgetBilled.run(nowMs - BILLED_RETENTION_MS)
       return out
     })
   }
@@ -286,7 +298,20 @@ export class SqliteStore implements Store {
     return rows.map(toUsage)
   }
 
+  async ping(): Promise<void> {
+    this.q.ping.get()
+  }
+
+  /** SQLite's failures of the file itself (locked past busy_timeout, I/O error, disk full, unopenable, read-only). */
+  isOutage(e: unknown): boolean {
+    const code = (e as { code?: unknown } | null)?.code
+    return typeof code === 'string' && SQLITE_OUTAGE.some((c) => code === c || code.startsWith(`${c}_`))
+  }
+
   async close(): Promise<void> {
     if (this.db.open) this.db.close()
   }
 }
+
+/** better-sqlite3's error codes (and their extended `_…` forms) that mean the database file cannot be used. */
+const SQLITE_OUTAGE = ['SQLITE_BUSY', 'SQLITE_LOCKED', 'SQLITE_IOERR', 'SQLITE_FULL', 'SQLITE_CANTOPEN', 'SQLITE_READONLY', 'SQLITE_PROTOCOL', 'SQLITE_NOMEM']

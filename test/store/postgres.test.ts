@@ -127,6 +127,41 @@ describe.skipIf(started.server === null)(`PostgresStore${started.reason ? ` (ski
     expect(await s.usage({ keyId: k.id })).toEqual([{ keyId: k.id, model: 'm', requests: 4, promptTokens: 4, completionTokens: 4, costMicros: 4 }])
   })
 
+  it('bills a completion id once within a shared statement, and after one, with other accounts in the batch (issue #32)', async () => {
+    const s = await open()
+    const a = await s.createAccount({ name: 'a', balanceMicros: 100 })
+    const b = await s.createAccount({ name: 'b', balanceMicros: 100 })
+    const ka = await s.createKey({ accountId: a.id, hash: hash(1), redacted: 'x' })
+    const kb = await s.createKey({ accountId: b.id, hash: hash(2), redacted: 'y' })
+    const at = Date.UTC(2025, 0, 1, 12)
+    const rec = (id: string, k = ka) => s.recordCompletion({ id, accountId: k.accountId, keyId: k.id, model: 'm', promptTokens: 1, completionTokens: 2, costMicros: 3, at })
+    await rec('c1', kb)
+    const statements = vi.spyOn(s.pool, 'query')
+    // The first goes out alone; the rest wait for it and go out together: c2 twice, c1 (b's, already billed) again.
+    const done = await Promise.all([rec('c0'), rec('c2'), rec('c2'), rec('c1', kb), rec('c3')])
+    expect(statements.mock.calls.filter(([q]) => (q as { name?: string }).name === 'onnxd_record_completions')).toHaveLength(1)
+    expect((await s.getAccount(a.id))!.balanceMicros).toBe(100 - 3 * 3)
+    // b, with nothing new in the batch, still gets its balance.
+    expect(done[3]).toEqual({ balanceMicros: 97 })
+    expect((await s.getAccount(b.id))!.balanceMicros).toBe(97)
+    expect(await s.usage({ keyId: ka.id })).toEqual([{ keyId: ka.id, model: 'm', requests: 3, promptTokens: 3, completionTokens: 6, costMicros: 9 }])
+  })
+
+  it('tells an unreachable or shut-down server from a refused statement', async () => {
+    const s = await open()
+    const down = await PostgresStore.open({ url: 'postgres://u@127.0.0.1:1/db' }).catch((e: unknown) => e)
+    expect(down).toMatchObject({ code: 'config' }) // at start: stops start-up
+    const refused = await s.pool.query('SELECT * FROM no_such_table').catch((e: unknown) => e)
+    expect(s.isOutage(refused)).toBe(false)
+    const pool = new (await import('pg')).default.Pool({ connectionString: 'postgres://u@127.0.0.1:1/db' })
+    const unreachable = await pool.query('SELECT 1').catch((e: unknown) => e)
+    await pool.end()
+    expect(s.isOutage(unreachable)).toBe(true)
+    for (const code of ['57P01', '57P03', '08006', '53300']) expect(s.isOutage(Object.assign(new Error('x'), { code }))).toBe(true)
+    expect(s.isOutage(new Error('Connection terminated unexpectedly'))).toBe(true)
+    expect(s.isOutage(Object.assign(new Error('x'), { code: '23503' }))).toBe(false)
+  })
+
   it('looks up keys that come together in shared statements, each its own answer, a revoked key failing at once', async () => {
     const [s, other] = await (async () => {
       const url = await freshDatabase()

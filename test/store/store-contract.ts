@@ -84,6 +84,57 @@ export function storeContract<S extends Store>(h: StoreHarness<S>): void {
     await expect(s.usage({})).rejects.toThrow(/keyId or an accountId/)
   })
 
+  it('records a completion id once: a record sent again changes nothing and answers the balance (issue #32)', async () => {
+    const s = await h.open()
+    const a = await s.createAccount({ name: 'a', balanceMicros: 1000 })
+    const k = await s.createKey({ accountId: a.id, hash: hash(1), redacted: 'x' })
+    const at = Date.UTC(2025, 0, 1, 12)
+    const u = { id: 'chatcmpl-1', accountId: a.id, keyId: k.id, model: 'm', promptTokens: 3, completionTokens: 4, costMicros: 10, at }
+    expect(await s.recordCompletion(u)).toEqual({ balanceMicros: 990 })
+    expect(await s.recordCompletion(u)).toEqual({ balanceMicros: 990 })
+    // Concurrently too (PostgreSQL sends these in one batch), with a different completion among them.
+    const again = await Promise.all([s.recordCompletion(u), s.recordCompletion({ ...u, id: 'chatcmpl-2' }), s.recordCompletion(u)])
+    // Each answers the balance its statement saw: before or after chatcmpl-2's debit.
+    expect(again[1]!.balanceMicros).toBe(980)
+    for (const b of again) expect([980, 990]).toContain(b.balanceMicros)
+    expect(await s.usage({ keyId: k.id })).toEqual([{ keyId: k.id, model: 'm', requests: 2, promptTokens: 6, completionTokens: 8, costMicros: 20 }])
+    expect((await s.getAccount(a.id))!.balanceMicros).toBe(980)
+    // Records without an id all count.
+    const { id: _, ...anonymous } = u
+    await s.recordCompletion(anonymous)
+    await s.recordCompletion(anonymous)
+    expect((await s.getAccount(a.id))!.balanceMicros).toBe(960)
+    // Ids are forgotten a day after their completion (settleStaleInFlight prunes them), then a record counts again.
+    await s.settleStaleInFlight(at, at + 86_400_001)
+    await s.recordCompletion(u)
+    expect((await s.getAccount(a.id))!.balanceMicros).toBe(950)
+  })
+
+  it('a streamed completion recorded twice settles its in-flight row once and bills once', async () => {
+    const s = await h.open()
+    const a = await s.createAccount({ name: 'a', balanceMicros: 1000 })
+    const k = await s.createKey({ accountId: a.id, hash: hash(1), redacted: 'x' })
+    const T = Date.UTC(2025, 0, 1, 12)
+    await s.saveInFlight('p', [{ id: 'r1', accountId: a.id, keyId: k.id, model: 'm', promptTokens: 4, completionTokens: 5, costMicros: 5, startedAt: T }], T)
+    // Recovery took the row (its facade looked gone), then the completion's own record came, twice.
+    await s.settleStaleInFlight(T + 1, T + 1)
+    const u = { id: 'r1', inFlightId: 'r1', accountId: a.id, keyId: k.id, model: 'm', promptTokens: 4, completionTokens: 9, costMicros: 9, at: T + 2 }
+    await s.recordCompletion(u)
+    await s.recordCompletion(u)
+    expect(await s.usage({ keyId: k.id })).toEqual([{ keyId: k.id, model: 'm', requests: 1, promptTokens: 4, completionTokens: 9, costMicros: 9 }])
+    expect((await s.getAccount(a.id))!.balanceMicros).toBe(991)
+    expect(await h.inflight(s)).toEqual([])
+  })
+
+  it('tells an outage from a refused operation, and answers a ping', async () => {
+    const s = await h.open()
+    await s.ping()
+    const refused = await s.createKey({ accountId: 'acct_missing', hash: hash(3), redacted: 'x' }).catch((e: unknown) => e)
+    expect(s.isOutage(refused)).toBe(false)
+    expect(s.isOutage(new Error('anything'))).toBe(false)
+    expect(s.isOutage(null)).toBe(false)
+  })
+
   it('rolls the usage row back when the debit fails', async () => {
     const s = await h.open()
     const a = await s.createAccount({ name: 'a' })
