@@ -53,29 +53,32 @@ describe('large prompts against the real facade and node', () => {
     await engine?.close()
   })
 
-  it('a bystander streams throughout and /health stays ready while 8 clients send ~1 MB prompts', async () => {
+  /** Runs `attacker`s until ATTACK_MS have passed, with a bystander streaming and /health polled meanwhile. */
+  async function underAttack(attack: (i: number, send: (body: string) => Promise<void>) => Promise<void>): Promise<{ statuses: Map<number, number>; messages: Set<string>; streams: Array<{ finish: string | null; text: string }>; health: string[] }> {
     const until = Date.now() + ATTACK_MS
-    const attackStatuses = new Map<number, number>()
-    // Each attacker alternates a prompt of about 1 MB (under the facade's body limit) and one just under the node's
-    // byte bound, which is tokenized in full before it is found too long in tokens.
-    const attacker = async (i: number): Promise<void> => {
-      const huge = JSON.stringify({ model: 'onnxd-tiny', messages: [{ role: 'user', content: 'a'.repeat(1_000_000) }] })
-      const near = JSON.stringify({ model: 'onnxd-tiny', messages: [{ role: 'user', content: words(byteLimit - 64, i + 1) }] })
-      for (let k = 0; Date.now() < until; k++) {
-        const res = await fetch(`${baseURL}/chat/completions`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${f.key}`, 'content-type': 'application/json' },
-          body: k % 2 === 0 ? huge : near,
-        })
-        await res.arrayBuffer()
-        attackStatuses.set(res.status, (attackStatuses.get(res.status) ?? 0) + 1)
+    const statuses = new Map<number, number>()
+    const messages = new Set<string>()
+    const send = async (body: string): Promise<void> => {
+      const res = await fetch(`${baseURL}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${f.key}`, 'content-type': 'application/json' },
+        body,
+      })
+      const answer = (await res.json()) as { error?: { message: string; type: string; code: number } }
+      statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1)
+      if (answer.error) {
+        expect(answer.error.code).toBe(res.status)
+        messages.add(`${answer.error.type}: ${answer.error.message.replace(/\d+/g, 'N')}`)
       }
     }
-    const healthStatuses: string[] = []
+    const attacker = async (i: number): Promise<void> => {
+      while (Date.now() < until) await attack(i, send)
+    }
+    const health: string[] = []
     const poller = async (): Promise<void> => {
       while (Date.now() < until) {
         const res = await fetch(`${nodeUrl}/health`)
-        healthStatuses.push(`${res.status} ${((await res.json()) as { status: string }).status}`)
+        health.push(`${res.status} ${((await res.json()) as { status: string }).status}`)
         await new Promise((r) => setTimeout(r, 100))
       }
     }
@@ -94,16 +97,49 @@ describe('large prompts against the real facade and node', () => {
       }
     }
     await Promise.all([...Array.from({ length: ATTACKERS }, (_, i) => attacker(i)), poller(), bystander()])
+    return { statuses, messages, streams, health }
+  }
 
-    // Every attack was refused as too long, none as an overload or a failure.
-    expect([...attackStatuses.keys()]).toEqual([422])
-    expect(attackStatuses.get(422)).toBeGreaterThanOrEqual(ATTACKERS * 2)
+  /** Every stream completed, greedy, with the same whole answer; /health said ready throughout. */
+  function bystanderUnharmed(streams: Array<{ finish: string | null; text: string }>, health: string[]): void {
     expect(streams.length).toBeGreaterThanOrEqual(3)
-    // Greedy: every stream is the whole of the same answer, attack or not.
     expect(streams[0].text.length).toBeGreaterThan(0)
     for (const s of streams) expect(s).toEqual({ finish: streams[0].finish, text: streams[0].text })
     expect(streams[0].finish).toMatch(/^(length|stop)$/)
-    expect(healthStatuses.length).toBeGreaterThan(10)
-    expect(new Set(healthStatuses)).toEqual(new Set(['200 ready']))
+    expect(health.length).toBeGreaterThan(10)
+    expect(new Set(health)).toEqual(new Set(['200 ready']))
+  }
+
+  it('a bystander streams throughout and /health stays ready while 8 clients send ~1 MB prompts', async () => {
+    // Each attacker alternates a prompt of about 1 MB (under the facade's body limit) and one just under the node's
+    // byte bound, which is tokenized in full before it is found too long in tokens.
+    const { statuses, streams, health } = await underAttack(async (i, send) => {
+      const huge = JSON.stringify({ model: 'onnxd-tiny', messages: [{ role: 'user', content: 'a'.repeat(1_000_000) }] })
+      const near = JSON.stringify({ model: 'onnxd-tiny', messages: [{ role: 'user', content: words(byteLimit - 64, i + 1) }] })
+      await send(huge)
+      await send(near)
+    })
+    // Every attack was refused as too long, none as an overload or a failure.
+    expect([...statuses.keys()]).toEqual([422])
+    expect(statuses.get(422)).toBeGreaterThanOrEqual(ATTACKERS * 2)
+    bystanderUnharmed(streams, health)
+  })
+
+  it('issue #32: 8 clients sending ~800 KB of tools or of tool-call arguments are refused by the byte bound, before rendering, while a bystander streams', async () => {
+    const user = [{ role: 'user', content: 'hi' }]
+    const { statuses, messages, streams, health } = await underAttack(async (i, send) => {
+      // 100 tools of 8 KB of description each (under the facade's body limit of 1 MiB) ...
+      const tools = Array.from({ length: 100 }, (_, k) => ({ type: 'function', function: { name: `f${k}`, description: words(8000, i * 1000 + k + 1), parameters: { type: 'object', properties: {} } } }))
+      // ... and 800 KB of arguments of a call sent back in the conversation.
+      const call = { id: 'call_1', type: 'function', function: { name: 'f0', arguments: JSON.stringify({ q: words(800_000, i + 7) }) } }
+      const withCall = [...user, { role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: 'call_1', content: 'done' }]
+      await send(JSON.stringify({ model: 'onnxd-tiny', messages: user, tools }))
+      await send(JSON.stringify({ model: 'onnxd-tiny', messages: withCall, tools: tools.slice(0, 1) }))
+    })
+    expect([...statuses.keys()]).toEqual([422])
+    expect(statuses.get(422)).toBeGreaterThanOrEqual(ATTACKERS * 2)
+    // The node's byte check answered each, in the spec's error object: nothing was rendered or tokenized.
+    expect([...messages].every((m) => m.startsWith('invalid_request_error: The prompt is N bytes of text (messages and tools);'))).toBe(true)
+    bystanderUnharmed(streams, health)
   })
 })

@@ -276,7 +276,7 @@ export class EnginePool implements EngineClient {
     if (bytes > limit) {
       throw new OnnxdError(
         'context_length_exceeded',
-        `The prompt is ${bytes} bytes of text; this model's context of ${ctx} tokens holds at most ${limit} bytes (${b.maxTokenBytes} bytes per token at most${b.lengthPreserving ? '' : ', times 4 for its normalizer'})`,
+        `The prompt is ${bytes} bytes of text${req.tools?.length ? ' (messages and tools)' : ''}; this model's context of ${ctx} tokens holds at most ${limit} bytes (${b.maxTokenBytes} bytes per token at most${b.lengthPreserving ? '' : ', times 4 for its normalizer'})`,
       )
     }
   }

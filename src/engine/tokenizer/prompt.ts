@@ -13,10 +13,22 @@ export interface PromptInput {
   tools?: FunctionTool[]
 }
 
-/** UTF-8 bytes of a text prompt: the prompt, or every message's content (the chat template only adds to them). */
+/** UTF-8 bytes of a value as a chat template writes it: a string as it is, anything else as its JSON. */
+const renderedBytes = (v: unknown): number => (typeof v === 'string' ? Buffer.byteLength(v) : v === undefined ? 0 : Buffer.byteLength(JSON.stringify(v) ?? ''))
+
+/**
+ * UTF-8 bytes of the text a prompt brings to the tokenizer: the prompt; or, for chat, every value of every message
+ * (role, content, and whatever else the chat template may render: name, tool_calls with their arguments, as JSON,
+ * tool_call_id) and the tools' JSON. Templates add their own markup around these and leave out little of them (a
+ * call's id or type, quotes): a request over the byte bound cannot fit the context, whichever field holds its bytes,
+ * and is refused before any of it is rendered or tokenized.
+ */
 export function promptTextBytes(req: PromptInput): number {
   if (req.prompt !== undefined) return Buffer.byteLength(req.prompt)
-  return (req.messages ?? []).reduce((n, m) => n + Buffer.byteLength(m.content), 0)
+  let n = 0
+  for (const m of req.messages ?? []) for (const v of Object.values(m)) n += renderedBytes(v)
+  if (req.tools?.length) n += renderedBytes(req.tools)
+  return n
 }
 
 /** Token ids of a text prompt (messages through the chat template). */

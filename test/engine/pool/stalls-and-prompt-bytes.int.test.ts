@@ -58,6 +58,32 @@ describe('engine pool under hostile load', () => {
     expect(chat.type === 'error' && chat.error.message).toContain('bytes of text')
   })
 
+  it('issue #32: counts tools, tool-call arguments, tool results and names in the byte bound, refusing before rendering', async () => {
+    const limit = tok.promptByteLimit(pool.health().contextLength!)
+    const refusedByBytes = (events: SeqEvent[]): void => {
+      const end = last(events)
+      expect(end.type === 'error' && end.error.code).toBe('context_length_exceeded')
+      // The pool's byte check, not the tokenizer's count of tokens: nothing was rendered or tokenized.
+      expect(end.type === 'error' && end.error.message).toContain('bytes of text')
+      expect(events.map((e) => e.type)).toEqual(['error'])
+    }
+    const user = [{ role: 'user', content: 'hi' }]
+    const description = 'd'.repeat(limit + 1)
+    refusedByBytes(await collect(pool, { prompt: undefined, messages: user, tools: [{ type: 'function', function: { name: 'f', description } }] }))
+    // Many small tools, none of them large.
+    const many = Array.from({ length: 128 }, (_, i) => ({ type: 'function' as const, function: { name: `f${i}`, parameters: { type: 'object', properties: { q: { type: 'string', description: 'e'.repeat(Math.ceil(limit / 128)) } } } } }))
+    refusedByBytes(await collect(pool, { prompt: undefined, messages: user, tools: many }))
+    // A call's arguments, sent back as the template reads them (an object).
+    const call = { id: 'c1', type: 'function', function: { name: 'f', arguments: { q: 'a'.repeat(limit + 1) } } }
+    refusedByBytes(await collect(pool, { prompt: undefined, messages: [...user, { role: 'assistant', content: '', tool_calls: [call] }] as EngineRequest['messages'] }))
+    // A tool result, and a name.
+    refusedByBytes(await collect(pool, { prompt: undefined, messages: [...user, { role: 'tool', content: 'r'.repeat(limit + 1), tool_call_id: 'c1' }] as EngineRequest['messages'] }))
+    refusedByBytes(await collect(pool, { prompt: undefined, messages: [{ role: 'user', content: 'hi', name: 'n'.repeat(limit + 1) }] as EngineRequest['messages'] }))
+    // Under the bound, tools are rendered and the request completes.
+    const small = last(await collect(pool, { prompt: undefined, messages: user, tools: [{ type: 'function', function: { name: 'f', description: 'a tool' } }], max_tokens: 2 }))
+    expect(small.type).toBe('done')
+  })
+
   it('tokenizes a prompt under the byte bound and judges it by its tokens', async () => {
     const limit = tok.promptByteLimit(pool.health().contextLength!)
     const words = 'lorem ipsum dolor sit amet '.repeat(Math.floor(limit / 27))
