@@ -49,14 +49,16 @@ async function maskMs(grammars: Grammars, vocab: number, batch: number, steps: n
     masks.forEach((m, i) => applyMask(rows[i]!, m.bits))
     times.push(performance.now() - t0)
     for (const [i, m] of masks.entries()) {
+      // The last pick completed the value (the thread says so with the next mask): this row starts again.
+      if (m.terminated) {
+        m.dispose()
+        masks[i] = await grammars.matcher({ type: 'json_schema', schema: SCHEMA })
+        continue
+      }
       const allowed: number[] = []
       rows[i]!.forEach((x, id) => x === 0 && allowed.push(id))
       seed = (seed * 48271) % 2147483647
       m.accept(allowed[seed % allowed.length]!)
-      if (m.terminated) {
-        m.dispose()
-        masks[i] = await grammars.matcher({ type: 'json_schema', schema: SCHEMA })
-      }
     }
   }
   for (const m of masks) m.dispose()
@@ -95,6 +97,7 @@ export async function measureMaskCost(modelDir: string, batches: number[], steps
     const step = await stepMs(modelDir, batch, steps)
     out.push({ batch, mask_ms: mask, step_ms: step, ratio: mask / step })
   }
+  await grammars.close()
   return out
 }
 

@@ -54,7 +54,7 @@ const PACKAGE_OWNERS: { pkg: string; owners: string[]; exceptions?: { file: stri
   },
   { pkg: 'koffi', owners: ['src/engine/model/ort-capi.ts'] },
   { pkg: 'node-llama-cpp', owners: ['src/bench/peer/llama-cpp.ts'] },
-  { pkg: '@mlc-ai/web-xgrammar', owners: ['src/engine/generation/grammar.ts'] },
+  { pkg: '@mlc-ai/web-xgrammar', owners: ['src/engine/generation/grammar-thread.ts'] },
   { pkg: 'better-sqlite3', owners: ['src/store/sqlite.ts'] },
   { pkg: 'pg', owners: ['src/store/postgres.ts'] },
   { pkg: 'redis', owners: ['src/store/redis-rate-limit.ts'] },

@@ -133,6 +133,7 @@ export class Engine {
 
   async close(): Promise<void> {
     await this.batcher.close()
+    await this.grammars?.close()
     await this.model.session.dispose()
   }
 }

@@ -1,106 +1,253 @@
-// Structured outputs: the tokens a JSON grammar allows at each step, as a bitmask over the vocabulary, from xgrammar
-// (its WebAssembly build, the npm package @mlc-ai/web-xgrammar; this module is its one importer). A request's
-// response_format becomes a grammar (any JSON object, or one JSON Schema), compiled once per schema against the
-// model's vocabulary; each sequence walks it with a matcher: the mask before a step, the pick accepted after it.
-// Imports: node, shared errors, the package's types.
-import { readFileSync } from 'node:fs'
-import { createRequire } from 'node:module'
-import { dirname } from 'node:path'
-import type * as XG from '@mlc-ai/web-xgrammar'
+// Structured outputs: the tokens a JSON grammar allows at each step, as a bitmask over the vocabulary. A request's
+// response_format or constrained tools become a grammar (grammar-bounds.ts refuses one past its bounds first),
+// compiled once per schema against the model's vocabulary; each sequence walks it with a matcher: the mask before a
+// step, the pick accepted after it.
+//
+// xgrammar runs on a thread of its own (grammar-thread.ts), never on the replica's step loop: a compile may take
+// seconds, and its matchers' masks are computed there too. This side keeps what is needed to rebuild that thread at
+// any moment: each live matcher's grammar and the tokens it accepted. The thread is replaced (live matchers
+// replayed on the new one, other requests untouched) when a compile runs past `compileMs` (that request: 422), when
+// xgrammar traps inside WebAssembly (that request: 422 or 500), and when its heap grows past `heapBytes` (its memory
+// goes back to the system; nobody fails). Imports: node, shared errors and types, the protocol and the converter.
+import { Worker } from 'node:worker_threads'
 import { OnnxdError } from '../../shared/errors.js'
 import type { StructuredOutput } from '../../shared/sampling.js'
-import { JSON_OBJECT_GRAMMAR, jsonSchemaGrammar } from './json-schema-grammar.js'
 import { TOOL_CALL_CLOSE, TOOL_CALL_OPEN } from '../../shared/tools.js'
+import { JSON_OBJECT_GRAMMAR, jsonSchemaGrammar } from './json-schema-grammar.js'
+import { checkGrammarBounds } from './grammar-bounds.js'
+import type { GrammarReply, GrammarRequest, GrammarThreadData, GrammarVocabulary, MaskResult } from './grammar-protocol.js'
 
-type Xgrammar = typeof XG
+export type { GrammarVocabulary } from './grammar-protocol.js'
 
-let loaded: Promise<Xgrammar> | null = null
-
-/**
- * The package. Its bundle is UMD in a package marked `"type": "module"`, which Node's ESM loader cannot run (it
- * reads `require`), so it is evaluated here as the CommonJS module it also is (pinned: 0.1.27).
- */
-function xgrammar(): Promise<Xgrammar> {
-  loaded ??= (async () => {
-    const file = createRequire(import.meta.url).resolve('@mlc-ai/web-xgrammar')
-    const module = { exports: {} as Record<string, unknown> }
-    // Its one dynamic import (of node:module, for createRequire) becomes a require: code made by new Function has no
-    // module loader to import with inside vitest's VM contexts.
-    const source = readFileSync(file, 'utf8').replace("await import('module')", "require('module')")
-    new Function('exports', 'module', 'require', '__filename', '__dirname', source)(module.exports, module, createRequire(file), file, dirname(file))
-    return module.exports as unknown as Xgrammar
-  })()
-  return loaded
+export interface GrammarLimits {
+  /** A compile running longer is stopped (its thread replaced) and its request refused with a 422. */
+  compileMs: number
+  /** The grammar thread's WebAssembly heap past which the thread is replaced, to give its memory back. */
+  heapBytes: number
+  /** Compiled grammars kept on the thread, least recently used evicted first. */
+  cached: number
 }
 
-/** The model's vocabulary as the grammar engine reads it (TextTokenizer.vocabulary). */
-export interface GrammarVocabulary {
-  pieces: string[]
-  kind: 'byte_level' | 'byte_fallback' | 'raw'
-  prependsSpace: boolean
+export const DEFAULT_GRAMMAR_LIMITS: GrammarLimits = { compileMs: 10_000, heapBytes: 512 * 1024 ** 2, cached: 32 }
+
+/** The request field a grammar comes from, for errors. */
+function fieldOf(spec: StructuredOutput): string {
+  return spec.type === 'json_object' ? 'response_format' : spec.type === 'json_schema' ? 'response_format.json_schema.schema' : 'tools'
 }
 
-/** Compiled grammars kept per engine replica, by schema: compiling one costs tens of ms over a 49k vocabulary. */
-const CACHED_GRAMMARS = 64
+/** The grammar's text (EBNF, root rule `root`), and for free text with calls (auto) the structural tag around it. */
+function grammarOf(spec: StructuredOutput): { ebnf: string; auto: Record<string, unknown> | null } {
+  if (spec.type === 'json_object') return { ebnf: JSON_OBJECT_GRAMMAR, auto: null }
+  if (spec.type === 'json_schema') {
+    checkGrammarBounds([spec.schema], 'response_format.json_schema.schema')
+    return { ebnf: jsonSchemaGrammar(spec.schema), auto: null }
+  }
+  checkGrammarBounds(spec.functions.map((f) => f.parameters ?? {}), 'tools[].function.parameters')
+  const auto = spec.mode === 'auto'
+  const ebnf = toolCallGrammar(spec.functions, !auto)
+  if (!auto) return { ebnf, auto: null }
+  // Free text, in which whatever follows the call tag is one call (xgrammar's triggered tags).
+  return {
+    ebnf,
+    auto: { type: 'structural_tag', format: { type: 'triggered_tags', triggers: [TOOL_CALL_OPEN], tags: [{ type: 'tag', begin: `${TOOL_CALL_OPEN}\n`, content: { type: 'grammar', grammar: ebnf }, end: `\n${TOOL_CALL_CLOSE}` }] } },
+  }
+}
 
-/** One model's grammar compiler: vocabulary read once, on the first structured request. */
+/** The thread's entry: the built .js, or the .ts source under tsx (tests, `npx tsx`). */
+function spawnThread(data: GrammarThreadData): Worker {
+  const fromTs = import.meta.url.endsWith('.ts')
+  const url = new URL(`./grammar-thread.${fromTs ? 'ts' : 'js'}`, import.meta.url)
+  if (!fromTs) return new Worker(url, { workerData: data })
+  // A Worker cannot start from a .ts file on Node 20 even with tsx's hooks in execArgv: they are registered first.
+  const boot = `import('tsx/esm/api').then((t) => t.register()).then(() => import(${JSON.stringify(url.href)}))`
+  return new Worker(boot, { eval: true, workerData: data })
+}
+
+interface Pending {
+  msg: Exclude<GrammarRequest, { type: 'close' }>
+  resolve: (r: GrammarReply) => void
+  reject: (e: OnnxdError) => void
+  /** For an open: the field its grammar comes from. */
+  field?: string
+}
+
+/** One model's grammars, on one thread; the vocabulary is read on the first structured request. */
 export class Grammars {
-  private compiler: Promise<XG.GrammarCompiler> | null = null
-  private readonly compiled = new Map<string, Promise<XG.CompiledGrammar>>()
+  private thread: Worker | null = null
+  private data: GrammarThreadData | null = null
+  private nextReq = 1
+  private nextMatcher = 1
+  private readonly pending = new Map<number, Pending>()
+  private readonly live = new Map<number, TokenMask>()
+  private compileTimer: NodeJS.Timeout | null = null
+  /** The heap right after the last replacement: the live grammars' own share, which replacing cannot give back. */
+  private floorBytes = 0
+  private batch: { mask: TokenMask; accept: number | null; resolve: (r: MaskResult) => void; reject: (e: OnnxdError) => void }[] = []
+  private closed = false
+  /** Thread replacements so far (tests and metrics read it). */
+  replacements = 0
 
   constructor(
     private readonly vocabulary: () => GrammarVocabulary,
     /** Tokens that end a sequence (the model's EOS): allowed once the JSON is complete, and only then. */
     private readonly stopIds: readonly number[],
+    private readonly limits: GrammarLimits = DEFAULT_GRAMMAR_LIMITS,
   ) {}
-
-  private async compilerOf(): Promise<XG.GrammarCompiler> {
-    this.compiler ??= (async () => {
-      const xg = await xgrammar()
-      const v = this.vocabulary()
-      const info = await xg.TokenizerInfo.createTokenizerInfo(v.pieces, v.kind, v.prependsSpace, v.pieces.length, [...this.stopIds])
-      return xg.GrammarCompiler.createGrammarCompiler(info, true)
-    })()
-    return this.compiler
-  }
 
   /**
    * A fresh matcher of `spec`'s grammar: compact JSON (no free whitespace, so a model cannot spend its tokens on
-   * spaces). A schema with a constraint it cannot enforce is a 422 naming it (json-schema-grammar.ts).
+   * spaces). A schema past a bound, or with a constraint it cannot enforce, is a 422 naming it.
    */
   async matcher(spec: StructuredOutput): Promise<TokenMask> {
-    // Auto: free text, in which whatever follows the call tag is one call (xgrammar's triggered tags).
-    const auto = spec.type === 'tool_call' && spec.mode === 'auto'
-    const key = JSON.stringify(spec)
-    let g = this.compiled.get(key)
-    if (g) this.compiled.delete(key)
-    else {
-      // Converted only on a miss (a schema it cannot enforce throws its 422 here, and is not kept).
-      const ebnf = spec.type === 'json_object' ? JSON_OBJECT_GRAMMAR : spec.type === 'json_schema' ? jsonSchemaGrammar(spec.schema) : toolCallGrammar(spec.functions, spec.mode === 'required')
-      g = this.compilerOf().then((c) =>
-        auto
-          ? c.compileStructuralTag({ type: 'structural_tag', format: { type: 'triggered_tags', triggers: [TOOL_CALL_OPEN], tags: [{ type: 'tag', begin: `${TOOL_CALL_OPEN}\n`, content: { type: 'grammar', grammar: ebnf }, end: `\n${TOOL_CALL_CLOSE}` }] } })
-          : c.compileGrammar(ebnf, 'root'),
+    const field = fieldOf(spec)
+    const { ebnf, auto } = grammarOf(spec)
+    const mask = new TokenMask(this, this.nextMatcher++, JSON.stringify(spec), ebnf, auto)
+    await this.send({ type: 'open', req: this.nextReq++, m: mask.id, key: mask.key, ebnf, auto, replay: [] }, field)
+    if (this.closed) throw new OnnxdError('not_ready', 'engine is shutting down', { retryAfterS: 1 })
+    this.live.set(mask.id, mask)
+    return mask
+  }
+
+  /** Accepts `accept` on `mask`'s matcher and computes its next mask; the steps of one turn share one message. */
+  step(mask: TokenMask, accept: number | null): Promise<MaskResult> {
+    return new Promise((resolve, reject) => {
+      if (this.batch.length === 0) queueMicrotask(() => this.flush())
+      this.batch.push({ mask, accept, resolve, reject })
+    })
+  }
+
+  private flush(): void {
+    const batch = this.batch
+    this.batch = []
+    const msg: GrammarRequest = { type: 'next', req: this.nextReq++, items: batch.map((b) => ({ m: b.mask.id, accept: b.accept })) }
+    this.send(msg).then(
+      (reply) => {
+        if (reply.type !== 'masks') return batch.forEach((b) => b.reject(new OnnxdError('internal', 'the grammar thread answered out of turn')))
+        batch.forEach((b, i) => {
+          if (b.accept !== null) b.mask.accepted.push(b.accept)
+          b.resolve(reply.results[i]!)
+        })
+      },
+      (e: OnnxdError) => batch.forEach((b) => b.reject(e)),
+    )
+  }
+
+  /** Lets `mask`'s matcher go. */
+  release(mask: TokenMask): void {
+    if (!this.live.delete(mask.id)) return
+    this.thread?.postMessage({ type: 'close', m: mask.id } satisfies GrammarRequest)
+  }
+
+  async close(): Promise<void> {
+    this.closed = true
+    this.clearTimer()
+    const t = this.thread
+    this.thread = null
+    for (const p of this.pending.values()) p.reject(new OnnxdError('not_ready', 'engine is shutting down', { retryAfterS: 1 }))
+    this.pending.clear()
+    if (t) await t.terminate()
+  }
+
+  private send(msg: Pending['msg'], field?: string): Promise<GrammarReply> {
+    if (this.closed) return Promise.reject(new OnnxdError('not_ready', 'engine is shutting down', { retryAfterS: 1 }))
+    return new Promise((resolve, reject) => {
+      this.pending.set(msg.req, { msg, resolve, reject, field })
+      this.threadOf().postMessage(msg)
+    })
+  }
+
+  private threadOf(): Worker {
+    if (this.thread) return this.thread
+    this.data ??= { vocabulary: this.vocabulary(), stopIds: [...this.stopIds], maxCached: this.limits.cached }
+    const t = spawnThread(this.data)
+    t.unref()
+    t.on('message', (r: GrammarReply) => this.thread === t && this.onReply(r))
+    t.on('error', (e) => this.thread === t && this.replace(null, `the grammar thread failed: ${e.message.slice(0, 200)}`))
+    t.on('exit', (code) => this.thread === t && this.replace(null, `the grammar thread exited (code ${code})`))
+    this.thread = t
+    return t
+  }
+
+  private onReply(r: GrammarReply): void {
+    if (r.type === 'compiling') {
+      this.clearTimer()
+      this.compileTimer = setTimeout(() => this.replace(r.req, null), this.limits.compileMs)
+      this.compileTimer.unref()
+      return
+    }
+    const p = this.pending.get(r.req)
+    if (!p) return
+    if (r.type === 'failed') {
+      if (r.fatal) return this.replace(r.req, r.message)
+      this.pending.delete(r.req)
+      this.clearTimer()
+      return p.reject(this.refusal(p, r.message))
+    }
+    this.pending.delete(r.req)
+    if (r.type === 'opened') {
+      this.clearTimer()
+      p.resolve(r)
+      // Past the heap bound: a new thread gives the memory back, unless the live grammars alone hold that much.
+      if (r.heapBytes > Math.max(this.limits.heapBytes, 2 * this.floorBytes)) queueMicrotask(() => this.replace(null, null))
+      return
+    }
+    p.resolve(r)
+  }
+
+  private refusal(p: Pending, message: string): OnnxdError {
+    if (p.msg.type === 'open') return new OnnxdError('invalid_value', `\`${p.field}\` cannot be compiled into a grammar: ${message}`, { param: p.field!.split('.')[0] })
+    return new OnnxdError('internal', `the grammar engine failed: ${message}`)
+  }
+
+  private clearTimer(): void {
+    if (this.compileTimer) clearTimeout(this.compileTimer)
+    this.compileTimer = null
+  }
+
+  /**
+   * Replaces the thread. Request `culprit` (a compile past its time when `message` is null, else a trap) is refused;
+   * every live matcher is rebuilt on the new thread from its grammar and accepted tokens, and every other request
+   * under way is sent again there, in order.
+   */
+  private replace(culprit: number | null, message: string | null): void {
+    if (this.closed) return
+    this.clearTimer()
+    const old = this.thread
+    this.thread = null
+    void old?.terminate()
+    this.replacements++
+    const c = culprit === null ? undefined : this.pending.get(culprit)
+    if (c) {
+      this.pending.delete(culprit!)
+      c.reject(
+        message === null
+          ? new OnnxdError('invalid_value', `\`${c.field}\` took more than ${this.limits.compileMs} ms to compile into a grammar; send a smaller schema (fewer properties, enum values or alternatives)`, { param: c.field!.split('.')[0] })
+          : this.refusal(c, `the grammar engine failed (${message}); it was restarted`),
       )
-      g.catch(() => this.compiled.delete(key))
     }
-    this.compiled.set(key, g)
-    if (this.compiled.size > CACHED_GRAMMARS) {
-      const [oldest, evicted] = this.compiled.entries().next().value as [string, Promise<XG.CompiledGrammar>]
-      this.compiled.delete(oldest)
-      void evicted.then((c) => c.dispose(), () => {})
+    const again = [...this.pending.values()].sort((a, b) => a.msg.req - b.msg.req)
+    this.pending.clear()
+    const thread = this.threadOf()
+    let floor = 0
+    for (const mask of this.live.values()) {
+      const req = this.nextReq++
+      const replay: GrammarRequest = { type: 'open', req, m: mask.id, key: mask.key, ebnf: mask.ebnf, auto: mask.auto, replay: [...mask.accepted] }
+      this.pending.set(req, {
+        msg: replay,
+        resolve: (r) => {
+          if (r.type === 'opened') this.floorBytes = floor = Math.max(floor, r.heapBytes)
+        },
+        // A matcher that cannot be rebuilt fails its own sequence at its next step.
+        reject: (e) => (mask.broken = e),
+        field: 'the grammar',
+      })
+      thread.postMessage(replay)
     }
-    let compiled: XG.CompiledGrammar
-    try {
-      compiled = await g
-    } catch (e) {
-      const what = spec.type === 'json_object' ? 'response_format' : spec.type === 'json_schema' ? 'response_format.json_schema.schema' : 'tools'
-      throw new OnnxdError('invalid_value', `\`${what}\` cannot be compiled into a grammar: ${String((e as Error).message ?? e).slice(0, 200)}`, { param: what })
+    this.floorBytes = floor
+    for (const p of again) {
+      this.pending.set(p.msg.req, p)
+      thread.postMessage(p.msg)
     }
-    const xg = await xgrammar()
-    // A JSON value or a required call ends when it is complete (no stop token needed): the sequence then finishes
-    // with "stop". Free text (auto) ends as text does, with the model's end-of-sequence token.
-    return new TokenMask(await xg.GrammarMatcher.createGrammarMatcher(compiled, undefined, !auto))
   }
 }
 
@@ -115,29 +262,49 @@ function toolCallGrammar(functions: { name: string; parameters: Record<string, u
   return jsonSchemaGrammar(schema, tagged ? [`${TOOL_CALL_OPEN}\n`, `\n${TOOL_CALL_CLOSE}`] : undefined, 'tools[].function.parameters')
 }
 
-/** One sequence's walk through its grammar. */
+/** One sequence's walk through its grammar; its matcher lives on the grammar thread. */
 export class TokenMask {
   /** Bit i set: token i is allowed at this step (filled by next()). */
   bits: Int32Array = new Int32Array(0)
+  /** The value is complete after the tokens accepted before the last next(): nothing more may follow. */
+  terminated = false
+  /** Tokens the thread has accepted, in order (a replaced thread's matcher is rebuilt from them). */
+  readonly accepted: number[] = []
+  /** Set when the thread was replaced and this matcher could not be rebuilt. */
+  broken: OnnxdError | null = null
+  private picked: number | null = null
 
-  constructor(private readonly m: XG.GrammarMatcher) {}
+  constructor(
+    private readonly owner: Grammars,
+    readonly id: number,
+    readonly key: string,
+    readonly ebnf: string,
+    readonly auto: Record<string, unknown> | null,
+  ) {}
 
-  /** Computes the next step's allowed tokens. */
+  /**
+   * Accepts the picked token (sent with the next call of next()), then computes the next step's allowed tokens and
+   * whether the value is complete. Throws when the grammar refused the token or its matcher was lost.
+   */
   async next(): Promise<void> {
-    this.bits = await this.m.getNextTokenBitmask()
+    const accept = this.picked
+    this.picked = null
+    if (this.broken) throw this.broken
+    const r = await this.owner.step(this, accept)
+    if (this.broken) throw this.broken
+    if (r.rejected) throw new OnnxdError('internal', `token ${accept} is outside the grammar`)
+    this.terminated = r.terminated
+    this.bits = r.bits ?? new Int32Array(0)
   }
 
-  /** Advances past the picked token; false when the grammar does not allow it (a bug: the mask was not applied). */
+  /** Takes `id` as the pick after this step's mask; false when the mask does not allow it (a bug: it was not applied). */
   accept(id: number): boolean {
-    return this.m.acceptToken(id)
-  }
-
-  /** Whether the value is complete: nothing more may follow. */
-  get terminated(): boolean {
-    return this.m.isTerminated()
+    if (this.terminated || ((this.bits[id >> 5] ?? 0) & (1 << (id & 31))) === 0) return false
+    this.picked = id
+    return true
   }
 
   dispose(): void {
-    this.m.dispose()
+    this.owner.release(this)
   }
 }

@@ -355,6 +355,11 @@ export class Batcher {
         this.abort(s)
         return
       }
+      // Failed while its grammar was prepared (a grammar thread fault), before its first token.
+      if (s.done) {
+        this.observer.onFinish?.(s.observation('error'))
+        return
+      }
       if (s.step(out.logits.subarray(r * V, (r + 1) * V))) this.observer.onFinish?.(s.observation('done'))
       else {
         this.kv.takeRow(g.kv, r)
@@ -365,6 +370,13 @@ export class Batcher {
   }
 
   private async decodeStep(): Promise<void> {
+    // Constrained rows hear whether their last token completed the value (then they end here) and get their masks.
+    await prepareGrammars(this.running)
+    if (this.running.some((s) => s.done)) {
+      for (const s of this.running) if (s.done && !s.cancelled) this.observer.onFinish?.(s.observation(s.finished ? 'done' : 'error'))
+      this.keepRunning((s) => !s.done && !s.cancelled)
+      if (this.running.length === 0) return
+    }
     const kv = this.kv
     const rows = this.running.length
     const ones = this.running.map(() => 1)
@@ -390,7 +402,6 @@ export class Batcher {
       lengths[r] = kv.lens[r] + 1
       if (masked) kv.maskRow(x.mask, r, 1, 1)
     }
-    await prepareGrammars(this.running)
     // When every row decodes greedily the graph's argmax is the step's sampling: no logits leave ORT.
     const greedy = session.signature.nextToken !== null && this.running.every((s) => s.greedyNow)
     const t0 = performance.now()

@@ -1,6 +1,6 @@
 // One request's generation state: sampling, incremental detokenization, stop strings, finish rules, timings and
 // its event sink. The batcher calls step() once per forward with this row's logits.
-import type { ErrorData } from '../../shared/errors.js'
+import { toErrorData, type ErrorData } from '../../shared/errors.js'
 import type { LoadedModel } from '../model/load.js'
 import type { FinishObservation, FinishReason, PhaseMarks, SeqEvent, TokenLogprob } from '../types.js'
 import type { SamplingParams } from '../../shared/sampling.js'
@@ -33,6 +33,11 @@ export class Sequence {
   private grammar: TokenMask | null = null
   /** The last token's log-probabilities as reported, until its event goes out. */
   private lastLogprobs: TokenLogprob[] | undefined
+  /**
+   * A constrained sequence's last token's text, held until the grammar thread has taken the token (prepare()): only
+   * then is it known whether the JSON value is complete, and so whether the token goes out as a token or as the end.
+   */
+  private held: string | null = null
 
   constructor(
     readonly id: string,
@@ -79,9 +84,35 @@ export class Sequence {
     return this.grammar !== null
   }
 
-  /** Computes the grammar's mask for the next step (the batcher awaits it before the step's forward). */
+  /**
+   * Gives the grammar the last pick and computes its mask for the next step (the batcher awaits it before the step's
+   * forward), then sends the held token: as the end when the value is complete or the length is reached. The
+   * sequence may be done after this; a grammar failure fails this sequence alone.
+   */
   async prepare(): Promise<void> {
-    if (this.grammar && !this.done) await this.grammar.next()
+    if (!this.grammar || this.done) return
+    try {
+      await this.grammar.next()
+    } catch (e) {
+      this.fail(toErrorData(e))
+      return
+    }
+    const text = this.held
+    this.held = null
+    if (text === null || this.done) return
+    // The JSON value is complete: nothing may follow it.
+    if (this.grammar.terminated) this.finish('stop', text)
+    else if (this.atLength) this.finish('length', text)
+    else this.emitToken(text)
+  }
+
+  /** The sequence ended normally (done without an error). */
+  get finished(): boolean {
+    return this.finishReason !== null
+  }
+
+  private get atLength(): boolean {
+    return this.generated.length >= this.params.max_tokens || this.promptIds.length + this.generated.length >= this.model.contextLength
   }
 
   /** Samples the next token from this row's logits (overwriting them); returns true when the sequence has finished. */
@@ -111,7 +142,6 @@ export class Sequence {
    * asks for them; returns true when the sequence has finished.
    */
   stepToken(token: number, logprobs: StepLogprobs | null = null): boolean {
-    const p = this.params
     this.lastLogprobs = logprobs ? this.reported(logprobs) : undefined
     this.history.push(token)
     this.tokenTimes.push(performance.now())
@@ -137,25 +167,28 @@ export class Sequence {
         }
       } else text = delta
     }
-    // The JSON value is complete: nothing may follow it.
-    if (this.grammar?.terminated) {
-      this.finish('stop', text)
-      return true
+    this.pending = token
+    if (this.grammar) {
+      this.held = text
+      return false
     }
-    if (this.generated.length >= p.max_tokens || this.promptIds.length + this.generated.length >= this.model.contextLength) {
+    if (this.atLength) {
       this.finish('length', text)
       return true
     }
-    this.pending = token
+    this.emitToken(text)
+    return false
+  }
+
+  private emitToken(text: string): void {
     this.sink({
       type: 'token',
       text,
       tokens: 1,
-      ids: [token],
+      ids: this.generated.slice(-1),
       ...(this.lastLogprobs ? { logprobs: this.lastLogprobs } : {}),
       ...(this.generated.length === 1 ? { marks: this.marks(null) } : {}),
     })
-    return false
   }
 
   /** Ends the sequence: flushes text held back by the detokenizer and the stop matcher. */

@@ -29,6 +29,8 @@ async function walk(spec: StructuredOutput, text: string, end: boolean): Promise
     if ((m.bits[id >> 5]! & (1 << (id & 31))) === 0 || !m.accept(id)) break
     accepted++
   }
+  // The thread takes the last pick with the next step's mask, and says then whether the value is complete.
+  if (!m.terminated) await m.next()
   const terminated = m.terminated
   m.dispose()
   return { accepted, total: ids.length, terminated }

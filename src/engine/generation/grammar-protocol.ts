@@ -1,0 +1,44 @@
+// The messages between an engine replica (grammar.ts) and its grammar thread (grammar-thread.ts). Plain data: they
+// are cloned across threads. Imports: none.
+
+/** The model's vocabulary as the grammar engine reads it (TextTokenizer.vocabulary). */
+export interface GrammarVocabulary {
+  pieces: string[]
+  kind: 'byte_level' | 'byte_fallback' | 'raw'
+  prependsSpace: boolean
+}
+
+export interface GrammarThreadData {
+  vocabulary: GrammarVocabulary
+  /** Tokens that end a sequence (the model's EOS): allowed once the JSON is complete, and only then. */
+  stopIds: number[]
+  /** Compiled grammars kept, least recently used evicted first. */
+  maxCached: number
+}
+
+export type GrammarRequest =
+  /**
+   * Compiles `ebnf` (or the structural tag `auto`, free text with triggered calls) unless `key` is cached, makes
+   * matcher `m` of it, and walks it through `replay` (a replaced thread's matchers come back this way).
+   */
+  | { type: 'open'; req: number; m: number; key: string; ebnf: string; auto: Record<string, unknown> | null; replay: number[] }
+  /** For each matcher: accepts the token picked last (null: none yet), then computes the next step's mask. */
+  | { type: 'next'; req: number; items: { m: number; accept: number | null }[] }
+  | { type: 'close'; m: number }
+
+export interface MaskResult {
+  /** The grammar refused the accepted token. */
+  rejected: boolean
+  /** The value is complete: nothing more may follow (no mask then). */
+  terminated: boolean
+  /** Bit i set: token i is allowed at the next step. */
+  bits: Int32Array | null
+}
+
+export type GrammarReply =
+  /** Request `req` missed the cache and its compile starts now (the replica's timer starts here). */
+  | { type: 'compiling'; req: number }
+  | { type: 'opened'; req: number; heapBytes: number }
+  /** `fatal`: a WebAssembly trap; the thread's instance is no longer usable. */
+  | { type: 'failed'; req: number; message: string; fatal: boolean }
+  | { type: 'masks'; req: number; results: MaskResult[] }
