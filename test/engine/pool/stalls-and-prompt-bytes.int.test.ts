@@ -78,7 +78,7 @@ describe('engine pool under hostile load', () => {
     refusedByBytes(await collect(pool, { prompt: undefined, messages: [...user, { role: 'assistant', content: '', tool_calls: [call] }] as EngineRequest['messages'] }))
     // A tool result, and a name.
     refusedByBytes(await collect(pool, { prompt: undefined, messages: [...user, { role: 'tool', content: 'r'.repeat(limit + 1), tool_call_id: 'c1' }] as EngineRequest['messages'] }))
-    refusedByBytes(await collect(pool, { prompt: undefined, messages: [{ role: 'user', content: 'hi', name: 'n'.repeat(limit + 1) }] as EngineRequest['messages'] }))
+    refusedByBytes(await collect(pool, { prompt: undefined, messages: [{ role: 'user', content: 'hi', name: 'n'.repeat(limit + 1) }] as unknown as EngineRequest['messages'] }))
     // Under the bound, tools are rendered and the request completes.
     const small = last(await collect(pool, { prompt: undefined, messages: user, tools: [{ type: 'function', function: { name: 'f', description: 'a tool' } }], max_tokens: 2 }))
     expect(small.type).toBe('done')
