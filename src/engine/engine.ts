@@ -9,7 +9,7 @@ import { Batcher, type BatcherObserver, type BatcherOptions } from './scheduler/
 import { Sequence, type SeqSink } from './scheduler/sequence.js'
 import { validateSampling } from './generation/params.js'
 import { SamplerScratch } from './generation/sampling.js'
-import { Grammars } from './generation/grammar.js'
+import { DEFAULT_GRAMMAR_LIMITS, Grammars, type GrammarLimits } from './generation/grammar.js'
 import { requiredTools, toolConstraint } from '../shared/tools.js'
 import type { StructuredOutput } from '../shared/sampling.js'
 import { checkOnePrompt } from '../shared/prompt-input.js'
@@ -19,6 +19,8 @@ import type { EngineRequest, EngineStats } from './types.js'
 
 export interface EngineOptions extends LoadOptions, Partial<BatcherOptions> {
   modelDir: string
+  /** Structured outputs' grammar thread: compile time limit, heap bound, cache (grammar.ts; defaults there). */
+  grammar?: Partial<GrammarLimits>
 }
 
 export const DEFAULT_BATCHER: BatcherOptions = {
@@ -65,13 +67,14 @@ export class Engine {
   private constructor(
     readonly model: LoadedModel,
     private readonly batcher: Batcher,
+    private readonly grammarLimits: GrammarLimits,
   ) {
     this.scratch = new SamplerScratch(model.vocab)
   }
 
   static async load(opts: EngineOptions, observer?: BatcherObserver): Promise<Engine> {
     const model = await loadModel(opts.modelDir, opts)
-    return new Engine(model, new Batcher(model, batcherOptions(opts), observer))
+    return new Engine(model, new Batcher(model, batcherOptions(opts), observer), { ...DEFAULT_GRAMMAR_LIMITS, ...opts.grammar })
   }
 
   /** Prompt token ids of a request: exactly one of messages, prompt or input_ids. */
@@ -93,7 +96,7 @@ export class Engine {
       checkModel(req.model, this.model.id)
       const ids = this.promptIds(req)
       const params = validateSampling(req, { maxContext: this.model.contextLength, promptTokens: ids.length, vocab: this.model.vocab })
-      seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink, this.scratch)
+      seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink, this.scratch, req.tenant)
       const format = toolCallFormat(req) ?? params.response_format
       if (format) {
         const s = seq
@@ -123,7 +126,7 @@ export class Engine {
   private grammarsOf(): Grammars {
     const tok = this.model.tokenizer
     if (!tok) throw new OnnxdError('invalid_value', '`response_format` needs the model\'s tokenizer, and this bundle has none', { param: 'response_format' })
-    this.grammars ??= new Grammars(() => tok.vocabulary(this.model.vocab), [...this.model.eos])
+    this.grammars ??= new Grammars(() => tok.vocabulary(this.model.vocab), [...this.model.eos], this.grammarLimits)
     return this.grammars
   }
 

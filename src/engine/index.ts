@@ -6,6 +6,7 @@ import type { EngineRequest, EngineStats, FinishObservation, PhaseMarks, SeqEven
 import type { BatcherObserver, BatcherOptions } from './scheduler/batcher.js'
 import type { Dtype, Provider } from '../shared/model.js'
 import type { Runtime, RuntimeChoice } from './model/runtime.js'
+import type { GrammarLimits } from './generation/grammar.js'
 
 export { createEnginePool } from './pool/pool.js'
 
@@ -38,6 +39,8 @@ export interface PoolOptions extends Partial<BatcherOptions> {
   stallTimeoutMs?: number
   /** Threads that render chat templates and tokenize prompts, apart from the replicas' step loops (default 1). */
   tokenizerThreads?: number
+  /** Structured outputs' grammar thread in each worker: compile time limit and heap bound (grammar.ts). */
+  grammar?: Partial<GrammarLimits>
   /** Test hook: lets tests crash or stall a worker through EngineClient.inject(). */
   faultInjection?: boolean
 }

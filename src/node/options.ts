@@ -52,6 +52,10 @@ export const NodeOptions = Type.Object(
     heartbeatTimeoutMs: Type.Integer({ minimum: 100, default: 5000 }),
     /** A worker whose step loop shows no life for this long is replaced (its requests end with a retryable 500). */
     stallTimeoutMs: Type.Integer({ minimum: 100, default: 30_000 }),
+    /** A structured output's grammar that takes longer to compile is refused (422), its grammar thread replaced. */
+    grammarCompileMs: Type.Integer({ minimum: 100, default: 10_000 }),
+    /** Each worker's grammar thread is replaced (its memory given back) when its heap grows past this, MiB. */
+    grammarMemoryMb: Type.Integer({ minimum: 64, maximum: 2048, default: 512 }),
     /** Threads that render chat templates and tokenize prompts, apart from the workers' step loops. */
     tokenizerThreads: Type.Integer({ minimum: 1, maximum: 64, default: 1 }),
     /** Grace period for in-flight requests after SIGTERM before the pool closes. */
@@ -90,6 +94,8 @@ export const NODE_ENV: Record<Field, string> = {
   noPrefixCaching: 'ONNXD_NO_PREFIX_CACHING',
   heartbeatTimeoutMs: 'ONNXD_HEARTBEAT_TIMEOUT_MS',
   stallTimeoutMs: 'ONNXD_STALL_TIMEOUT_MS',
+  grammarCompileMs: 'ONNXD_GRAMMAR_COMPILE_MS',
+  grammarMemoryMb: 'ONNXD_GRAMMAR_MEMORY_MB',
   tokenizerThreads: 'ONNXD_TOKENIZER_THREADS',
   drainTimeoutMs: 'ONNXD_DRAIN_TIMEOUT_MS',
   bodyLimit: 'ONNXD_NODE_BODY_LIMIT',
@@ -190,6 +196,7 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
     heartbeatTimeoutMs: opts.heartbeatTimeoutMs,
     stallTimeoutMs: opts.stallTimeoutMs,
     tokenizerThreads: opts.tokenizerThreads,
+    grammar: { compileMs: opts.grammarCompileMs, heapBytes: opts.grammarMemoryMb * MiB },
   }
   if (opts.dtype !== undefined) pool.dtype = opts.dtype
   if (opts.chatTemplate !== undefined) pool.chatTemplate = readChatTemplate(opts.chatTemplate)

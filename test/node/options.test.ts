@@ -37,6 +37,8 @@ describe('loadNodeOptions', () => {
       noPrefixCaching: false,
       heartbeatTimeoutMs: 5000,
       stallTimeoutMs: 30_000,
+      grammarCompileMs: 10_000,
+      grammarMemoryMb: 512,
       tokenizerThreads: 1,
       drainTimeoutMs: 30_000,
       bodyLimit: 4 * 1024 * 1024,
@@ -159,6 +161,7 @@ describe('toPoolOptions', () => {
       heartbeatTimeoutMs: 5000,
       stallTimeoutMs: 30_000,
       tokenizerThreads: 1,
+      grammar: { compileMs: 10_000, heapBytes: 512 * 1024 * 1024 },
     })
     expect(toPoolOptions(loadNodeOptions({ ONNXD_DTYPE: 'q4', ONNXD_MODEL_ID: 'x' }, {}, {}, sys))).toMatchObject({ dtype: 'q4', modelId: 'x' })
     expect(toPoolOptions(loadNodeOptions({ ONNXD_NO_PREFIX_CACHING: '1' }, {}, {}, sys)).prefixCaching).toBe(false)

@@ -97,6 +97,7 @@ export class EnginePool implements EngineClient {
       // One worker on CPU uses every core; several split them.
       intraOpThreads: opts.intraOpThreads || Math.max(1, Math.floor(availableParallelism() / this.nWorkers)),
       ...batcherOptions(opts),
+      grammar: opts.grammar,
     }
   }
 
