@@ -6,6 +6,7 @@ import { Authenticator } from './auth/authenticate.js'
 import { SessionVerifier } from './auth/jwt.js'
 import { resolveJwtSecret } from './auth/secret.js'
 import { Meter, PriceTable } from './billing/meter.js'
+import { UsageSpool } from './billing/spool.js'
 import type { FacadeContext } from './context.js'
 import { hardenHttp, httpServerOptions, LOG_REDACT } from '../shared/http-server.js'
 import { RequestTracing, type Tracing } from '../shared/tracing.js'
@@ -19,6 +20,7 @@ import type { Resolve } from './node-sources.js'
 import { createFacadeMetrics } from './metrics.js'
 import { NodeRouter } from './router.js'
 import { openRateLimits, openStore } from './stores.js'
+import { StoreHealth } from './store-health.js'
 import { accountRoutes } from './routes/account.js'
 import { chatCompletionsRoute } from './routes/chat-completions/route.js'
 import { completionsRoute } from './routes/completions/route.js'
@@ -90,7 +92,9 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
     maxTtlS: options.jwtMaxTtlS,
   })
   const now = deps.now ?? Date.now
-  const store = deps.store ?? (await openStore(options))
+  // Every part gets the store through its guard: an outage is a 503 with Retry-After, counted, logged once.
+  const storeHealth = new StoreHealth(deps.store ?? (await openStore(options)), { log: app.log })
+  const store = storeHealth.store
   const rateLimits = deps.rateLimits ?? openRateLimits(options, (m) => app.log.warn(m))
   const nodeClient = deps.nodeClient ?? new HttpNodeClient({ timeoutMs: options.nodeTimeoutMs, tracing: deps.tracing })
   const router = new NodeRouter(options.nodes, nodeClient, {
@@ -115,14 +119,18 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
       now,
       flushMs: options.billingFlushMs,
       flushTokens: options.billingFlushTokens,
+      // Final records the store did not accept, on this facade's disk until it does.
+      spool: new UsageSpool(options.dataDir),
       log: app.log,
     }),
     now,
     traces,
   }
   app.decorate('facade', ctx)
+  storeHealth.onRecovered(() => ctx.meter.storeRecovered())
 
   app.addHook('onClose', async () => {
+    storeHealth.close()
     await ctx.meter.close()
     router.stop()
     await nodeClient.close()
@@ -134,21 +142,27 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
   app.setNotFoundHandler(facadeNotFoundHandler)
 
   // Prometheus metrics of the facade itself (its nodes export their own): requests by endpoint and status, their
-  // duration, rate-limit checks failed open, and each node's state as this facade's router sees it. No credential,
-  // as the nodes' /metrics and vLLM's.
-  const metrics = createFacadeMetrics({ router, rateLimitFailures: () => rateLimits.failures })
+  // duration, rate-limit checks failed open, the store's state, its failed calls and the usage records spooled, and
+  // each node's state as this facade's router sees it. No credential, as the nodes' /metrics and vLLM's.
+  const metrics = createFacadeMetrics({
+    router,
+    rateLimitFailures: () => rateLimits.failures,
+    store: { up: () => storeHealth.up, errors: () => storeHealth.errors(), spooled: () => ctx.meter.spooled },
+  })
   app.addHook('onResponse', async (request, reply) => {
     metrics.requestDone(request.routeOptions.url ?? 'unmatched', reply.statusCode, reply.elapsedTime / 1000)
   })
   app.get('/metrics', { logLevel: 'warn' }, async (_request, reply) => reply.type(metrics.registry.contentType).send(await metrics.registry.metrics()))
 
-  // The facade's own health, for load balancers: ready while at least one node is ready. No credential.
+  // The facade's own health, for load balancers: ready while its store answers and at least one node is ready. No
+  // credential. (Liveness is the port answering: a restart helps neither a store nor nodes that are down.)
   app.get('/health', async (_request, reply) => {
     const nodes = router.snapshot()
-    const ready = nodes.some((n) => n.status === 'ready')
+    const ready = storeHealth.up && nodes.some((n) => n.status === 'ready')
+    const storeState = { status: storeHealth.up ? 'up' : 'down', usage_spooled: ctx.meter.spooled }
     // A shared counter backend that did not answer let requests through (fail open): how many, since start.
     const failOpen = rateLimits.failures !== undefined ? { rate_limit_fail_open: rateLimits.failures } : {}
-    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'unavailable', nodes, ...failOpen })
+    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'unavailable', nodes, store: storeState, ...failOpen })
   })
 
   await app.register(

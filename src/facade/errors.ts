@@ -10,7 +10,9 @@ export function facadeErrorHandler(error: FastifyError, request: FastifyRequest,
   const { err, known } = asOnnxdError(error, request)
   // 4xx are in the one log line per request; a 5xx's detail goes to the log only.
   if (!known) request.log.error({ err: error }, 'unhandled error')
-  // 503s are back-pressure the client retries on (no healthy node yet, a full queue): a warning, without a stack.
+  // A store outage is logged once, as it begins and ends (StoreHealth), not once per request it refuses.
+  else if (err.code === 'store_unavailable') request.log.debug({ code: err.code }, err.message)
+  // 503s are back-pressure the client retries on (no healthy node yet, a full queue, closing): a warning, without a stack.
   else if (errorStatus(err.code) === 503) request.log.warn({ code: err.code }, err.message)
   else if (errorStatus(err.code) >= 500) request.log.error({ err }, err.message)
   return sendError(reply, err)

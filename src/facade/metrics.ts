@@ -1,5 +1,6 @@
 // The facade's Prometheus metrics (GET /metrics on its port, as vLLM serves its own): requests by endpoint and
 // status and their duration; rate-limit checks let through because the shared counter store (Redis) did not answer;
+// the store's state (up or down), its failed calls per operation and the usage records spooled while it was down;
 // and, read from the router at each scrape, each node's state, requests in flight and prefix-affinity placements.
 // Imports: prom-client, the router's snapshot type.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client'
@@ -17,6 +18,14 @@ export interface FacadeMetricSources {
   router: Pick<NodeRouter, 'snapshot'>
   /** Requests let through since start because the counter store did not answer; undefined when in process. */
   rateLimitFailures: () => number | undefined
+  /** The store as the facade sees it (StoreHealth, the meter's spool); without, it reads up, with no failures. */
+  store?: {
+    up(): boolean
+    /** Failed calls since start, per operation. */
+    errors(): ReadonlyMap<string, number>
+    /** Usage records kept in the spool, waiting for the store. */
+    spooled(): number
+  }
 }
 
 export function createFacadeMetrics(src: FacadeMetricSources): FacadeMetrics {
@@ -42,6 +51,32 @@ export function createFacadeMetrics(src: FacadeMetricSources): FacadeMetrics {
     collect() {
       this.reset()
       this.inc(src.rateLimitFailures() ?? 0)
+    },
+  })
+  new Gauge({
+    name: 'onnxd_facade_store_up',
+    help: 'Whether the store (SQLite or PostgreSQL) answers: 0 from a call that failed on an outage until a call or a probe succeeds (requests that need it get 503 meanwhile).',
+    registers,
+    collect() {
+      this.set(src.store?.up() === false ? 0 : 1)
+    },
+  })
+  new Counter({
+    name: 'onnxd_facade_store_errors_total',
+    help: 'Store calls that failed (outages and refused operations), by operation (findKeyByHash, recordCompletion, saveInFlight, ...).',
+    labelNames: ['operation'] as const,
+    registers,
+    collect() {
+      this.reset()
+      for (const [operation, n] of src.store?.errors() ?? []) this.inc({ operation }, n)
+    },
+  })
+  new Gauge({
+    name: 'onnxd_facade_usage_spooled',
+    help: "Completions' usage records the store did not accept, kept in the facade's spool until it does.",
+    registers,
+    collect() {
+      this.set(src.store?.spooled() ?? 0)
     },
   })
   /** A series per node, read from the router's snapshot at each scrape (nodes that left drop out). */

@@ -21,6 +21,7 @@ export type ErrorCode =
   | 'queue_full' // 503: admission refused, retry later
   | 'not_ready' // 503: model loading, node draining or unhealthy
   | 'no_healthy_node' // 503: the facade has nowhere to send the request
+  | 'store_unavailable' // 503: the facade's store (its database) cannot be reached; retry later
   | 'bad_bundle' // not an HTTP error: a model bundle that cannot be loaded
   | 'config' // not an HTTP error: invalid configuration
 
@@ -54,6 +55,7 @@ const TABLE: Record<ErrorCode, { status: number; type: ErrorType }> = {
   queue_full: { status: 503, type: 'service_unavailable' },
   not_ready: { status: 503, type: 'service_unavailable' },
   no_healthy_node: { status: 503, type: 'service_unavailable' },
+  store_unavailable: { status: 503, type: 'service_unavailable' },
   bad_bundle: { status: 500, type: 'server_error' },
   config: { status: 500, type: 'server_error' },
 }

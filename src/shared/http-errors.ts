@@ -19,10 +19,11 @@ const SERVER_SENTENCE: Partial<Record<ErrorCode, string>> = {
   queue_full: 'The node is at capacity; retry later',
   not_ready: 'The node is not ready to serve requests (loading, draining or unhealthy); retry later',
   no_healthy_node: 'No healthy inference workers available',
+  store_unavailable: 'The service is briefly unavailable (its database cannot be reached); retry with backoff',
 }
 
 /** Codes whose answers tell clients when to come back (DESIGN: a full queue answers 503 with Retry-After). */
-const RETRY_AFTER: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['queue_full', 'not_ready', 'no_healthy_node', 'rate_limited'])
+const RETRY_AFTER: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['queue_full', 'not_ready', 'no_healthy_node', 'store_unavailable', 'rate_limited'])
 
 /** An error as both HTTP surfaces answer it: status, body and the Retry-After header value (seconds) when any. */
 export interface HttpError {

@@ -56,6 +56,19 @@ describe('drain', () => {
     expect(node.engine.cancellations).toEqual([])
   })
 
+  it('logs each completion refused while draining as a warning without a stack, not as a failure (issue #32)', async () => {
+    node = testNode({ script: 'manual' }, { captureLogs: true })
+    const base = await listen(node.app)
+    await node.app.node.drain(0)
+    for (let i = 0; i < 3; i++) expect((await post(base, completionBody({ stream: i % 2 === 0 }))).status).toBe(503)
+    const entries = node.logs.map((l) => JSON.parse(l) as { level: number; msg: string; code?: string; err?: unknown })
+    const refused = entries.filter((e) => e.code === 'not_ready')
+    expect(refused).toHaveLength(3)
+    for (const e of refused) expect(e).toMatchObject({ level: 40, msg: 'The node is draining' })
+    expect(entries.filter((e) => e.level >= 50)).toEqual([])
+    expect(node.logs.join('\n')).not.toContain('"stack"')
+  })
+
   it('resolves at once when nothing is in flight, and a second drain joins the first', async () => {
     node = testNode()
     const a = node.app.node.drain(60_000)

@@ -2,11 +2,14 @@
 // each completion in flight is a Tab whose delivered tokens are saved in batches (every `flushTokens` tokens of a
 // completion or every `flushMs`, whichever comes first), then settled with its debit in one store transaction when
 // it ends. Rows a crash left behind are settled by `settleStale` at start and every few intervals, so a SIGKILL loses
-// at most the tokens of one interval. Imports: store, shared errors, facade options.
+// at most the tokens of one interval. A final record the store does not accept (an outage) is kept in the spool and
+// sent again, with backoff, until it does; the store bills a completion id once, so sending again is safe.
+// Imports: store, shared errors, facade options, the spool.
 import type { Account, ApiKey, InFlightCompletion, SettledInFlight, Store } from '../../store/interfaces.js'
 import { randomBase62 } from '../../store/ids.js'
-import { OnnxdError } from '../../shared/errors.js'
+import { isOnnxdError, OnnxdError } from '../../shared/errors.js'
 import { DEFAULT_PRICE, type ModelPrice } from '../options.js'
+import type { SpooledUsage, UsageSpool } from './spool.js'
 
 /** Tokens a completion consumed: what the node reported, or what was counted when a stream ended early. */
 export interface TokenCounts {
@@ -47,12 +50,33 @@ export interface MeterOptions {
   /** Save as soon as one completion has delivered this many tokens since its last save. */
   flushTokens: number
   now?: () => number
+  /**
+   * Keeps the final records the store does not accept, and hands them back until it does (`start` loads what an
+   * earlier run left). Without one, such a failure is thrown to the caller.
+   */
+  spool?: UsageSpool
   /** Where failures of background saves go. */
-  log?: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void }
+  log?: MeterLog
+}
+
+export interface MeterLog {
+  debug(obj: object, msg: string): void
+  info(obj: object, msg: string): void
+  warn(obj: object, msg: string): void
+  error(obj: object, msg: string): void
 }
 
 /** Rows not renewed for this many intervals belong to a facade that is gone. */
 const LEASE_INTERVALS = 5
+
+/** Spooled records are sent again after this long, doubling after each failed try up to the maximum. */
+export const REPLAY_MIN_MS = 500
+export const REPLAY_MAX_MS = 30_000
+/** Most spooled records sent at once. */
+const REPLAY_CHUNK = 256
+
+/** A failure the store's guard calls an outage (StoreHealth): already logged once, when the store went down. */
+const isOutage = (e: unknown): boolean => isOnnxdError(e) && e.code === 'store_unavailable'
 
 /** One completion in flight: what its client received so far, saved as it goes, and settled exactly once. */
 export class Tab {
@@ -114,6 +138,13 @@ export class Meter {
   private saving: Promise<void> | null = null
   private inSave = new Set<string>()
   private again = false
+  /** The spool's next replay, the one under way, and the wait before the next after a failure. */
+  private replayTimer: NodeJS.Timeout | null = null
+  private replaying: Promise<void> | null = null
+  private replayDelayMs = REPLAY_MIN_MS
+  /** Spooled records refused for a reason other than an outage, already logged. */
+  private readonly refused = new Set<string>()
+  private closed = false
 
   constructor(
     private readonly store: Store,
@@ -145,19 +176,103 @@ export class Meter {
     return this.tabs.size
   }
 
-  /** Settles what a previous run left in flight, then saves and renews on a timer. */
+  /** Usage records kept in the spool, waiting for the store to accept them. */
+  get spooled(): number {
+    return this.opts.spool?.size ?? 0
+  }
+
+  /**
+   * Settles what a previous run left in flight, starts sending again what it left in the spool, then saves and
+   * renews on a timer.
+   */
   async start(): Promise<SettledInFlight> {
     const settled = await this.settleStale()
+    const kept = this.opts.spool?.load() ?? 0
+    if (kept > 0) {
+      this.opts.log?.info({ records: kept }, 'recording the usage an earlier run kept in its spool')
+      void this.replay()
+    }
     this.timer ??= setInterval(() => this.tick(), this.opts.flushMs)
     this.timer.unref()
     return settled
   }
 
-  /** Stops the timer and saves what is in flight (a completion still running is settled by itself, or at next start). */
+  /**
+   * Stops the timers and saves what is in flight (a completion still running is settled by itself, or at next
+   * start). What the spool holds stays on disk for the next start.
+   */
   async close(): Promise<void> {
+    this.closed = true
     if (this.timer) clearInterval(this.timer)
     this.timer = null
+    if (this.replayTimer) clearTimeout(this.replayTimer)
+    this.replayTimer = null
+    await this.replaying
     await this.flush()
+    await this.opts.spool?.close()
+  }
+
+  /** The store answers again after an outage: what the spool holds is sent at once. */
+  storeRecovered(): void {
+    this.replayDelayMs = REPLAY_MIN_MS
+    if (this.replayTimer) clearTimeout(this.replayTimer)
+    this.replayTimer = null
+    if (this.spooled > 0 && !this.closed) void this.replay()
+  }
+
+  /**
+   * Sends every spooled record to the store (one replay at a time; the store ignores a completion id it has). After a
+   * failure the rest waits for the next try, `replayDelayMs` later, doubling each time, or for `storeRecovered`.
+   */
+  replay(): Promise<void> {
+    this.replaying ??= this.replayAll().finally(() => (this.replaying = null))
+    return this.replaying
+  }
+
+  private async replayAll(): Promise<void> {
+    const spool = this.opts.spool
+    if (!spool) return
+    let failed = false
+    let recorded = 0
+    const all = spool.pending()
+    for (let i = 0; i < all.length && !failed && !this.closed; i += REPLAY_CHUNK) {
+      const chunk = all.slice(i, i + REPLAY_CHUNK)
+      const outcomes = await Promise.allSettled(chunk.map((u) => this.store.recordCompletion(u)))
+      const done: Promise<void>[] = []
+      outcomes.forEach((o, j) => {
+        const u = chunk[j]!
+        if (o.status === 'fulfilled') {
+          recorded++
+          this.refused.delete(u.id)
+          done.push(spool.done(u.id).catch((e: unknown) => this.opts.log?.warn({ err: e }, 'could not write to the usage spool')))
+          return
+        }
+        failed = true
+        if (isOutage(o.reason) || this.refused.has(u.id)) return
+        this.refused.add(u.id)
+        this.opts.log?.error({ err: o.reason, id: u.id }, 'the store refused spooled usage; it stays in the spool and is sent again')
+      })
+      await Promise.all(done)
+    }
+    if (recorded > 0) this.opts.log?.info({ recorded, left: spool.size }, 'recorded usage kept in the spool')
+    if (failed) this.replayDelayMs = Math.min(2 * this.replayDelayMs, REPLAY_MAX_MS)
+    else this.replayDelayMs = REPLAY_MIN_MS
+    if (spool.size > 0) this.scheduleReplay()
+  }
+
+  private scheduleReplay(): void {
+    if (this.replayTimer || this.closed) return
+    this.replayTimer = setTimeout(() => {
+      this.replayTimer = null
+      void this.replay()
+    }, this.replayDelayMs)
+    this.replayTimer.unref()
+  }
+
+  /** Logs a failed store call: an outage briefly (the store's guard logged the outage once), anything else in full. */
+  private storeFailed(e: unknown, msg: string, fields: object = {}): void {
+    if (isOutage(e)) this.opts.log?.debug({ ...fields, code: 'store_unavailable' }, msg)
+    else this.opts.log?.warn({ ...fields, err: e }, msg)
   }
 
   /** Settles every row whose owner stopped renewing it `LEASE_INTERVALS` intervals ago. */
@@ -198,7 +313,7 @@ export class Meter {
           await this.store.saveInFlight(this.owner, rows, this.now())
         } catch (e) {
           for (const t of tabs) t.dirty = true
-          this.opts.log?.warn({ err: e, rows: rows.length }, 'could not save the usage of completions in flight')
+          this.storeFailed(e, 'could not save the usage of completions in flight', { rows: rows.length })
           return
         }
       } while (this.again)
@@ -213,7 +328,7 @@ export class Meter {
   private tick(): void {
     void this.flush()
     if (++this.ticks % LEASE_INTERVALS === 0) {
-      this.settleStale().catch((e: unknown) => this.opts.log?.warn({ err: e }, 'could not settle stale completions'))
+      this.settleStale().catch((e: unknown) => this.storeFailed(e, 'could not settle stale completions'))
     }
   }
 
@@ -225,14 +340,19 @@ export class Meter {
   async settle(tab: Tab, t: TokenCounts): Promise<number> {
     this.tabs.delete(tab.id)
     if (this.saving && this.inSave.has(tab.id)) await this.saving
-    return this.record(tab.account, tab.key, tab.model, t, tab.id)
+    return this.record(tab.account, tab.key, tab.model, t, tab.id, true)
   }
 
-  /** Records one completion's usage and debits its cost, atomically (settling its in-flight row, if any). */
-  async record(account: Account, key: ApiKey, model: string, t: TokenCounts, inFlightId?: string): Promise<number> {
+  /**
+   * Records one completion's usage and debits its cost, atomically (settling its in-flight row when `inFlight`), under
+   * the completion's `id`. With a spool, a record the store does not accept is kept and sent again until it is (this
+   * then resolves once it is kept, in memory and, unless the disk fails too, on disk): it never throws.
+   */
+  async record(account: Account, key: ApiKey, model: string, t: TokenCounts, id: string, inFlight = false): Promise<number> {
     const costMicros = this.prices.costMicros(model, t)
     const at = this.now()
-    await this.store.recordCompletion({
+    const usage: SpooledUsage = {
+      id,
       accountId: account.id,
       keyId: key.id,
       model,
@@ -242,8 +362,22 @@ export class Meter {
       at,
       // last_used_at has minute resolution: one write per key per minute, not one per completion.
       touchKey: key.lastUsedAt === null || at / 1000 - key.lastUsedAt >= 60,
-      ...(inFlightId !== undefined ? { inFlightId } : {}),
-    })
+      ...(inFlight ? { inFlightId: id } : {}),
+    }
+    try {
+      await this.store.recordCompletion(usage)
+    } catch (e) {
+      const spool = this.opts.spool
+      if (!spool) throw e
+      this.storeFailed(e, 'could not record the usage of a completion: kept in the spool until the store accepts it', { id })
+      const kept = spool.add(usage)
+      this.scheduleReplay()
+      try {
+        await kept
+      } catch (err) {
+        this.opts.log?.error({ err, id }, 'could not write usage to the spool: it is kept in memory only until the store accepts it')
+      }
+    }
     return costMicros
   }
 }

@@ -121,10 +121,12 @@ export async function runCompletion<A>(
       const bodies = ok.flatMap((d) => (d.reply.kind === 'json' ? [d.reply.body] : []))
       if (span && bodies.length > 0) setUsage(span, sumUsage(bodies.map((b) => b.usage)), bodies.map((b) => b.finish_reason))
       if (bodies.length > 0) {
-        await ctx.meter.record(job.principal.account, job.principal.key, job.model, {
+        // Under the answer's id: the store bills it once, however often it is sent (a spooled record is sent again).
+        const counts = {
           promptTokens: bodies.reduce((n, b) => n + b.usage.prompt_tokens, 0),
           completionTokens: bodies.reduce((n, b) => n + b.usage.completion_tokens, 0),
-        })
+        }
+        await ctx.meter.record(job.principal.account, job.principal.key, job.model, counts, job.id)
       }
       if (first.failed) throw first.reason
       if (bodies.length !== job.requests.length) throw new OnnxdError('internal', 'a node answered a JSON request with a stream')
@@ -233,6 +235,7 @@ async function streamCompletion(
     setUsage(traced.span, { prompt_tokens: promptTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cached } }, reasons)
   }
   try {
+    // A store that does not accept it (an outage) does not fail this: the record is kept in the spool and sent again.
     await tab.settle({ promptTokens, completionTokens })
   } catch (e) {
     request.log.error({ id: job.id, err: e, promptTokens, completionTokens }, 'could not record usage of a stream')

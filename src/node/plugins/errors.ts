@@ -6,9 +6,14 @@ import { asOnnxdError, notFoundError, sendError } from '../../shared/http-errors
 import { errorStatus, isOnnxdError, type ErrorCode } from '../../shared/errors.js'
 import type { AppErrorHandler } from '../../shared/http-server.js'
 
-/** Logs a failure at the level it deserves: 5xx with detail (the client saw a generic sentence), 4xx briefly. */
+/**
+ * Logs a failure at the level it deserves: 5xx with detail (the client saw a generic sentence), except 503s, which
+ * are back-pressure the client retries on (a full queue, draining, loading): those as a warning without a stack, as
+ * the facade logs them; 4xx briefly.
+ */
 export function logFailure(request: FastifyRequest, err: unknown, status: number): void {
-  if (status >= 500) request.log.error({ err }, 'request failed')
+  if (status === 503 && isOnnxdError(err)) request.log.warn({ code: err.code, status }, err.message)
+  else if (status >= 500) request.log.error({ err }, 'request failed')
   else request.log.info({ code: isOnnxdError(err) ? err.code : undefined, status }, isOnnxdError(err) ? err.message : 'request rejected')
 }
 
