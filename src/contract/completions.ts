@@ -29,6 +29,9 @@ export const CompletionRequest = Type.Object(
     tool_choice: Type.Optional(ToolChoice),
     stream: Type.Optional(Type.Boolean()),
     request_id: Type.Optional(Type.String({ pattern: REQUEST_ID_PATTERN })),
+    // Whose request this is, an opaque id (the facade sends the API key's): a node admits waiting requests tenant by
+    // tenant in turn, so that one tenant's burst cannot hold everyone else's back. Absent: one shared tenant.
+    tenant: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
   },
   { additionalProperties: false },
 )

@@ -17,6 +17,8 @@ export interface EngineRequest extends PromptInput, SamplingInput {
   request_id: string
   /** With `tools`: `required` or a named function constrains the output to one call (Hermes's form). */
   tool_choice?: ToolChoice
+  /** Whose request this is, an opaque id (the facade's: the API key): waiting requests are admitted tenant by tenant in turn. */
+  tenant?: string
 }
 
 /** `stop`: an EOS token, a token of `stop_token_ids` or a stop string; `length`: max_tokens or the context filled. */

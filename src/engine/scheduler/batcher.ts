@@ -12,6 +12,7 @@ import { OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { EngineStats, FinishObservation, StepObservation } from '../types.js'
 import { KvCache, kvShapeOf, type KvShape } from './kv.js'
 import type { Sequence } from './sequence.js'
+import { FairQueue } from './fair-queue.js'
 import { PREFIX_BLOCK, PrefixCache, type PrefixHit } from './prefix-cache.js'
 
 /** A prompt without a cached prefix (or with prefix caching off). */
@@ -65,7 +66,8 @@ interface PrefillGroup {
 }
 
 export class Batcher {
-  private readonly waiting: Sequence[] = []
+  /** Sequences waiting for admission: in arrival order per tenant, tenants in turn (fair-queue.ts). */
+  private readonly waiting = new FairQueue<Sequence>()
   /** Row r of `kv` is running[r]. */
   private running: Sequence[] = []
   private kv: KvCache
@@ -163,7 +165,7 @@ export class Batcher {
     }
     const err = new OnnxdError('not_ready', 'engine closed before the request finished')
     for (const s of [...this.waiting, ...(this.group?.seqs ?? []), ...this.running]) s.fail(toErrorData(err))
-    this.waiting.length = 0
+    this.waiting.clear()
     this.running = []
     this.group = null
     this.kv = new KvCache(this.kvShape)
@@ -187,13 +189,7 @@ export class Batcher {
   }
 
   private dropCancelled(): void {
-    for (let i = this.waiting.length - 1; i >= 0; i--) {
-      const s = this.waiting[i]
-      if (s.cancelled) {
-        this.waiting.splice(i, 1)
-        this.abort(s)
-      }
-    }
+    for (const s of this.waiting.removeWhere((w) => w.cancelled)) this.abort(s)
     if (this.group && this.group.seqs.every((s) => s.cancelled)) {
       for (const s of this.group.seqs) this.abort(s)
       this.group = null
@@ -226,7 +222,10 @@ export class Batcher {
     this.kv.reserve(all.length, slots, Math.min(this.opts.maxRunning, fit))
   }
 
-  /** Moves waiting sequences into a new prefill group while slots and the KV budget allow. */
+  /**
+   * Moves waiting sequences into a new prefill group while slots and the KV budget allow, taking tenants in turn: a
+   * tenant's next sequence comes after one of every other tenant waiting, whatever order they arrived in.
+   */
   private admit(): void {
     const take: Sequence[] = []
     // GroupQueryAttention graphs keep each row's cache left-aligned, so their prompts are prefilled one at a time.
@@ -237,7 +236,7 @@ export class Batcher {
     const maxGroup = Math.max(1, Math.floor(this.opts.maxBatchedTokens / MIN_CHUNK))
     const chunked = this.model.session.chunkedPrefill
     let width = 0
-    const fitsWhole = (): boolean => (take.length + 1) * Math.max(width, this.waiting[0].promptIds.length) <= this.opts.maxBatchedTokens
+    const fitsWhole = (): boolean => (take.length + 1) * Math.max(width, this.waiting.peek()!.promptIds.length) <= this.opts.maxBatchedTokens
     // Prompts that would compute a block another prompt of the group computes wait for the next group, which finds
     // it cached: n choices of one prompt, or a burst of requests on one system prompt, prefill it once.
     const later: Sequence[] = []
@@ -248,7 +247,7 @@ export class Batcher {
       this.waiting.length &&
       (take.length === 0 || (!oneAtATime && ((chunked && take.length < maxGroup) || fitsWhole()))) &&
       this.running.length + take.length < this.opts.maxRunning &&
-      this.reserveBytes([...take, this.waiting[0]]) <= this.opts.kvBudgetBytes
+      this.reserveBytes([...take, this.waiting.peek()!]) <= this.opts.kvBudgetBytes
     ) {
       const s = this.waiting.shift()!
       const hit = this.prefix?.lookup(s.promptIds, s.promptIds.length - 1) ?? NO_HIT

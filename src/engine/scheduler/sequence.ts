@@ -46,6 +46,8 @@ export class Sequence {
     private readonly model: LoadedModel,
     private readonly sink: SeqSink,
     scratch?: SamplerScratch,
+    /** Whose request this is (an opaque id; '' for none): the batcher admits tenants in turn (fair-queue.ts). */
+    readonly tenant = '',
   ) {
     this.stopIds = new Set([...(params.ignore_eos ? [] : model.eos), ...params.stop_token_ids])
     // The sampler masks them itself until min_tokens. Samplers of one thread share scratch space.
