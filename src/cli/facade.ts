@@ -7,7 +7,7 @@ import { openTracing } from '../shared/tracing.js'
 
 const USAGE = `usage: onnxd facade [--nodes URL|dns+http://NAME:PORT,...] [--port N] [--host H] [--data-dir DIR]
                     [--database-url postgres://...] [--database-pool-size N] [--redis-url redis://...]
-                    [--key-rpm N] [--fleet-rpm N]
+                    [--key-rpm N] [--fleet-rpm N] [--key-max-sequences N]
                     [--health-interval-ms N] [--dns-interval-ms N] [--affinity-prefix-chars N]
                     [--body-limit BYTES] [--log-level L] [--config FILE]
                     [--prices JSON] [--default-price JSON] [--billing-flush-ms N] [--billing-flush-tokens N]

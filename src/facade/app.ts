@@ -13,6 +13,7 @@ import { RequestTracing, type Tracing } from '../shared/tracing.js'
 import { facadeErrorHandler, facadeNotFoundHandler } from './errors.js'
 import { rateLimitHeaders, RateLimiter } from './limits/rate-limit.js'
 import { Admission } from './limits/admission.js'
+import { SequenceLimiter } from './limits/sequences.js'
 import { HttpNodeClient, type NodeClient } from './node-client.js'
 import type { FacadeOptions } from './options.js'
 import './request.js'
@@ -115,6 +116,7 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
       new RateLimiter(rateLimits, { keyRpm: options.keyRpm, fleetRpm: options.fleetRpm }, now),
       rateLimits.failures !== undefined,
     ),
+    sequences: new SequenceLimiter(options.keyMaxSequences),
     meter: new Meter(store, new PriceTable(options.prices, options.defaultPrice), {
       now,
       flushMs: options.billingFlushMs,

@@ -72,6 +72,11 @@ export const FacadeOptions = Type.Object(
     keyRpm: Type.Integer({ minimum: 0, default: 600 }),
     /** Requests per minute over all keys of this facade; 0 = unlimited. */
     fleetRpm: Type.Integer({ minimum: 0, default: 60_000 }),
+    /**
+     * Sequences one API key may run at once through this facade (a request holds one per choice, `n`, and per
+     * prompt, until it ends); over it, 429 with Retry-After. 0 = unlimited.
+     */
+    keyMaxSequences: Type.Integer({ minimum: 0, default: 64 }),
     /** Prices per model id; the key `*` applies to models not listed, and `defaultPrice` when there is no `*`. */
     prices: Type.Record(Type.String({ minLength: 1 }), ModelPrice, { default: {} }),
     /** The price of a model that `prices` does not name (set both to 0 to make unpriced models free). */
@@ -116,6 +121,7 @@ export const FACADE_ENV: Record<Field, string> = {
   jwtMaxTtlS: 'ONNXD_JWT_MAX_TTL_S',
   keyRpm: 'ONNXD_KEY_RPM',
   fleetRpm: 'ONNXD_FLEET_RPM',
+  keyMaxSequences: 'ONNXD_KEY_MAX_SEQUENCES',
   prices: 'ONNXD_PRICES',
   defaultPrice: 'ONNXD_DEFAULT_PRICE',
   billingFlushMs: 'ONNXD_BILLING_FLUSH_MS',

@@ -37,7 +37,7 @@ describe('POST /v1/chat/completions', () => {
       usage: { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7, prompt_tokens_details: { cached_tokens: 0 } },
     })
     expect(fx.nodes[0]!.requests).toEqual([
-      { model: MODEL, messages: [{ role: 'user', content: 'Say hello' }], request_id: body.id, max_tokens: 3, temperature: 0.5, seed: 7, stop: ['\n'] },
+      { model: MODEL, messages: [{ role: 'user', content: 'Say hello' }], request_id: body.id, tenant: expect.any(String), max_tokens: 3, temperature: 0.5, seed: 7, stop: ['\n'] },
     ])
   })
 

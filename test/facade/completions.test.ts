@@ -33,7 +33,7 @@ describe('POST /v1/completions', () => {
       choices: [{ text: 'Hello, world! How are you?', index: 0, logprobs: null, finish_reason: 'stop' }],
       usage: { prompt_tokens: 4, completion_tokens: 8, total_tokens: 12, prompt_tokens_details: { cached_tokens: 0 } },
     })
-    expect(last()).toEqual({ model: MODEL, prompt: 'Once upon a time', request_id: body.id, max_tokens: 16, temperature: 0, seed: 3, stop: ['\n'] })
+    expect(last()).toEqual({ model: MODEL, prompt: 'Once upon a time', request_id: body.id, tenant: expect.any(String), max_tokens: 16, temperature: 0, seed: 3, stop: ['\n'] })
   })
 
   it('one choice per prompt, numbered as the prompts are, usage summed; echo prepends each prompt', async () => {

@@ -110,7 +110,7 @@ describe('/v1/chat/completions accepts what it honours or takes as information',
       chatBody({ user: 'u', tools: [], response_format: { type: 'text' }, max_tokens: 2, seed: 1, messages: [{ role: 'user', name: 'ann', content: 'hi' }] }),
     )
     const sent = f.nodes[0]!.requests[before]!
-    expect(Object.keys(sent).sort()).toEqual(['max_tokens', 'messages', 'model', 'request_id', 'response_format', 'seed'])
+    expect(Object.keys(sent).sort()).toEqual(['max_tokens', 'messages', 'model', 'request_id', 'response_format', 'seed', 'tenant'])
     // A message's name goes to the chat template, as transformers passes it.
     expect(sent.messages).toEqual([{ role: 'user', name: 'ann', content: 'hi' }])
   })

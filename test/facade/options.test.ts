@@ -11,6 +11,7 @@ describe('loadFacadeOptions', () => {
       databasePoolSize: 4,
       keyRpm: 600,
       fleetRpm: 60_000,
+      keyMaxSequences: 64,
       prices: {},
       defaultPrice: { prompt: 0.5, completion: 1.5 },
       billingFlushMs: 1000,

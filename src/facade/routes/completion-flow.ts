@@ -64,7 +64,7 @@ export interface CompletionJob<A> {
   answer(results: CompletionResponse[]): A
 }
 
-/** Checks the model and the account (422, 402), then runs the job and answers (JSON or SSE). */
+/** Checks the model, the account and the key's concurrent sequences (422, 402, 429), then runs the job and answers (JSON or SSE). */
 export async function runCompletion<A>(
   request: FastifyRequest,
   reply: FastifyReply,
@@ -75,7 +75,13 @@ export async function runCompletion<A>(
     throw new OnnxdError('invalid_value', `The model '${clip(job.model)}' does not exist`)
   }
   ctx.meter.checkCanSpend(job.principal.account)
-  job.requests.forEach((r, i) => (r.request_id = job.requests.length === 1 ? job.id : `${job.id}-${i}`))
+  // The key's share of the nodes (429 over its bound): one sequence per node request, until the answer or stream ends.
+  const releaseSequences = ctx.sequences.acquire(job.principal.key.id, job.requests.length)
+  job.requests.forEach((r, i) => {
+    r.request_id = job.requests.length === 1 ? job.id : `${job.id}-${i}`
+    // The node takes waiting requests key by key in turn: one key's burst waits behind its own requests.
+    r.tenant = job.principal.key.id
+  })
 
   reply.header('x-request-id', job.id)
   const span = ctx.traces?.of(request)?.span
@@ -136,6 +142,7 @@ export async function runCompletion<A>(
     }
   } finally {
     reply.raw.off('close', onClose)
+    releaseSequences()
   }
 }
 
