@@ -13,6 +13,13 @@ import { join } from 'node:path'
 export interface TestServer {
   url: string
   stop(): Promise<void>
+  /**
+   * An outage: the server stops (PostgreSQL: `pg_ctl stop -m fast`, which ends every session) until `up` starts it
+   * again on the same port and data (`up` on a running server does nothing). Only on servers started here, not on
+   * one named by the environment.
+   */
+  down?(): Promise<void>
+  up?(): Promise<void>
 }
 
 export type Started = { server: TestServer; reason: null } | { server: null; reason: string }
@@ -89,9 +96,10 @@ function run(cmd: string[]): { ok: boolean; out: string } {
   return { ok: r.status === 0, out: `${r.stdout}${r.stderr}`.trim().slice(-500) }
 }
 
-export async function startPostgres(): Promise<Started> {
+/** `own`: start a server here even when ONNXD_TEST_DATABASE_URL names one (a test that stops and starts it). */
+export async function startPostgres(o: { own?: boolean } = {}): Promise<Started> {
   const given = process.env.ONNXD_TEST_DATABASE_URL
-  if (given) return { server: { url: given, stop: async () => undefined }, reason: null }
+  if (given && !o.own) return { server: { url: given, stop: async () => undefined }, reason: null }
   const bin = pgBinDir()
   if (!bin) return { server: null, reason: 'no PostgreSQL binaries (initdb, pg_ctl) and ONNXD_TEST_DATABASE_URL is unset' }
   const user = asUser()
@@ -103,7 +111,8 @@ export async function startPostgres(): Promise<Started> {
   if (!init.ok) return { server: null, reason: `initdb failed: ${init.out}` }
   const port = await freePort()
   const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off`
-  const start = run([...user, join(bin, 'pg_ctl'), '-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', 'start'])
+  const pgStart = () => run([...user, join(bin, 'pg_ctl'), '-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', 'start'])
+  const start = pgStart()
   if (!start.ok) return { server: null, reason: `pg_ctl start failed: ${start.out}` }
   return {
     server: {
@@ -111,6 +120,15 @@ export async function startPostgres(): Promise<Started> {
       stop: async () => {
         pgStop(data)
         rmSync(dir, { recursive: true, force: true })
+      },
+      down: async () => {
+        const r = run([...user, join(bin, 'pg_ctl'), '-D', data, '-m', 'fast', '-w', 'stop'])
+        if (!r.ok) throw new Error(`pg_ctl stop failed: ${r.out}`)
+      },
+      up: async () => {
+        if (run([...user, join(bin, 'pg_ctl'), '-D', data, 'status']).ok) return
+        const r = pgStart()
+        if (!r.ok) throw new Error(`pg_ctl start failed: ${r.out}`)
       },
     },
     reason: null,
