@@ -1,8 +1,13 @@
-// Large-prompt attack: a bystander's streaming latency with and without eight clients sending ~1 MB prompts (issue
-// #10). The real node (default model unless --model) and the real facade run in a child process; this process is
-// the load generator. Phases alternate (quiet, attack, quiet, attack, ...) so a noisy host shows up in both.
+// Attacks on a serving node: a bystander's streaming latency with and without eight clients attacking, one kind of
+// attack per phase (--attacks, default all): `prompt`, ~1 MB prompts (issue #10); `schema`, structured outputs that
+// a node must not compile on its step loop (issue #32: the 80 KB schema of 3,000 optional properties, 630 KB enums,
+// and schemas within the bounds that compile for about a second each, each one new); `tools`, ~860 KB of tools or of
+// tool-call arguments (issue #32). The real node (default model unless --model) and the real facade run in a child
+// process; this process is the load generator. Each round runs a quiet phase, then each attack's, so a noisy host
+// shows up in all of them.
 //
 //   npx tsx bench/attack.bench.ts [--model DIR] [--seconds S] [--rounds N] [--attackers N] [--max-tokens N]
+//                                 [--attacks prompt,schema,tools]
 //
 // Prints a table of the bystander's TTFT and inter-token latency (p50, p99) per phase kind, the attackers'
 // statuses and the node's /health statuses seen, and writes bench/results/attack-<stamp>.json.
@@ -21,6 +26,7 @@ const { values: args } = parseArgs({
     rounds: { type: 'string', default: '2' },
     attackers: { type: 'string', default: '8' },
     'max-tokens': { type: 'string', default: '32' },
+    attacks: { type: 'string', default: 'prompt,schema,tools' },
   },
 })
 
@@ -63,8 +69,46 @@ const pct = (xs: number[], p: number): number => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]
 }
 
+const ATTACKS = ['prompt', 'schema', 'tools'] as const
+type Attack = (typeof ATTACKS)[number]
+
+const ATTACK_NAMES: Record<Attack, string> = {
+  prompt: '1 MB prompts',
+  schema: 'schemas: 80 KB / 630 KB enums / 256 properties',
+  tools: '860 KB of tools or tool-call arguments',
+}
+
+const props = (n: number, prefix: string): Record<string, unknown> => Object.fromEntries(Array.from({ length: n }, (_, i) => [`${prefix}${i}`, { type: 'integer' }]))
+
+/** The i-th request body of an attacker of kind `kind` (schemas are new each time: no cache hit helps). */
+function attackBody(kind: Attack, model: string, i: number): string {
+  const messages = [{ role: 'user', content: 'hello there' }]
+  if (kind === 'prompt') return JSON.stringify({ model, messages: [{ role: 'user', content: 'a'.repeat(1_000_000) }] })
+  if (kind === 'schema') {
+    const schema =
+      i % 3 === 0
+        ? { type: 'object', properties: props(3000, `h${i}_`) }
+        : i % 3 === 1
+          ? { type: 'object', properties: { a: { enum: Array.from({ length: 12_000 }, (_, j) => `v${i}-${j}-${'x'.repeat(40)}`) } } }
+          : { type: 'object', properties: props(256, `s${i}_`) }
+    return JSON.stringify({ model, messages, max_tokens: 8, response_format: { type: 'json_schema', json_schema: { name: 'x', schema } } })
+  }
+  const description = 'd'.repeat(2000)
+  if (i % 2 === 0) {
+    const tools = Array.from({ length: 430 }, (_, j) => ({ type: 'function', function: { name: `f${j}`, description, parameters: { type: 'object', properties: {} } } }))
+    return JSON.stringify({ model, messages, max_tokens: 8, tools })
+  }
+  const call = { id: 'call_1', type: 'function', function: { name: 'f', arguments: JSON.stringify({ x: 'y'.repeat(840_000) }) } }
+  return JSON.stringify({
+    model,
+    max_tokens: 8,
+    tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }],
+    messages: [...messages, { role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: 'call_1', content: 'ok' }],
+  })
+}
+
 interface Phase {
-  attack: boolean
+  attack: Attack | null
   ttftMs: number[]
   itlMs: number[]
   streams: number
@@ -111,13 +155,15 @@ async function bystanderStream(s: Served, maxTokens: number, phase: Phase): Prom
   else phase.failedStreams++
 }
 
-async function runPhase(s: Served, attack: boolean, seconds: number, attackers: number, maxTokens: number): Promise<Phase> {
+let sent = 0
+
+async function runPhase(s: Served, attack: Attack | null, seconds: number, attackers: number, maxTokens: number): Promise<Phase> {
   const phase: Phase = { attack, ttftMs: [], itlMs: [], streams: 0, failedStreams: 0, attackStatuses: {}, health: {} }
   const until = Date.now() + seconds * 1000
-  const huge = JSON.stringify({ model: s.model, messages: [{ role: 'user', content: 'a'.repeat(1_000_000) }] })
   const attacker = async (): Promise<void> => {
     while (Date.now() < until) {
-      const res = await fetch(`${s.facade}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json' }, body: huge })
+      const body = attackBody(attack!, s.model, sent++)
+      const res = await fetch(`${s.facade}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json' }, body })
       await res.arrayBuffer()
       phase.attackStatuses[res.status] = (phase.attackStatuses[res.status] ?? 0) + 1
     }
@@ -149,16 +195,20 @@ async function main(): Promise<void> {
   const rounds = Number(args.rounds)
   const attackers = Number(args.attackers)
   const maxTokens = Number(args['max-tokens'])
+  const attacks = args.attacks!.split(',').map((a) => {
+    if (!(ATTACKS as readonly string[]).includes(a)) throw new Error(`--attacks: ${a} is not one of ${ATTACKS.join(', ')}`)
+    return a as Attack
+  })
   const phases: Phase[] = []
   for (let r = 0; r < rounds; r++) {
-    for (const attack of [false, true]) {
+    for (const attack of [null, ...attacks]) {
       const p = await runPhase(served, attack, seconds, attackers, maxTokens)
       phases.push(p)
-      process.stderr.write(`round ${r + 1} ${attack ? 'attack' : 'quiet '}: ${p.streams} streams, TTFT p50 ${pct(p.ttftMs, 50).toFixed(1)} ms\n`)
+      process.stderr.write(`round ${r + 1} ${attack ?? 'quiet'}: ${p.streams} streams, TTFT p50 ${pct(p.ttftMs, 50).toFixed(1)} ms, attackers ${JSON.stringify(p.attackStatuses)}\n`)
     }
   }
   child.send('exit')
-  const merged = [false, true].map((attack) => {
+  const merged = [null, ...attacks].map((attack) => {
     const ps = phases.filter((p) => p.attack === attack)
     const sum = (f: (p: Phase) => Record<string, number>): Record<string, number> => {
       const out: Record<string, number> = {}
@@ -168,7 +218,7 @@ async function main(): Promise<void> {
     const ttft = ps.flatMap((p) => p.ttftMs)
     const itl = ps.flatMap((p) => p.itlMs)
     return {
-      phase: attack ? `attack (${attackers} x 1 MB prompts)` : 'quiet',
+      phase: attack ? `${attack} (${attackers} x ${ATTACK_NAMES[attack]})` : 'quiet',
       streams: ps.reduce((n, p) => n + p.streams, 0),
       failed_streams: ps.reduce((n, p) => n + p.failedStreams, 0),
       ttft_p50_ms: pct(ttft, 50),
@@ -195,7 +245,7 @@ async function main(): Promise<void> {
   )
   mkdirSync('bench/results', { recursive: true })
   const file = `bench/results/attack-${new Date().toISOString().replace(/[:.]/g, '-')}.json`
-  writeFileSync(file, JSON.stringify({ bench: 'attack', params: { seconds, rounds, attackers, maxTokens, model: served.model }, cpu: cpus()[0]?.model, cores: cpus().length, results: merged }, null, 2))
+  writeFileSync(file, JSON.stringify({ bench: 'attack', params: { seconds, rounds, attackers, maxTokens, attacks, model: served.model }, cpu: cpus()[0]?.model, cores: cpus().length, results: merged }, null, 2))
   console.log(`wrote ${file}`)
 }
 

@@ -38,7 +38,8 @@ export interface MaskResult {
 export type GrammarReply =
   /** Request `req` missed the cache and its compile starts now (the replica's timer starts here). */
   | { type: 'compiling'; req: number }
-  | { type: 'opened'; req: number; heapBytes: number }
+  /** `bits`: the matcher's mask for its next token, so a sequence's first step never waits for the thread. */
+  | { type: 'opened'; req: number; heapBytes: number; bits: Int32Array | null }
   /** `fatal`: a WebAssembly trap; the thread's instance is no longer usable. */
   | { type: 'failed'; req: number; message: string; fatal: boolean }
   | { type: 'masks'; req: number; results: MaskResult[] }

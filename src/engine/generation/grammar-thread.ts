@@ -86,7 +86,7 @@ async function open(r: Extract<GrammarRequest, { type: 'open' }>): Promise<Gramm
     const m = await xg.GrammarMatcher.createGrammarMatcher(g, undefined, !r.auto)
     for (const id of r.replay) if (!m.acceptToken(id)) throw new Error(`the replayed token ${id} is outside the grammar`)
     matchers.set(r.m, m)
-    return { type: 'opened', req: r.req, heapBytes: heapBytes() }
+    return { type: 'opened', req: r.req, heapBytes: heapBytes(), bits: m.isTerminated() ? null : await m.getNextTokenBitmask() }
   } catch (e) {
     // A WebAssembly trap (out of bounds, an abort, out of memory) leaves the instance unusable: the replica replaces
     // this thread. Any other error is the grammar's own (xgrammar refused it).
@@ -117,7 +117,10 @@ let queue: Promise<void> = Promise.resolve()
 port.on('message', (r: GrammarRequest) => {
   queue = queue.then(async () => {
     try {
-      if (r.type === 'open') port.postMessage(await open(r))
+      if (r.type === 'open') {
+        const reply = await open(r)
+        port.postMessage(reply, reply.type === 'opened' && reply.bits ? [reply.bits.buffer as ArrayBuffer] : [])
+      }
       else if (r.type === 'next') await next(r)
       else {
         matchers.get(r.m)?.dispose()

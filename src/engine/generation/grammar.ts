@@ -80,6 +80,14 @@ export class Grammars {
   private readonly pending = new Map<number, Pending>()
   private readonly live = new Map<number, TokenMask>()
   private compileTimer: NodeJS.Timeout | null = null
+  /**
+   * A grammar is being opened: the thread may be compiling it, or about to, and masks asked for now would wait for
+   * that (up to compileMs). A cache hit opens in well under a millisecond.
+   */
+  get compiling(): boolean {
+    for (const p of this.pending.values()) if (p.msg.type === 'open') return true
+    return false
+  }
   /** The heap right after the last replacement: the live grammars' own share, which replacing cannot give back. */
   private floorBytes = 0
   private batch: { mask: TokenMask; accept: number | null; resolve: (r: MaskResult) => void; reject: (e: OnnxdError) => void }[] = []
@@ -102,8 +110,9 @@ export class Grammars {
     const field = fieldOf(spec)
     const { ebnf, auto } = grammarOf(spec)
     const mask = new TokenMask(this, this.nextMatcher++, JSON.stringify(spec), ebnf, auto)
-    await this.send({ type: 'open', req: this.nextReq++, m: mask.id, key: mask.key, ebnf, auto, replay: [] }, field)
+    const opened = await this.send({ type: 'open', req: this.nextReq++, m: mask.id, key: mask.key, ebnf, auto, replay: [] }, field)
     if (this.closed) throw new OnnxdError('not_ready', 'engine is shutting down', { retryAfterS: 1 })
+    if (opened.type === 'opened' && opened.bits) mask.bits = opened.bits
     this.live.set(mask.id, mask)
     return mask
   }
@@ -284,7 +293,8 @@ export class TokenMask {
 
   /**
    * Accepts the picked token (sent with the next call of next()), then computes the next step's allowed tokens and
-   * whether the value is complete. Throws when the grammar refused the token or its matcher was lost.
+   * whether the value is complete. Throws when the grammar refused the token or its matcher was lost. The first
+   * step's mask comes with the matcher: `bits` holds it before any call.
    */
   async next(): Promise<void> {
     const accept = this.picked
@@ -295,6 +305,11 @@ export class TokenMask {
     if (r.rejected) throw new OnnxdError('internal', `token ${accept} is outside the grammar`)
     this.terminated = r.terminated
     this.bits = r.bits ?? new Int32Array(0)
+  }
+
+  /** The thread is compiling a grammar: this matcher's next mask may be a while (a whole compile) in coming. */
+  get busy(): boolean {
+    return this.owner.compiling
   }
 
   /** Takes `id` as the pick after this step's mask; false when the mask does not allow it (a bug: it was not applied). */

@@ -18,10 +18,18 @@ import { PREFIX_BLOCK, PrefixCache, type PrefixHit } from './prefix-cache.js'
 /** A prompt without a cached prefix (or with prefix caching off). */
 const NO_HIT: PrefixHit = { tokens: 0, blocks: [] }
 
-/** The next step's grammar masks of the rows that have one (JSON response_format). */
-async function prepareGrammars(seqs: readonly Sequence[]): Promise<void> {
+/**
+ * Asks for the next step's grammar masks of the rows that have one (structured outputs) and waits for them, unless
+ * the grammar thread is compiling: then a compile may stand before them, and only what is already there is taken (a
+ * row without its mask sits the step out, see decodeStep). Returns whether every row's mask is there.
+ */
+async function prepareGrammars(seqs: readonly Sequence[]): Promise<boolean> {
   // Most steps have none: no array is made for them.
-  if (seqs.some((s) => s.constrained)) await Promise.all(seqs.map((s) => s.prepare()))
+  if (!seqs.some((s) => s.constrained)) return true
+  const all = Promise.all(seqs.map((s) => s.prepare()))
+  if (seqs.some((s) => s.maskSlow)) await Promise.race([all, new Promise((r) => setImmediate(r))])
+  else await all
+  return seqs.every((s) => s.maskReady)
 }
 
 /** Fewest prompt columns per row a prefill chunk is cut to when a group has many rows (see admit()). */
@@ -311,6 +319,13 @@ export class Batcher {
       ? Math.max(1, Math.min(g.width - g.cursor, Math.floor(this.opts.maxBatchedTokens / rows)))
       : g.width
     const total = g.cursor + seq
+    const last = total === g.width
+    // The last chunk samples each row's first token: constrained rows need their first masks. Behind a grammar
+    // compile, the chunk waits (the running rows step meanwhile).
+    if (last && !(await prepareGrammars(g.seqs))) {
+      if (this.running.length === 0) await this.waitForMasks(g.seqs)
+      return
+    }
     // Row r's prompt is left-padded by pads[r]: this chunk's first columns may still be padding.
     const counts = g.pads.map((pad) => Math.max(0, total - Math.max(pad, g.cursor)))
     g.kv.makeRoom(counts)
@@ -334,9 +349,7 @@ export class Batcher {
       if (masked) g.kv.maskRow(x.mask, r, seq, counts[r])
       for (let j = 0; j < seq; j++) x.positions[r * seq + j] = g.cached[r] + Math.max(0, g.cursor + j - pad)
     }
-    const last = total === g.width
     const picks = last ? g.seqs.map((_, r) => r * seq + seq - 1) : []
-    if (last) await prepareGrammars(g.seqs)
     const t0 = performance.now()
     const out = await this.model.session.forward(x, picks)
     this.observer.onStep?.({ phase: 'prefill', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows * seq })
@@ -368,17 +381,44 @@ export class Batcher {
     this.fitPrefixCache()
   }
 
+  /**
+   * Waits until one of `seqs` has its mask, a request comes (submit() wakes it), or a moment passes (cancels are
+   * flags, seen by the next loop turn).
+   */
+  private async waitForMasks(seqs: readonly Sequence[]): Promise<void> {
+    let timer: NodeJS.Timeout | undefined
+    await Promise.race([
+      ...seqs.map((s) => s.prepare()),
+      new Promise<void>((r) => {
+        this.wake = r
+        timer = setTimeout(r, 50)
+      }),
+    ])
+    clearTimeout(timer)
+    this.wake = null
+  }
+
   private async decodeStep(): Promise<void> {
     // Constrained rows hear whether their last token completed the value (then they end here) and get their masks.
-    await prepareGrammars(this.running)
+    const ready = await prepareGrammars(this.running)
     if (this.running.some((s) => s.done)) {
       for (const s of this.running) if (s.done && !s.cancelled) this.observer.onFinish?.(s.observation(s.finished ? 'done' : 'error'))
       this.keepRunning((s) => !s.done && !s.cancelled)
       if (this.running.length === 0) return
     }
+    // A row whose mask is behind a grammar compile sits this step out: it runs with the others (the same token at
+    // the same position, so whatever it writes in place is written again alike), but nothing of it is kept or
+    // sampled. The others never wait for the compile.
+    const sits = ready ? null : this.running.map((s) => !s.maskReady)
+    if (sits?.every(Boolean)) {
+      // Nothing to step: wait for a mask, unless a prefill is waiting to go on.
+      if (!this.group) await this.waitForMasks(this.running)
+      return
+    }
     const kv = this.kv
     const rows = this.running.length
     const ones = this.running.map(() => 1)
+    const counts = sits ? sits.map((s) => (s ? 0 : 1)) : ones
     kv.makeRoom(ones)
     const P = kv.cap
     const session = this.model.session
@@ -406,11 +446,11 @@ export class Batcher {
     const t0 = performance.now()
     const out = greedy ? await session.forwardGreedy(x) : await session.forward(x, this.running.map((_, r) => r))
     this.observer.onStep?.({ phase: 'decode', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows })
-    kv.append(out.present, ones)
+    kv.append(out.present, counts)
     const V = this.model.vocab
     let finished = false
     this.running.forEach((s, r) => {
-      if (s.cancelled) return
+      if (s.cancelled || sits?.[r]) return
       if ('tokens' in out ? s.stepToken(out.tokens[r]) : s.step(out.logits.subarray(r * V, (r + 1) * V))) {
         finished = true
         this.observer.onFinish?.(s.observation('done'))

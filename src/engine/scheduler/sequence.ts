@@ -38,6 +38,9 @@ export class Sequence {
    * then is it known whether the JSON value is complete, and so whether the token goes out as a token or as the end.
    */
   private held: string | null = null
+  /** The grammar's next mask, being computed on the grammar thread (null: not asked for since the last step). */
+  private preparing: Promise<void> | null = null
+  private prepared = false
 
   constructor(
     readonly id: string,
@@ -77,9 +80,11 @@ export class Sequence {
     return this.grammar === null && this.sampler.picksArgmax(this.history)
   }
 
-  /** Constrains every token to `g`'s grammar (before the sequence is queued). */
+  /** Constrains every token to `g`'s grammar (before the sequence is queued); its first mask comes with it. */
   constrain(g: TokenMask): void {
     this.grammar = g
+    this.preparing = Promise.resolve()
+    this.prepared = true
   }
 
   get constrained(): boolean {
@@ -87,14 +92,32 @@ export class Sequence {
   }
 
   /**
-   * Gives the grammar the last pick and computes its mask for the next step (the batcher awaits it before the step's
-   * forward), then sends the held token: as the end when the value is complete or the length is reached. The
-   * sequence may be done after this; a grammar failure fails this sequence alone.
+   * Gives the grammar the last pick and asks for its mask for the next step (once per step; the batcher awaits it
+   * before the step's forward, unless the grammar thread is busy compiling: see maskReady), then sends the held
+   * token: as the end when the value is complete or the length is reached. The sequence may be done after this; a
+   * grammar failure fails this sequence alone.
    */
-  async prepare(): Promise<void> {
-    if (!this.grammar || this.done) return
+  prepare(): Promise<void> {
+    if (!this.grammar || this.done) return Promise.resolve()
+    this.preparing ??= this.takePick().finally(() => (this.prepared = true))
+    return this.preparing
+  }
+
+  /** Whether this step's mask is there (always, unconstrained): a row without it sits the step out. */
+  get maskReady(): boolean {
+    return this.grammar === null || this.done || this.prepared
+  }
+
+  /** Whether its mask may be a compile away: the batcher then steps the other rows without waiting for it. */
+  get maskSlow(): boolean {
+    return this.grammar?.busy ?? false
+  }
+
+  private async takePick(): Promise<void> {
+    const g = this.grammar
+    if (!g) return
     try {
-      await this.grammar.next()
+      await g.next()
     } catch (e) {
       this.fail(toErrorData(e))
       return
@@ -103,7 +126,7 @@ export class Sequence {
     this.held = null
     if (text === null || this.done) return
     // The JSON value is complete: nothing may follow it.
-    if (this.grammar.terminated) this.finish('stop', text)
+    if (g.terminated) this.finish('stop', text)
     else if (this.atLength) this.finish('length', text)
     else this.emitToken(text)
   }
@@ -144,6 +167,8 @@ export class Sequence {
    * asks for them; returns true when the sequence has finished.
    */
   stepToken(token: number, logprobs: StepLogprobs | null = null): boolean {
+    this.preparing = null
+    this.prepared = false
     this.lastLogprobs = logprobs ? this.reported(logprobs) : undefined
     this.history.push(token)
     this.tokenTimes.push(performance.now())

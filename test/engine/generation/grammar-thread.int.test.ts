@@ -159,6 +159,29 @@ describe('an engine while a slow grammar compiles', () => {
     expect(log.indexOf('plain:done')).toBeLessThan(log.indexOf('slow:accepted') === -1 ? Infinity : log.indexOf('slow:accepted'))
     const s = await slow
     expect(s.at(-1)?.type).toBe('done')
+
+    // Again with a constrained request decoding when the compile starts: its masks wait behind the compile, so it
+    // sits the steps out; a plain request that comes meanwhile is admitted and served all the same.
+    const log2: string[] = []
+    const digits = { type: 'json_schema', json_schema: { name: 'digits', schema: { type: 'array', items: { type: 'integer', minimum: 0, maximum: 9 }, minItems: 80, maxItems: 80 } } }
+    let tokens = 0
+    const long = new Promise<SeqEvent[]>((resolve) => {
+      const events: SeqEvent[] = []
+      engine.submit({ model: 'onnxd-tiny', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 400, temperature: 0, response_format: digits } as never, (ev) => {
+        events.push(ev)
+        if (ev.type === 'token' && ++tokens === 3) {
+          void run({ response_format: { type: 'json_schema', json_schema: { name: 'wide2', schema: (wide(256, 'w') as { schema: object }).schema } } }, log2, 'slow')
+          setTimeout(() => void run({}, log2, 'plain').then((evs) => expect(text(evs)).toBe(alone)), 100)
+        }
+        if (ev.type === 'done' || ev.type === 'error') resolve(events)
+      })
+    })
+    const l = await long
+    expect(l.at(-1)?.type).toBe('done')
+    expect(JSON.parse(text(l))).toHaveLength(80)
+    await new Promise((r) => setTimeout(r, 200))
+    expect(log2).toContain('plain:done')
+    expect(log2.indexOf('plain:done')).toBeLessThan(log2.indexOf('slow:accepted') === -1 ? Infinity : log2.indexOf('slow:accepted'))
     await engine.close()
   }, 60_000)
 })
