@@ -23,7 +23,7 @@ import { ATTENTION_FORMS, BUILDER_VERSION, type Attention } from '../builder/ind
 import { loadModel, type LoadedModel } from '../engine/model/load.js'
 import { Binding, type Tensor } from '../engine/model/ort-capi.js'
 import { RUNTIMES, type Runtime } from '../engine/model/runtime.js'
-import type { ForwardInput, KvTensor } from '../engine/model/session.js'
+import type { ForwardInput, KvTensor } from '../engine/model/step-io.js'
 import { KV_CHUNK, KvCache, kvShapeOf } from '../engine/scheduler/kv.js'
 import { OnnxdError } from '../shared/errors.js'
 import { ensureBundle } from './bundles.js'

@@ -1,92 +1,12 @@
 // The engine's public face for other layers (node HTTP, CLI, benchmarks): EngineClient, the interface a server
 // holds, which EnginePool (pool/pool.ts, worker threads each running one Engine of engine.ts) implements; the
-// pool's factory; and the option and event types they speak (the plain data of types.ts). The node imports engine
-// code only from here (test/architecture.test.ts holds it). Imports: engine, shared.
-import type { EngineRequest, EngineStats, FinishObservation, PhaseMarks, SeqEvent, StepObservation } from './types.js'
-import type { BatcherObserver, BatcherOptions } from './scheduler/batcher.js'
-import type { Dtype, Provider } from '../shared/model.js'
-import type { Runtime, RuntimeChoice } from './model/runtime.js'
-import type { GrammarLimits } from './generation/grammar.js'
-
+// pool's factory; and the option and event types they speak (pool/client.ts, and the plain data of types.ts), each
+// defined in its own module and re-exported here. The node imports engine code only from here
+// (test/architecture.test.ts holds it). Imports: engine, shared.
 export { createEnginePool } from './pool/pool.js'
+export type { EngineClient, EngineObserver, PoolHealth, PoolOptions, WorkerHealth } from './pool/client.js'
 
-export type { EngineRequest, EngineStats, FinishObservation, PhaseMarks, SeqEvent, StepObservation }
-export type { FinishReason, Timings, Usage } from './types.js'
+export type { EngineRequest, EngineStats, FinishObservation, FinishReason, PhaseMarks, SeqEvent, StepObservation, Timings, Usage } from './types.js'
 
 export type { Dtype, Provider } from '../shared/model.js'
 export { RUNTIMES, RUNTIME_CHOICES, type Runtime, type RuntimeChoice } from './model/runtime.js'
-
-/** Batcher limits apply per worker; `kvBudgetBytes` is each worker's share of the node's budget. */
-export interface PoolOptions extends Partial<BatcherOptions> {
-  /** Model bundle directory, and the id it is served under (default: the folder name). */
-  modelDir: string
-  modelId?: string
-  dtype?: Dtype
-  /** A chat template (its text) in place of the bundle's. */
-  chatTemplate?: string
-  provider?: Provider
-  deviceId?: number
-  allowCpuFallback?: boolean
-  /** Worker threads, each an engine replica with its own session. */
-  workers?: number
-  /** ORT intra-op threads per worker (0 = ORT's default: all cores). */
-  intraOpThreads?: number
-  /** Which ORT API runs the steps (default 'auto': 'capi' on CPU); 'capi' falls back to 'js' where the C API cannot load. */
-  runtime?: RuntimeChoice
-  /** A worker whose step loop shows no sign of life for this long is unhealthy. */
-  heartbeatTimeoutMs?: number
-  /** ... and for this long is replaced: its requests end with worker_crashed and a fresh replica loads (default 30 s). */
-  stallTimeoutMs?: number
-  /** Threads that render chat templates and tokenize prompts, apart from the replicas' step loops (default 1). */
-  tokenizerThreads?: number
-  /** Structured outputs' grammar thread in each worker: compile time limit and heap bound (grammar.ts). */
-  grammar?: Partial<GrammarLimits>
-  /** Test hook: lets tests crash or stall a worker through EngineClient.inject(). */
-  faultInjection?: boolean
-}
-
-export interface WorkerHealth {
-  threadId: number
-  ready: boolean
-  /** Milliseconds since the worker's step loop last showed life. */
-  heartbeatAgeMs: number
-  stats: EngineStats | null
-}
-
-export interface PoolHealth {
-  status: 'loading' | 'ready' | 'unhealthy' | 'draining'
-  model: string
-  provider: Provider
-  /** The API the workers' steps run on (what they report once loaded; the configured one until then). */
-  runtime?: Runtime
-  contextLength: number | null
-  workers: WorkerHealth[]
-  running: number
-  waiting: number
-  /** Sequences the pool can take now: free running slots plus free queue places, over all workers. */
-  capacity: number
-  /** Running slots a new sequence would take at once, without waiting: free slots less those already claimed by waiters. */
-  freeSlots: number
-  kvUsedBytes: number
-  prefixCacheBytes: number
-  kvBudgetBytes: number
-  restarts: number
-}
-
-/** A batcher's observations, merged over every worker, plus the pool's own events. */
-export interface EngineObserver extends BatcherObserver {
-  onWorkerRestart?(): void
-}
-
-export interface EngineClient {
-  /** Starts the workers if needed; resolves once every one has loaded the model (rejects with the load error, e.g. a bad bundle). */
-  ready(): Promise<void>
-  /** Starts a request; events arrive on `sink` (accepted, tokens, done | error). Returns a cancel function. */
-  submit(req: EngineRequest, sink: (e: SeqEvent) => void): () => void
-  health(): PoolHealth
-  /** Stops admitting (health turns draining); in-flight requests go on. */
-  drain(): void
-  close(): Promise<void>
-  /** Test hook (only with faultInjection): crash a worker, or stall its step loop for `ms`. */
-  inject?(fault: { kind: 'crash' } | { kind: 'stall'; ms: number }): Promise<void>
-}

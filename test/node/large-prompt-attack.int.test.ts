@@ -9,6 +9,7 @@ import { createEnginePool } from '../../src/engine/pool/pool.js'
 import type { EngineClient } from '../../src/engine/index.js'
 import { readTokenizerFiles } from '../../src/engine/model/bundle.js'
 import { TextTokenizer } from '../../src/engine/tokenizer/tokenizer.js'
+import { promptByteLimit } from '../../src/engine/tokenizer/prompt.js'
 import { defaultModelDir } from '../helpers/fixtures.js'
 import { facadeFixture, type FacadeFixture } from '../helpers/facade.js'
 import { listen, testOptions } from './helpers.js'
@@ -45,7 +46,7 @@ describe('large prompts against the real facade and node', () => {
     f = await facadeFixture({ nodeUrls: [nodeUrl], options: { keyRpm: 0, fleetRpm: 0, healthIntervalMs: 2000 }, deps: { pollHealth: true } })
     baseURL = `${await f.app.listen({ port: 0, host: '127.0.0.1' })}/v1`
     const files = readTokenizerFiles(defaultModelDir())
-    byteLimit = new TextTokenizer(files.tokenizer!.json, files.tokenizer!.config, files.chatTemplate).promptByteLimit(engine.health().contextLength!)
+    byteLimit = promptByteLimit(engine.health().contextLength!, new TextTokenizer(files.tokenizer!.json, files.tokenizer!.config, files.chatTemplate))
   })
   afterAll(async () => {
     await f?.close()

@@ -6,7 +6,7 @@
 // appends presents before it starts another step). Imports: ort-capi and engine model types only.
 import { OnnxdError } from '../../shared/errors.js'
 import { NativeBuffer, OrtCApi, type Binding, type CSession, type ElementType, type Tensor } from './ort-capi.js'
-import type { ForwardInput, KvData, Signature } from './session.js'
+import type { ForwardInput, KvData, Signature } from './step-io.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 
 /** One output of a step, viewed over the runner's buffer (or the JS API's fresh one). */

@@ -1,6 +1,6 @@
 // Each row's length in a step, as GroupQueryAttention's fed inputs take it (decoder-graph.ts feedAttentionLengths):
 // one helper for both step runtimes (session.ts's JS path, capi-session.ts). Imports: engine model types only.
-import type { ForwardInput } from './session.js'
+import type { ForwardInput } from './step-io.js'
 
 /**
  * Each row's real tokens once this step's are in: `x.lengths` when the caller gave them (the batcher always does),

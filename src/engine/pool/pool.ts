@@ -1,18 +1,19 @@
 // EnginePool, the main-thread side of the engine: a piscina pool of worker threads, each running one Engine
-// (engine.ts), behind the EngineClient interface (index.ts) that the node holds. Routes requests to workers, relays
+// (engine.ts), behind the EngineClient interface (client.ts) that the node holds. Routes requests to workers, relays
 // their events, merges their stats and observations, and tracks health. Imports: engine, shared.
 import { availableParallelism } from 'node:os'
 import { randomUUID } from 'node:crypto'
 import { BroadcastChannel, MessageChannel } from 'node:worker_threads'
 import { Piscina } from 'piscina'
 import { fromErrorData, OnnxdError, toErrorData } from '../../shared/errors.js'
-import type { EngineClient, EngineObserver, PoolHealth, PoolOptions, Provider, Runtime, WorkerHealth } from '../index.js'
+import type { EngineClient, EngineObserver, PoolHealth, PoolOptions, WorkerHealth } from './client.js'
+import type { Provider } from '../../shared/model.js'
 import type { EngineOptions } from '../engine.js'
 import { batcherOptions } from '../engine.js'
 import type { EngineRequest, EngineStats, SeqEvent } from '../types.js'
 import { checkOnePrompt } from '../../shared/prompt-input.js'
-import { intendedRuntime } from '../model/runtime.js'
-import { promptByteLimit, promptTextBytes } from '../tokenizer/prompt.js'
+import { intendedRuntime, type Runtime } from '../model/runtime.js'
+import { promptByteLimit, promptTextBytes, type PromptBound } from '../tokenizer/prompt.js'
 import { GateTable, gateBuffer } from './gate.js'
 import type { Broadcast, PortCommand, Task, TokenizeReply, TokenizeTask, TokenizerWorkerData, WorkerData } from './protocol.js'
 
@@ -38,12 +39,6 @@ interface Inflight {
   threadId?: number
   cancel(): void
   fail(err: OnnxdError): void
-}
-
-/** What bounds a text prompt's size before it is tokenized (see TextTokenizer.promptByteLimit). */
-interface PromptBound {
-  maxTokenBytes: number
-  lengthPreserving: boolean
 }
 
 const isFull = (e: Error): boolean => /queue is at limit|no task queue available/i.test(e.message)
@@ -272,7 +267,7 @@ export class EnginePool implements EngineClient {
     const b = this.bound
     const ctx = this.info?.contextLength
     if (!b || !ctx || b.maxTokenBytes === 0) return // no tokenizer: the tokenizer thread answers for it
-    const limit = promptByteLimit(ctx, b.maxTokenBytes, b.lengthPreserving)
+    const limit = promptByteLimit(ctx, b)
     const bytes = promptTextBytes(req)
     if (bytes > limit) {
       throw new OnnxdError(

@@ -3,6 +3,7 @@ import type { MessagePort } from 'node:worker_threads'
 import type { EngineRequest, EngineStats, FinishObservation, StepObservation } from '../types.js'
 import type { EngineOptions } from '../engine.js'
 import type { Message } from '../tokenizer/tokenizer.js'
+import type { PromptBound } from '../tokenizer/prompt.js'
 import type { ErrorData } from '../../shared/errors.js'
 import type { FunctionTool } from '../../shared/tools.js'
 
@@ -28,7 +29,7 @@ export interface TokenizerWorkerData {
 export type TokenizeTask = { kind: 'info' } | { kind: 'encode'; messages?: Message[]; prompt?: string; tools?: FunctionTool[] }
 
 export type TokenizeReply =
-  | { kind: 'info'; maxTokenBytes: number; lengthPreserving: boolean }
+  | ({ kind: 'info' } & PromptBound)
   | { kind: 'ids'; ids: number[] }
   | { kind: 'error'; error: ErrorData }
 

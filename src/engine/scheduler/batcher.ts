@@ -7,7 +7,7 @@
 // on top of a cache (see DecoderSession.chunkedPrefill) prefill a whole group at once: then the bound is one
 // group, whose rows x prompt width admit() keeps within maxBatchedTokens unless a single prompt is longer.
 import type { LoadedModel } from '../model/load.js'
-import type { ForwardInput } from '../model/session.js'
+import type { ForwardInput } from '../model/step-io.js'
 import { OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { EngineStats, FinishObservation, StepObservation } from '../types.js'
 import { KvCache, kvShapeOf, type KvShape } from './kv.js'

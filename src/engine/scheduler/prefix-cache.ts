@@ -6,7 +6,7 @@
 // leaves are evicted, least recently used first, so every cached block stays reachable. The batcher counts the
 // blocks' bytes in its KV budget and evicts when admitted sequences need the room.
 import { createHash } from 'node:crypto'
-import type { KvData } from '../model/session.js'
+import type { KvData } from '../model/step-io.js'
 
 /** Tokens per cached block: a prompt reuses whole blocks only. */
 export const PREFIX_BLOCK = 16

@@ -41,9 +41,19 @@ export function encodeTextPrompt(tok: TextTokenizer | null, modelId: string, req
 }
 
 /**
- * The most UTF-8 bytes of prompt text that can fit `contextTokens` tokens, for a tokenizer whose tokens stand for at
- * most `maxTokenBytes` bytes: exact when it is length-preserving, else four times that (see TextTokenizer).
+ * What bounds a text prompt's size before it is tokenized: the most UTF-8 bytes one token stands for, and whether
+ * every byte of text survives into tokens. A TextTokenizer is one (its maxTokenBytes and lengthPreserving); the pool,
+ * which holds no tokenizer, gets the two values from its tokenizer threads.
  */
-export function promptByteLimit(contextTokens: number, maxTokenBytes: number, lengthPreserving: boolean): number {
-  return contextTokens * maxTokenBytes * (lengthPreserving ? 1 : 4)
+export interface PromptBound {
+  maxTokenBytes: number
+  lengthPreserving: boolean
+}
+
+/**
+ * The most UTF-8 bytes of prompt text that can fit `contextTokens` tokens. Exact for a length-preserving tokenizer;
+ * otherwise four times that, so only a pathological text that normalization shrinks fourfold is refused wrongly.
+ */
+export function promptByteLimit(contextTokens: number, bound: PromptBound): number {
+  return contextTokens * bound.maxTokenBytes * (bound.lengthPreserving ? 1 : 4)
 }

@@ -3,7 +3,6 @@
 import { Tokenizer } from '@huggingface/tokenizers'
 import { Template } from '@huggingface/jinja'
 import { OnnxdError } from '../../shared/errors.js'
-import { promptByteLimit } from './prompt.js'
 import { BYTE_OF_CHAR } from '../../shared/byte-level.js'
 
 const UTF8 = new TextDecoder('utf-8', { fatal: true })
@@ -94,14 +93,6 @@ export class TextTokenizer {
       unk_token: tokenText(config.unk_token),
       pad_token: tokenText(config.pad_token),
     }
-  }
-
-  /**
-   * The most UTF-8 bytes of prompt text that can fit `contextTokens` tokens. Exact for length-preserving tokenizers;
-   * otherwise four times that, so only a pathological text that normalization shrinks fourfold is refused wrongly.
-   */
-  promptByteLimit(contextTokens: number): number {
-    return promptByteLimit(contextTokens, this.maxTokenBytes, this.lengthPreserving)
   }
 
   /**

@@ -5,6 +5,7 @@ import { createEnginePool } from '../../../src/engine/pool/pool.js'
 import type { EngineClient, EngineRequest, SeqEvent } from '../../../src/engine/index.js'
 import { readTokenizerFiles } from '../../../src/engine/model/bundle.js'
 import { TextTokenizer } from '../../../src/engine/tokenizer/tokenizer.js'
+import { promptByteLimit } from '../../../src/engine/tokenizer/prompt.js'
 import { defaultModelDir } from '../../helpers/fixtures.js'
 import { deferred } from '../../helpers/deferred.js'
 
@@ -46,7 +47,7 @@ describe('engine pool under hostile load', () => {
 
   it('refuses a prompt with more bytes than the context can hold, naming the bound, without tokenizing it', async () => {
     const context = pool.health().contextLength!
-    const limit = tok.promptByteLimit(context)
+    const limit = promptByteLimit(context, tok)
     expect(tok.lengthPreserving).toBe(true) // byte-level BPE: the bound is exact
     const events = await collect(pool, { prompt: 'x'.repeat(limit + 1) })
     const end = last(events)
@@ -59,7 +60,7 @@ describe('engine pool under hostile load', () => {
   })
 
   it('issue #32: counts tools, tool-call arguments, tool results and names in the byte bound, refusing before rendering', async () => {
-    const limit = tok.promptByteLimit(pool.health().contextLength!)
+    const limit = promptByteLimit(pool.health().contextLength!, tok)
     const refusedByBytes = (events: SeqEvent[]): void => {
       const end = last(events)
       expect(end.type === 'error' && end.error.code).toBe('context_length_exceeded')
@@ -85,7 +86,7 @@ describe('engine pool under hostile load', () => {
   })
 
   it('tokenizes a prompt under the byte bound and judges it by its tokens', async () => {
-    const limit = tok.promptByteLimit(pool.health().contextLength!)
+    const limit = promptByteLimit(pool.health().contextLength!, tok)
     const words = 'lorem ipsum dolor sit amet '.repeat(Math.floor(limit / 27))
     const end = last(await collect(pool, { prompt: words }))
     // Too many tokens for the context, found by tokenizing: the engine's own message, with the token count.
@@ -114,7 +115,7 @@ describe('engine pool under hostile load', () => {
   })
 
   it('a client that cancels while its prompt is being tokenized ends without reaching a replica', async () => {
-    const limit = tok.promptByteLimit(pool.health().contextLength!)
+    const limit = promptByteLimit(pool.health().contextLength!, tok)
     const events: SeqEvent[] = []
     const ended = deferred<void>()
     const cancel = pool.submit({ model: 'onnxd-tiny', request_id: 'c', prompt: 'word '.repeat(Math.floor(limit / 5)) } as EngineRequest, (e) => {

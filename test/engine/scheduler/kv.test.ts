@@ -3,7 +3,7 @@
 // exactly its own sequence's token. Pad positions of a present carry GARBAGE, which must never reach the cache.
 import { describe, expect, it } from 'vitest'
 import { KvCache, type KvShape } from '../../../src/engine/scheduler/kv.js'
-import type { KvData, KvTensor, PresentLayout } from '../../../src/engine/model/session.js'
+import type { KvData, KvTensor, PresentLayout } from '../../../src/engine/model/step-io.js'
 
 const GARBAGE = 60000
 const MAX_SEQS = 8

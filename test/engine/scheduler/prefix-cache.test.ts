@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest'
 import { PrefixCache } from '../../../src/engine/scheduler/prefix-cache.js'
 import { KvCache, type KvShape } from '../../../src/engine/scheduler/kv.js'
-import type { KvData } from '../../../src/engine/model/session.js'
+import type { KvData } from '../../../src/engine/model/step-io.js'
 
 const B = 4
 /** One tensor per block whose every value is the block's first token, so a hit says which blocks it copied. */

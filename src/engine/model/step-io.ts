@@ -1,0 +1,78 @@
+// What one forward step takes and gives, in either step runtime (session.ts's JS API, capi-session.ts's C API): the
+// graph's signature as discovered at load, the KV tensors, a step's input and outputs. Plain types, in their own
+// module so that the session, its C-API runner, the step helpers and the scheduler share one definition without
+// importing each other. Imports: nothing.
+
+export type IntDtype = 'int64' | 'int32'
+export type KvDtype = 'float32' | 'float16'
+export type KvData = Float32Array | Uint16Array
+
+/** One past/present tensor, viewed as [outer, batch, heads, seq, headDim]; outer is 2 for stacked (GPT-2) caches. */
+export interface KvTensor {
+  data: KvData
+  /** The graph's own dims (4-D, or 5-D for stacked). */
+  dims: number[]
+}
+
+/**
+ * What a present output holds, and so where a step's new rows sit in it:
+ * - `new`: only the new rows, [batch, heads, seq, headDim] (graphs rewritten by decoder-graph.ts); slot j.
+ * - `appended`: concat(past, new); slot pastLen + j.
+ * - `in-place`: GroupQueryAttention writes row r's new tokens right after its own length; slot len_r + j.
+ */
+export type PresentLayout = 'new' | 'appended' | 'in-place'
+
+export interface Signature {
+  ids: { name: string; dtype: IntDtype }
+  mask: { name: string; dtype: IntDtype } | null
+  positions: { name: string; dtype: IntDtype } | null
+  kv: {
+    layers: number
+    /** True for legacy caches that stack key and value: past_<i> [2, batch, heads, past, headDim]. */
+    stacked: boolean
+    heads: number
+    headDim: number
+    dtype: KvDtype
+    pastNames: string[]
+    /** The graph outputs that carry each past input's present rows (same order as pastNames). */
+    presentNames: string[]
+    present: PresentLayout
+  }
+  /** lastOnly: the graph computes the last position of each row only ([batch, 1, vocab]). */
+  logits: { name: string; dtype: KvDtype; vocab: number; lastOnly: boolean }
+  /** The output holding each row's greedy next token (argmax of its last logits), or null. */
+  nextToken: string | null
+  /**
+   * GroupQueryAttention's lengths as inputs (decoder-graph.ts feedAttentionLengths): `seqlens` int32 [batch] (each
+   * row's length - 1), `total` int32 scalar (the step's total sequence length); null when the graph computes them.
+   */
+  lengths: { seqlens: string; total: string } | null
+}
+
+/** A forward step over a batch: `rows` × `seq` new tokens, on top of `past` (seq length `pastLen`). */
+export interface ForwardInput {
+  rows: number
+  seq: number
+  pastLen: number
+  /** [rows * seq] token ids (pad slots hold any valid id). */
+  ids: Int32Array
+  /** [rows * (pastLen + seq)] 1 for real slots, 0 for padding; may be empty when the graph takes no mask (signature.mask null) and `lengths` is given. */
+  mask: Uint8Array
+  /** [rows] each row's real tokens once this step's are in (cache length + its new tokens); else counted from `mask`. */
+  lengths?: Int32Array
+  /** [rows * seq] position of each new token in its own sequence. */
+  positions: Int32Array
+  past: KvTensor[]
+}
+
+export interface ForwardOutput {
+  /** Float32 logits of the requested (row, position) pairs, [picks.length * vocab]. */
+  logits: Float32Array
+  present: KvTensor[]
+}
+
+export interface GreedyOutput {
+  /** Each row's argmax over its last position's logits. */
+  tokens: Int32Array
+  present: KvTensor[]
+}
