@@ -79,6 +79,7 @@ const RULES = {
   'engine-no-http': `the engine imports no HTTP package (${ENGINE_FORBIDDEN.join(', ')})`,
   declared: "every package imported is a Node built-in or in package.json's dependencies; devDependencies only from src/bench/",
   cycles: 'no import cycle between layers',
+  'file-cycles': 'no import cycle between files in src/ (type-only and dynamic imports count): each definition lives in the module it belongs to',
   resolved: 'every relative import resolves to a module in src/ (so none reaches test code)',
   'dynamic-literal': 'every dynamic import() names its module with a string literal (so this test can see it)',
   'known-layer': 'every file in src/ belongs to a known layer',
@@ -160,6 +161,8 @@ export function architecture(files: Record<string, string>, packages: Packages):
   const out: Violation[] = []
   /** Layer → layer it imports → the first import seen, for the cycle report. */
   const edges = new Map<Layer, Map<Layer, string>>()
+  /** The same between files. */
+  const fileEdges = new Map<string, Map<string, string>>()
   for (const [file, text] of Object.entries(files).sort(([a], [b]) => a.localeCompare(b))) {
     const from = layerOf(file)
     if (from === null) {
@@ -178,6 +181,8 @@ export function architecture(files: Record<string, string>, packages: Packages):
           v('resolved', `${file}:${line}: '${spec}' is no module in src/`)
           continue
         }
+        if (!fileEdges.has(file)) fileEdges.set(file, new Map())
+        if (!fileEdges.get(file)!.has(target)) fileEdges.get(file)!.set(target, `${file}:${line} imports '${spec}'`)
         const to = layerOf(target)
         if (to === null || to === from) continue
         if (!edges.has(from)) edges.set(from, new Map())
@@ -207,16 +212,59 @@ export function architecture(files: Record<string, string>, packages: Packages):
     const [file = '', line = '1'] = cycle.examples[0]!.split(' ')[0]!.split(':')
     out.push({ rule: 'cycles', file, line: Number(line), import: '', message: `layer cycle ${cycle.path.join(' -> ')}: ${cycle.examples.join('; ')}` })
   }
+  for (const cycle of fileCycles(fileEdges)) {
+    const [file = '', line = '1'] = cycle.examples[0]!.split(' ')[0]!.split(':')
+    const group = cycle.group.length > cycle.path.length - 1 ? ` (one of ${cycle.group.length} files importing each other: ${cycle.group.join(', ')})` : ''
+    out.push({ rule: 'file-cycles', file, line: Number(line), import: '', message: `import cycle ${cycle.path.join(' -> ')}: ${cycle.examples.join('; ')}${group}` })
+  }
   return out
 }
 
-/** Strongly connected groups of two or more layers (Tarjan), each with one import per edge inside it. */
+/** Strongly connected groups of two or more layers, each with one import per edge inside it. */
 function layerCycles(edges: Map<Layer, Map<Layer, string>>): { path: Layer[]; examples: string[] }[] {
-  const index = new Map<Layer, number>()
-  const low = new Map<Layer, number>()
-  const stack: Layer[] = []
-  const groups: Layer[][] = []
-  const strong = (v: Layer): void => {
+  return stronglyConnected(edges).map((g) => ({
+    path: [...g, g[0]!],
+    examples: g.flatMap((a) => g.filter((b) => edges.get(a)?.has(b)).map((b) => edges.get(a)!.get(b)!)),
+  }))
+}
+
+/**
+ * Strongly connected groups of files, each as one shortest cycle through its first file (the path, ending where it
+ * starts, and the import of each step) and the whole group. A file that imports itself is a group of one.
+ */
+function fileCycles(edges: Map<string, Map<string, string>>): { path: string[]; examples: string[]; group: string[] }[] {
+  const groups = [...stronglyConnected(edges), ...[...edges].filter(([f, to]) => to.has(f)).map(([f]) => [f])]
+  return groups.map((g) => {
+    const inside = new Set(g)
+    const start = g[0]!
+    // Breadth first from `start` inside the group, back to `start`.
+    const from = new Map<string, string>()
+    let queue = [start]
+    while (queue.length && !from.has(start)) {
+      const next: string[] = []
+      for (const a of queue) {
+        for (const b of edges.get(a)?.keys() ?? []) {
+          if (!inside.has(b) || from.has(b)) continue
+          from.set(b, a)
+          next.push(b)
+        }
+      }
+      queue = next
+    }
+    const path = [start]
+    for (let at = from.get(start)!; at !== start; at = from.get(at)!) path.unshift(at)
+    path.unshift(start)
+    return { path, examples: path.slice(1).map((b, i) => edges.get(path[i]!)!.get(b)!), group: [...g].sort() }
+  })
+}
+
+/** Strongly connected groups of two or more nodes (Tarjan), in the order their first node was reached. */
+function stronglyConnected<T>(edges: Map<T, Map<T, string>>): T[][] {
+  const index = new Map<T, number>()
+  const low = new Map<T, number>()
+  const stack: T[] = []
+  const groups: T[][] = []
+  const strong = (v: T): void => {
     index.set(v, index.size)
     low.set(v, index.get(v)!)
     stack.push(v)
@@ -227,8 +275,8 @@ function layerCycles(edges: Map<Layer, Map<Layer, string>>): { path: Layer[]; ex
       } else if (stack.includes(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!))
     }
     if (low.get(v) === index.get(v)) {
-      const group: Layer[] = []
-      let w: Layer
+      const group: T[] = []
+      let w: T
       do {
         w = stack.pop()!
         group.push(w)
@@ -237,10 +285,7 @@ function layerCycles(edges: Map<Layer, Map<Layer, string>>): { path: Layer[]; ex
     }
   }
   for (const v of edges.keys()) if (!index.has(v)) strong(v)
-  return groups.map((g) => ({
-    path: [...g, g[0]!],
-    examples: g.flatMap((a) => g.filter((b) => edges.get(a)?.has(b)).map((b) => edges.get(a)!.get(b)!)),
-  }))
+  return groups
 }
 
 function sources(dir: string): Record<string, string> {
@@ -299,7 +344,8 @@ describe('architecture checker: a planted violation is reported with its file an
     'src/shared/errors.ts': 'export class OnnxdError extends Error {}\n',
     'src/contract/completions.ts': "import type { OnnxdError } from '../shared/errors.js'\n",
     'src/engine/index.ts': "export { createEnginePool } from './pool/pool.js'\n",
-    'src/engine/pool/pool.ts': "import type { X } from '../index.js'\nexport const createEnginePool = 1\n",
+    'src/engine/pool/pool.ts': "import type { X } from './client.js'\nexport const createEnginePool = 1\n",
+    'src/engine/pool/client.ts': 'export interface X {}\n',
     'src/engine/model/session.ts': "import * as ort from 'onnxruntime-node'\n",
     'src/engine/model/onnx-proto.ts': 'export const DataType = {}\n',
     'src/builder/graph.ts': "import { DataType } from '../engine/model/onnx-proto.js'\n",
@@ -313,7 +359,7 @@ describe('architecture checker: a planted violation is reported with its file an
   /** Each violation as [rule, file, line, import]. */
   const where = (v: Violation[]): [Rule, string, number, string][] => v.map((x) => [x.rule, x.file, x.line, x.import])
 
-  it('passes the clean tree it is planted into (the exception and the cycle inside a layer are allowed)', () => {
+  it('passes the clean tree it is planted into (the exception and imports inside a layer are allowed)', () => {
     expect(check({})).toEqual([])
   })
 
@@ -391,7 +437,48 @@ describe('architecture checker: a planted violation is reported with its file an
         "layer cycle contract -> shared -> contract: src/contract/completions.ts:1 imports '../shared/errors.js'; src/shared/cfg.ts:1 imports '../contract/completions.js'",
       ],
     },
+    {
+      name: 'an import cycle between files of one layer: three files through a dynamic import, and a file importing itself',
+      files: {
+        'src/facade/a.ts': "import { b } from './b.js'\n",
+        'src/facade/b.ts': "export const b = 1\nconst c = await import('./routes/c.js')\n",
+        'src/facade/routes/c.ts': "import type { A } from '../a.js'\n",
+        'src/store/self.ts': "export type { S } from './self.js'\n",
+      },
+      found: [
+        ['file-cycles', 'src/facade/a.ts', 1, ''],
+        ['file-cycles', 'src/store/self.ts', 1, ''],
+      ],
+      says: [
+        "import cycle src/facade/a.ts -> src/facade/b.ts -> src/facade/routes/c.ts -> src/facade/a.ts: src/facade/a.ts:1 imports './b.js'; src/facade/b.ts:2 imports './routes/c.js'; src/facade/routes/c.ts:1 imports '../a.js'",
+        "import cycle src/store/self.ts -> src/store/self.ts: src/store/self.ts:1 imports './self.js'",
+      ],
+    },
   ]
+
+  it('holds the three file cycles this rule was written against (the engine before issue #33)', () => {
+    // As they were: the pool's types in the entry that re-exports the pool; the step types in session.ts, which
+    // imports the C-API runner and the step helper that both import them back; the prompt bound beside the prompt.
+    const v = check({
+      'src/engine/pool/pool.ts': "import type { EngineClient, PoolOptions } from '../index.js'\nexport const createEnginePool = 1\n",
+      'src/engine/index.ts': "export { createEnginePool } from './pool/pool.js'\nexport interface PoolOptions {}\n",
+      'src/engine/model/session.ts': "import * as ort from 'onnxruntime-node'\nimport { rowLengths } from './step-lengths.js'\nimport { CapiRunner } from './capi-session.js'\n",
+      'src/engine/model/capi-session.ts': "import type { ForwardInput } from './session.js'\nimport { rowLengths } from './step-lengths.js'\n",
+      'src/engine/model/step-lengths.ts': "import type { ForwardInput } from './session.js'\n",
+      'src/engine/tokenizer/prompt.ts': "import type { Message, TextTokenizer } from './tokenizer.js'\n",
+      'src/engine/tokenizer/tokenizer.ts': "import { promptByteLimit } from './prompt.js'\n",
+    })
+    expect(where(v)).toEqual([
+      ['file-cycles', 'src/engine/index.ts', 1, ''],
+      ['file-cycles', 'src/engine/model/capi-session.ts', 1, ''],
+      ['file-cycles', 'src/engine/tokenizer/prompt.ts', 1, ''],
+    ])
+    expect(v.map((x) => x.message)).toEqual([
+      "import cycle src/engine/index.ts -> src/engine/pool/pool.ts -> src/engine/index.ts: src/engine/index.ts:1 imports './pool/pool.js'; src/engine/pool/pool.ts:1 imports '../index.js'",
+      "import cycle src/engine/model/capi-session.ts -> src/engine/model/session.ts -> src/engine/model/capi-session.ts: src/engine/model/capi-session.ts:1 imports './session.js'; src/engine/model/session.ts:3 imports './capi-session.js' (one of 3 files importing each other: src/engine/model/capi-session.ts, src/engine/model/session.ts, src/engine/model/step-lengths.ts)",
+      "import cycle src/engine/tokenizer/prompt.ts -> src/engine/tokenizer/tokenizer.ts -> src/engine/tokenizer/prompt.ts: src/engine/tokenizer/prompt.ts:1 imports './tokenizer.js'; src/engine/tokenizer/tokenizer.ts:1 imports './prompt.js'",
+    ])
+  })
 
   it.each(PLANTED)('$name', ({ files, found, says = [] }) => {
     const v = check(files)
