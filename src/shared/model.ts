@@ -7,8 +7,11 @@ import { clip, OnnxdError } from './errors.js'
 /** The embedded default model's bundle; built on first use when no other model is configured. */
 export const DEFAULT_MODEL_DIR = 'models/onnxd-tiny'
 
-/** ONNX Runtime execution providers onnxd can run on. */
-export const PROVIDERS = ['cpu', 'cuda', 'tensorrt'] as const
+/**
+ * ONNX Runtime execution providers onnxd can run on. `webgpu` ships inside onnxruntime-node (Dawn over Vulkan on
+ * Linux); `cuda` and `tensorrt` are installed apart (README "GPU hosts").
+ */
+export const PROVIDERS = ['cpu', 'webgpu', 'cuda', 'tensorrt'] as const
 export type Provider = (typeof PROVIDERS)[number]
 
 /** The ONNX variants of a bundle (`onnx/model_<dtype>.onnx`; fp32 is `model.onnx`). */

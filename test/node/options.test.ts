@@ -111,7 +111,7 @@ describe('loadNodeOptions', () => {
     expect(problems).toHaveLength(5)
     expect(e.message).toContain('port (ONNXD_NODE_PORT, --port): must be an integer. Given: "80a"')
     expect(e.message).toContain('workers (ONNXD_WORKERS, --workers): must be an integer. Given: "1.5"')
-    expect(e.message).toContain('provider (ONNXD_PROVIDER, --provider): must be one of cpu, cuda, tensorrt. Given: "rocm"')
+    expect(e.message).toContain('provider (ONNXD_PROVIDER, --provider): must be one of cpu, webgpu, cuda, tensorrt. Given: "rocm"')
     expect(e.message).toContain('allowCpuFallback (ONNXD_ALLOW_CPU_FALLBACK, --allow-cpu-fallback)')
     expect(e.message).toContain('logLevel (ONNXD_LOG_LEVEL, --log-level): must be one of fatal, error, warn, info, debug, trace, silent')
   })

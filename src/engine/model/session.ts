@@ -14,6 +14,8 @@ import type { ForwardInput, ForwardOutput, GreedyOutput, IntDtype, KvData, KvTen
 import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 import { CapiRunner } from './capi-session.js'
+import { dropPastSlot, needsPastSlot, withPastSlot } from './empty-past.js'
+import { DataType, encodeModel } from './onnx-proto.js'
 import { intendedRuntime, type Runtime, type RuntimeChoice } from './runtime.js'
 
 export interface SessionOptions {
@@ -47,6 +49,8 @@ const ORT_DIR = dirname(createRequire(import.meta.url).resolve('onnxruntime-node
 
 function providerInstalled(p: Provider): boolean {
   if (p === 'cpu') return true
+  // WebGPU (Dawn) is built into onnxruntime-node's own libonnxruntime; whether a GPU adapter exists is webgpuProbe's.
+  if (p === 'webgpu') return ort.listSupportedBackends().some((b) => b.name === 'webgpu' && b.bundled)
   const lib = `libonnxruntime_providers_${p}.so`
   const dir = join(ORT_DIR, 'bin', 'napi-v6', process.platform, process.arch)
   return existsSync(join(dir, lib))
@@ -55,6 +59,38 @@ function providerInstalled(p: Provider): boolean {
 export const INSTALL_HINT: Record<Exclude<Provider, 'cpu'>, string> = {
   cuda: 'install the CUDA execution provider with `npm install onnxruntime-node --onnxruntime-node-install=cuda12` (or ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node) on a host with CUDA 12 and cuDNN 9; see README "GPU hosts"',
   tensorrt: 'install the CUDA execution provider as for cuda, plus TensorRT 10 libraries on the library path; see README "GPU hosts"',
+  webgpu: 'this onnxruntime-node build has no WebGPU execution provider (1.30 ships it on Linux x64, Windows and macOS); see README "GPU: WebGPU"',
+}
+
+/** What a node needs for webgpu when Dawn finds no adapter. */
+const WEBGPU_HINT = 'WebGPU runs over Vulkan on Linux: install the GPU vendor\'s Vulkan driver (or Mesa\'s lavapipe, >= 25, for a CPU-only test); see README "GPU: WebGPU"'
+
+/**
+ * Whether ORT's WebGPU provider has an adapter here: a one-node graph (y = x + x) is created and run on it. Null
+ * when it can, else ORT's reason ("Failed to get a WebGPU adapter: No supported adapters" where Dawn finds no Vulkan
+ * device it accepts). Probing apart from the model tells a missing adapter from a model the provider cannot load.
+ */
+export async function webgpuProbe(): Promise<string | null> {
+  const f = (name: string) => ({ name, type: { tensor_type: { elem_type: DataType.FLOAT, shape: { dim: [{ dim_value: 1 }] } } } })
+  const model = encodeModel({
+    ir_version: 8,
+    opset_import: [{ domain: '', version: 17 }],
+    producer_name: 'onnxd',
+    producer_version: '1',
+    graph: { name: 'probe', node: [{ name: 'add', op_type: 'Add', input: ['x', 'x'], output: ['y'] }], initializer: [], input: [f('x')], output: [f('y')] },
+  })
+  try {
+    const s = await ort.InferenceSession.create(model, { executionProviders: ['webgpu'], logSeverityLevel: 3 })
+    try {
+      const out = await s.run({ x: new ort.Tensor('float32', Float32Array.of(1), [1]) })
+      const y = (out.y.data as Float32Array)[0]
+      return y === 2 ? null : `the probe graph computed 1 + 1 = ${y}`
+    } finally {
+      await s.release()
+    }
+  } catch (e) {
+    return (e as Error).message.replace(/^.*?Failed to get a WebGPU adapter: /s, '').split('\n')[0].trim()
+  }
 }
 
 /** `renamed` maps a present output the graph was exported with to the output that carries its new rows now. */
@@ -150,14 +186,26 @@ export class DecoderSession {
 
   static async create(bundle: Bundle, opts: SessionOptions = {}): Promise<DecoderSession> {
     let provider: Provider = opts.provider ?? 'cpu'
+    if (provider === 'webgpu' && (opts.deviceId ?? 0) !== 0) {
+      throw new OnnxdError('config', `deviceId applies to cuda and tensorrt: onnxruntime-node's webgpu provider picks its own adapter (restrict Vulkan's devices instead, e.g. VK_DRIVER_FILES). Given: ${opts.deviceId}`)
+    }
     if (!providerInstalled(provider)) {
       if (!opts.allowCpuFallback) {
         throw new OnnxdError('config', `execution provider '${provider}' is not installed: ${INSTALL_HINT[provider as Exclude<Provider, 'cpu'>]}. To start on CPU instead, set ONNXD_ALLOW_CPU_FALLBACK=1.`)
       }
       provider = 'cpu'
     }
+    if (provider === 'webgpu') {
+      const why = await webgpuProbe()
+      if (why !== null) {
+        if (!opts.allowCpuFallback) {
+          throw new OnnxdError('config', `execution provider 'webgpu' has no GPU adapter (${why}): ${WEBGPU_HINT}. To start on CPU instead, set ONNXD_ALLOW_CPU_FALLBACK=1.`)
+        }
+        provider = 'cpu'
+      }
+    }
     const ep: ort.InferenceSession.ExecutionProviderConfig =
-      provider === 'cpu' ? 'cpu' : { name: provider, deviceId: opts.deviceId ?? 0 } as ort.InferenceSession.ExecutionProviderConfig
+      provider === 'cpu' || provider === 'webgpu' ? provider : { name: provider, deviceId: opts.deviceId ?? 0 } as ort.InferenceSession.ExecutionProviderConfig
     const options: ort.InferenceSession.SessionOptions = {
       executionProviders: [ep],
       graphOptimizationLevel: 'all',
@@ -272,6 +320,17 @@ export class DecoderSession {
 
   private async run(x: ForwardInput, fetches?: string[]): Promise<StepOutputs> {
     if (this.capi) return this.capi.run(x, fetches, this.gate)
+    const kv = this.signature.kv
+    if (this.provider === 'webgpu' && needsPastSlot(x, { masked: this.signature.mask !== null, present: kv.present, chunkedPrefill: this.chunkedPrefill })) {
+      // WebGPU crashes on a plain graph's empty past: one masked slot instead (empty-past.ts).
+      const out = await this.runJs(withPastSlot(x), fetches)
+      if (kv.present === 'appended') for (const n of kv.presentNames) if (out[n]) out[n] = dropPastSlot(out[n])
+      return out
+    }
+    return this.runJs(x, fetches)
+  }
+
+  private async runJs(x: ForwardInput, fetches?: string[]): Promise<StepOutputs> {
     const session = this.session
     if (!session) throw new OnnxdError('internal', 'session used after dispose()')
     const sig = this.signature
