@@ -1,0 +1,89 @@
+// `onnxd node --provider webgpu` (issue #33) in a process of its own, from src/ under tsx: where WebGPU has an adapter
+// the node serves a completion and /health and onnxd_info name webgpu; where it has none (here: Vulkan pointed at no
+// driver, VK_DRIVER_FILES) start-up stops with one line saying so, or with --allow-cpu-fallback runs on CPU and says
+// cpu. The no-adapter cases need no GPU and run everywhere; the first is skipped, saying why, without an adapter.
+import { spawn, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { defaultModelDir } from '../helpers/fixtures.js'
+import { freePort } from '../helpers/servers.js'
+import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
+import { completionBody, post } from './helpers.js'
+
+const ENTRY = join(import.meta.dirname, '../helpers/onnxd-src.ts')
+/** A Vulkan driver list naming no driver: Dawn finds no adapter, on any machine. */
+const NO_DRIVER = { VK_DRIVER_FILES: join(tmpdir(), 'onnxd-no-such-vulkan-driver.json') }
+
+let child: ChildProcess | null = null
+afterEach(async () => {
+  if (child && child.exitCode === null && child.signalCode === null) {
+    child.kill('SIGKILL')
+    await once(child, 'exit')
+  }
+  child = null
+})
+
+/** Starts `onnxd node <argv>` on a free port with no ONNXD_* variables of ours; `exited` resolves with its exit. */
+async function startNode(argv: string[], env: Record<string, string> = {}): Promise<{ url: string; stderr: () => string; exited: Promise<number | null> }> {
+  const port = await freePort()
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ONNXD_') && k !== 'VK_ICD_FILENAMES'))
+  const c = spawn(process.execPath, ['--import', 'tsx', ENTRY, 'node', '--port', String(port), '--model', defaultModelDir(), '--workers', '1', ...argv], {
+    env: { ...base, ONNXD_DATA_DIR: mkdtempSync(join(tmpdir(), 'onnxd-webgpu-')), ONNXD_LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  })
+  child = c
+  let stderr = ''
+  c.stderr!.on('data', (b: Buffer) => (stderr += b.toString()))
+  const exited = once(c, 'exit').then(([code]) => code as number | null)
+  return { url: `http://127.0.0.1:${port}`, stderr: () => stderr, exited }
+}
+
+/** Polls /health until ready; throws with the node's stderr if it exits first. */
+async function ready(n: { url: string; stderr: () => string; exited: Promise<number | null> }): Promise<Record<string, unknown>> {
+  let gone = false
+  void n.exited.then(() => (gone = true))
+  for (;;) {
+    if (gone) throw new Error(`the node exited before it was ready:\n${n.stderr()}`)
+    const res = await fetch(`${n.url}/health`).catch(() => null)
+    if (res?.status === 200) return (await res.json()) as Record<string, unknown>
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
+describe('onnxd node --provider webgpu', () => {
+  it.skipIf(noWebgpu !== null)(webgpuTitle('serves a completion; /health and onnxd_info say webgpu'), { timeout: 300_000 }, async () => {
+    const n = await startNode(['--provider', 'webgpu'])
+    expect(await ready(n)).toMatchObject({ status: 'ready', provider: 'webgpu', runtime: 'js' })
+    const res = await post(n.url, completionBody({ max_tokens: 4, ignore_eos: true, temperature: 0 }))
+    expect(res.status).toBe(200)
+    const body = (await res.json()) as { output_ids: number[]; usage: { completion_tokens: number } }
+    expect(body.output_ids).toHaveLength(4)
+    expect(body.usage.completion_tokens).toBe(4)
+    const metrics = await (await fetch(`${n.url}/metrics`)).text()
+    expect(metrics).toMatch(/onnxd_info\{model_name="onnxd-tiny",provider="webgpu",runtime="js"\} 1/)
+  })
+
+  it('without an adapter, stops start-up with one line naming webgpu and the way out, exit 1', { timeout: 120_000 }, async () => {
+    const n = await startNode(['--provider', 'webgpu'], NO_DRIVER)
+    expect(await n.exited).toBe(1)
+    // Above it, the Vulkan loader and Dawn write their own warnings to stderr.
+    const last = n.stderr().trimEnd().split('\n').at(-1)
+    expect(last).toMatch(/^onnxd node: execution provider 'webgpu' has no GPU adapter \(No supported adapters\): .*Vulkan.* ONNXD_ALLOW_CPU_FALLBACK=1\.$/)
+  })
+
+  it('without an adapter and with --allow-cpu-fallback, runs on CPU and /health says cpu', { timeout: 120_000 }, async () => {
+    const n = await startNode(['--provider', 'webgpu', '--allow-cpu-fallback'], NO_DRIVER)
+    expect(await ready(n)).toMatchObject({ status: 'ready', provider: 'cpu' })
+    const res = await post(n.url, completionBody({ max_tokens: 2 }))
+    expect(res.status).toBe(200)
+  })
+
+  it('refuses --device-id other than 0: the webgpu provider picks its own adapter', { timeout: 120_000 }, async () => {
+    const n = await startNode(['--provider', 'webgpu', '--device-id', '1'], NO_DRIVER)
+    expect(await n.exited).toBe(1)
+    expect(n.stderr()).toMatch(/^onnxd node: deviceId applies to cuda and tensorrt: .*Given: 1\n$/m)
+  })
+})
