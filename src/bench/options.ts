@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util'
 import { resolve } from 'node:path'
 import { ATTENTION_FORMS, WEIGHT_DTYPES, type Attention } from '../builder/index.js'
 import { GGUF_TYPES, type GgufType } from '../builder/gguf.js'
-import { RUNTIMES, type Runtime } from '../engine/model/runtime.js'
+import { RUNTIMES, defaultRuntime, type Runtime } from '../engine/model/runtime.js'
 import { OnnxdError } from '../shared/errors.js'
 import type { ProgressMode } from './progress.js'
 import { formatLength, parseLength, readPromptFile, type LengthDist, type PromptFile } from './workload.js'
@@ -32,13 +32,16 @@ export interface TargetSpec {
   name: string
 }
 
+/** The runtime an onnxd node serves with by default on the CPU the bench runs it on (model/runtime.ts decides). */
+const NODE_RUNTIME = defaultRuntime('cpu')
+
 /**
  * The onnxd targets a run starts unless --attention/--runtime say otherwise, per scenario: one constant, which the
- * lead sets by measurement. Standard: today's path (the node's default form and runtime). Long: the issue's
- * comparison, the new runtime against today's path on the GroupQueryAttention graph.
+ * lead sets by measurement. Standard: the production path (the node's default form and runtime). Long: issue 12's
+ * comparison, the C-API runtime against the JS API on the GroupQueryAttention graph.
  */
 export const DEFAULT_TARGETS: Record<ScenarioKind, { attention: Attention[]; runtime: Runtime[]; prefixCaching: boolean[]; baseline: string }> = {
-  standard: { attention: ['plain'], runtime: ['js'], prefixCaching: [true], baseline: 'plain/js' },
+  standard: { attention: ['plain'], runtime: [NODE_RUNTIME], prefixCaching: [true], baseline: `plain/${NODE_RUNTIME}` },
   long: { attention: ['gqa'], runtime: ['js', 'capi'], prefixCaching: [true], baseline: 'gqa/js' },
   // The chat workload's question: what prefix caching gives on a shared system prompt.
   chat: { attention: ['plain'], runtime: ['capi'], prefixCaching: [true, false], baseline: 'plain/capi/no-prefix-cache' },
@@ -133,11 +136,11 @@ scenario:
 
 targets (each a node the bench starts on the preset; at each level they run one after another, alternating order):
   --attention LIST       graph forms to build and serve: plain, gqa (default: plain; long: gqa)
-  --runtime LIST         step runtimes: js, capi (default: js; long: js,capi; chat: capi)
+  --runtime LIST         step runtimes: js, capi (default: the node's, capi on CPU; long: js,capi; chat: capi)
   --prefix-caching LIST  on, off: nodes with prefix caching on and/or off (default: on; chat: on,off)
   --dtype LIST           weight forms to build and serve: fp32, q4, int8, fp16 (default fp32)
   --baseline KEY         the target every target's output tok/s is divided by, as FORM/RT[/DTYPE][/no-prefix-cache]
-                         (default plain/js; long: gqa/js; chat: plain/capi/no-prefix-cache)
+                         (default plain/capi; long: gqa/js; chat: plain/capi/no-prefix-cache)
 
 target (default: start a node on --preset 135m):
   --model DIR            bundle to start a node on (with --url/--facade: the bundle it serves, for the references)

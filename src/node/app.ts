@@ -3,7 +3,7 @@
 // Imports: node internals, engine types, fastify.
 import Fastify, { type FastifyInstance, type LogLevel } from 'fastify'
 import type { Registry } from 'prom-client'
-import type { EngineClient } from '../engine/index.js'
+import { intendedRuntime, type EngineClient } from '../engine/index.js'
 import { AdmissionState, type NodeControl } from './admission.js'
 import { servedModelId, type NodeOptions } from './options.js'
 import { hardenHttp, httpServerOptions, LOG_REDACT } from '../shared/http-server.js'
@@ -41,7 +41,7 @@ export interface NodeDeps {
 export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
   const { engine } = deps
   const model = servedModelId(opts)
-  const metrics = deps.metrics ?? createMetrics(deps.registry ?? createRegistry(), model, opts.provider)
+  const metrics = deps.metrics ?? createMetrics(deps.registry ?? createRegistry(), model, opts.provider, opts.runtime)
   metrics.setHealthSource(() => engine.health())
   const state = new AdmissionState(engine, opts.drainTimeoutMs)
   const onError = nodeErrorHandler((code, request) => {
@@ -83,7 +83,7 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
   registerHealthRoutes(app, {
     engine,
     control: state,
-    fallback: { model, provider: opts.provider },
+    fallback: { model, provider: opts.provider, runtime: intendedRuntime(opts.runtime, opts.provider) },
     logLevel: probeLogLevel,
     chatTemplate: () => (opts.chatTemplate !== undefined ? true : bundleHasChatTemplate(modelDir)),
   })

@@ -34,7 +34,7 @@ export async function serveNode(opts: NodeOptions, shutdown: Promise<NodeJS.Sign
     modelDir = await ensureDefaultModel(opts.model)
   }
   const model = servedModelId(opts)
-  const metrics = createMetrics(createRegistry(), model, opts.provider)
+  const metrics = createMetrics(createRegistry(), model, opts.provider, opts.runtime)
   // The pool forwards every worker's step and finish observations to this one observer. Its workers start at
   // engine.ready(), below, so a port that cannot be bound starts none.
   const engine = createEnginePool({ ...toPoolOptions(opts), modelDir }, metrics.observer)

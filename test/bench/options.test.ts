@@ -49,7 +49,9 @@ describe('benchConfig', () => {
     expect(c.baseline).toBeNull()
     const m = benchConfig(['--attention', 'plain,gqa', '--runtime', 'js,capi'])
     expect(m.targets.map((t) => t.name)).toEqual(['onnxd plain/js', 'onnxd plain/capi', 'onnxd gqa/js', 'onnxd gqa/capi'])
-    expect(m.baseline).toBe('onnxd plain/js')
+    // The standard baseline is the production default, the node's runtime on CPU.
+    expect(DEFAULT_TARGETS.standard).toMatchObject({ runtime: ['capi'], baseline: 'plain/capi' })
+    expect(m.baseline).toBe('onnxd plain/capi')
     expect(benchConfig(['--attention', 'gqa', '--runtime', 'js,capi', '--baseline', 'gqa/capi']).baseline).toBe('onnxd gqa/capi')
     // A default baseline that is not among the targets: the first target.
     expect(benchConfig(['--attention', 'gqa', '--runtime', 'capi,js']).baseline).toBe('onnxd gqa/capi')

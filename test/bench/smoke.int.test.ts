@@ -74,7 +74,7 @@ describe('onnxd bench --smoke', () => {
       expect(e.bound_vs_ceiling).toBeLessThan(1)
       if (haveTf) expect(e.vs_peer).toBeGreaterThan(0)
     }
-    expect(r.targets.map((t) => t.id)).toEqual(['peer_throughput', 'peer_tpot', 'unbatched_throughput', 'ceiling_throughput', ...(haveLlama ? ['llama_cpp:plain/js:f32 t1:1', 'llama_cpp:plain/js:f32 t1:16+'] : [])])
+    expect(r.targets.map((t) => t.id)).toEqual(['peer_throughput', 'peer_tpot', 'unbatched_throughput', 'ceiling_throughput', ...(haveLlama ? ['llama_cpp:plain/capi:f32 t1:1', 'llama_cpp:plain/capi:f32 t1:16+'] : [])])
     for (const t of r.targets) expect(t.value !== null || (t.reason ?? '').length > 0).toBe(true)
     expect(r.summary).toHaveLength(3)
 

@@ -128,6 +128,8 @@ export const READY_HEALTH: PoolHealth = {
   status: 'ready',
   model: 'onnxd-tiny',
   provider: 'cpu',
+  // What a CPU node runs by default (model/runtime.ts defaultRuntime).
+  runtime: 'capi',
   contextLength: 2048,
   workers: [{ threadId: 1, ready: true, heartbeatAgeMs: 0, stats: null }],
   running: 0,

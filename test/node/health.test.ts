@@ -33,7 +33,7 @@ describe('GET /health', () => {
       status: 'ready',
       models: ['onnxd-tiny'],
       provider: 'cpu',
-      runtime: 'js',
+      runtime: 'capi',
       workers: { total: 2, ready: 2 },
       running: 3,
       waiting: 2,

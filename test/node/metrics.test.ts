@@ -109,7 +109,7 @@ describe('GET /metrics', () => {
   })
 
   it('collects gauges and onnxd_info from pool health at scrape time', async () => {
-    node = testNode({ health: { running: 4, waiting: 7, kvUsedBytes: 1024, kvBudgetBytes: 4096, provider: 'cuda' } })
+    node = testNode({ health: { running: 4, waiting: 7, kvUsedBytes: 1024, kvBudgetBytes: 4096, provider: 'cuda', runtime: 'js' } })
     let text = await scrape(node)
     expect(sample(text, 'onnxd_num_requests_running{model_name="onnxd-tiny"}')).toBe(4)
     expect(sample(text, 'onnxd_num_requests_waiting{model_name="onnxd-tiny"}')).toBe(7)
@@ -131,7 +131,8 @@ describe('GET /metrics', () => {
     }
     const text = await scrape(node)
     expect(sample(text, 'onnxd_num_requests_running{model_name="onnxd-tiny"}')).toBe(0)
-    expect(sample(text, 'onnxd_info{model_name="onnxd-tiny",provider="cpu",runtime="js"}')).toBe(1)
+    // The configured provider and runtime ('auto' by default: the C API on CPU).
+    expect(sample(text, 'onnxd_info{model_name="onnxd-tiny",provider="cpu",runtime="capi"}')).toBe(1)
   })
 
   it('builds two apps in one process without "already registered", each with its own registry', async () => {

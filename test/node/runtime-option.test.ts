@@ -1,8 +1,8 @@
-// The node's `runtime` option: 'auto' by default (capi on CPU, js on GPU providers), 'js' or 'capi' from ONNXD_RUNTIME or --runtime (the flag wins), anything
+// The node's `runtime` option: 'auto' by default (defaultRuntime: capi on CPU, js on GPU providers), 'js' or 'capi' from ONNXD_RUNTIME or --runtime (the flag wins), anything
 // else refused naming the variable; toPoolOptions hands it to the pool.
 import { describe, expect, it } from 'vitest'
 import { isOnnxdError } from '../../src/shared/errors.js'
-import { intendedRuntime } from '../../src/engine/model/runtime.js'
+import { defaultRuntime, intendedRuntime } from '../../src/engine/model/runtime.js'
 import { loadNodeOptions, NODE_FLAGS, nodeFlags, toPoolOptions } from '../../src/node/options.js'
 
 const sys = { totalMemBytes: 8 * 1024 ** 3 }
@@ -19,7 +19,11 @@ describe('node option runtime', () => {
     expect(intendedRuntime('auto', 'cuda')).toBe('js')
     expect(intendedRuntime('capi', 'tensorrt')).toBe('js')
     expect(intendedRuntime('js', 'cpu')).toBe('js')
-    expect(intendedRuntime(undefined, 'cpu')).toBe('js')
+    // No choice is 'auto': the pool, Engine.load and a session without a runtime run the production default.
+    expect(intendedRuntime(undefined, 'cpu')).toBe('capi')
+    expect(intendedRuntime(undefined, 'cuda')).toBe('js')
+    expect(defaultRuntime('cpu')).toBe('capi')
+    expect(defaultRuntime('webgpu')).toBe('js')
   })
 
   it("takes 'capi' from ONNXD_RUNTIME, the --runtime flag winning", () => {

@@ -1,5 +1,6 @@
 // The node's `runtime` option over the real pool: /health and onnxd_info name the ORT API the workers' steps run on
-// ('js' by default, 'capi' when asked), and a node on 'capi' serves a chat request with the 'js' node's answer.
+// ('capi' by default on CPU, the production default; 'js' when asked), and the default node serves a chat request
+// with the 'js' node's answer.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { buildNode } from '../../src/node/app.js'
@@ -12,14 +13,14 @@ import { listen, testOptions, URL_PATH } from './helpers.js'
 const nodes = new Map<Runtime | 'default', { app: FastifyInstance; engine: EngineClient; base: string }>()
 
 beforeAll(async () => {
-  for (const runtime of ['default', 'capi'] as const) {
+  for (const runtime of ['default', 'js'] as const) {
     const metrics = createMetrics(createRegistry(), 'onnxd-tiny', 'cpu')
     const engine = createEnginePool({
       modelDir: defaultModelDir(),
       modelId: 'onnxd-tiny',
       workers: 1,
       intraOpThreads: 1,
-      ...(runtime === 'capi' ? { runtime } : {}),
+      ...(runtime === 'js' ? { runtime } : {}),
     }, metrics.observer)
     const app = buildNode(testOptions(), { engine, metrics })
     nodes.set(runtime, { app, engine, base: await listen(app) })
@@ -46,23 +47,23 @@ const chat = async (base: string): Promise<number[]> => {
 }
 
 describe('node runtime option', () => {
-  it("/health says runtime 'js' by default and 'capi' when asked", async () => {
-    for (const [runtime, want] of [['default', 'js'], ['capi', 'capi']] as const) {
+  it("/health says runtime 'capi' by default on CPU and 'js' when asked", async () => {
+    for (const [runtime, want] of [['default', 'capi'], ['js', 'js']] as const) {
       const h = (await (await fetch(`${nodes.get(runtime)!.base}/health`)).json()) as Record<string, unknown>
       expect(h).toMatchObject({ status: 'ready', runtime: want })
     }
   })
 
   it('onnxd_info carries the runtime label', async () => {
-    for (const [runtime, want] of [['default', 'js'], ['capi', 'capi']] as const) {
+    for (const [runtime, want] of [['default', 'capi'], ['js', 'js']] as const) {
       const text = await (await fetch(`${nodes.get(runtime)!.base}/metrics`)).text()
       expect(text).toContain(`onnxd_info{model_name="onnxd-tiny",provider="cpu",runtime="${want}"} 1`)
     }
   })
 
-  it("a 'capi' node answers a greedy chat request as the 'js' node does", async () => {
-    const a = await chat(nodes.get('default')!.base)
-    const b = await chat(nodes.get('capi')!.base)
+  it("the default ('capi') node answers a greedy chat request as the 'js' node does", async () => {
+    const a = await chat(nodes.get('js')!.base)
+    const b = await chat(nodes.get('default')!.base)
     expect(b).toEqual(a)
   })
 })

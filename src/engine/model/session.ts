@@ -27,8 +27,8 @@ export interface SessionOptions {
   /** Keep logits for every position (tests comparing whole forward passes); by default only the last is computed. */
   allLogits?: boolean
   /**
-   * Run steps through onnxruntime-node's JS API ('js', the default here) or ORT's C API ('capi', capi-session.ts);
-   * 'auto' is 'capi' on the CPU provider and 'js' on the others, without a warning.
+   * Run steps through onnxruntime-node's JS API ('js') or ORT's C API ('capi', capi-session.ts); 'auto', the default,
+   * is runtime.ts's defaultRuntime for the provider ('capi' on CPU, 'js' on the others), without a warning.
    */
   runtime?: RuntimeChoice
   /** The libonnxruntime runtime 'capi' loads (default: onnxruntime-node's own); tests point it elsewhere. */

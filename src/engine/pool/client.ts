@@ -23,7 +23,7 @@ export interface PoolOptions extends Partial<BatcherOptions> {
   workers?: number
   /** ORT intra-op threads per worker (0 = ORT's default: all cores). */
   intraOpThreads?: number
-  /** Which ORT API runs the steps (default 'auto': 'capi' on CPU); 'capi' falls back to 'js' where the C API cannot load. */
+  /** Which ORT API runs the steps (default 'auto': model/runtime.ts's defaultRuntime for the provider); 'capi' falls back to 'js' where the C API cannot load. */
   runtime?: RuntimeChoice
   /** A worker whose step loop shows no sign of life for this long is unhealthy. */
   heartbeatTimeoutMs?: number
@@ -50,7 +50,7 @@ export interface PoolHealth {
   model: string
   provider: Provider
   /** The API the workers' steps run on (what they report once loaded; the configured one until then). */
-  runtime?: Runtime
+  runtime: Runtime
   contextLength: number | null
   workers: WorkerHealth[]
   running: number

@@ -5,6 +5,7 @@ import type { EngineOptions } from '../engine.js'
 import type { Message } from '../tokenizer/tokenizer.js'
 import type { PromptBound } from '../tokenizer/prompt.js'
 import type { ErrorData } from '../../shared/errors.js'
+import type { Runtime } from '../model/runtime.js'
 import type { FunctionTool } from '../../shared/tools.js'
 
 /** What each worker is started with. */
@@ -44,7 +45,7 @@ export type PortCommand = { type: 'cancel' }
 
 /** Worker -> main, on the broadcast channel. */
 export type Broadcast =
-  | { type: 'ready'; threadId: number; model: string; contextLength: number; provider: string; runtime: 'js' | 'capi'; stats: EngineStats }
+  | { type: 'ready'; threadId: number; model: string; contextLength: number; provider: string; runtime: Runtime; stats: EngineStats }
   | { type: 'failed'; threadId: number; error: string }
   | { type: 'stats'; threadId: number; stats: EngineStats }
   | { type: 'step'; threadId: number; step: StepObservation }

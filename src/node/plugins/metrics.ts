@@ -3,7 +3,7 @@
 // The only prom-client importer outside tests. Imports: engine types, shared errors, prom-client.
 import type { FastifyInstance, LogLevel } from 'fastify'
 import { Counter, Gauge, Histogram, Registry } from 'prom-client'
-import type { EngineObserver, FinishObservation, PoolHealth, StepObservation } from '../../engine/index.js'
+import { intendedRuntime, type EngineObserver, type FinishObservation, type PoolHealth, type RuntimeChoice, type StepObservation } from '../../engine/index.js'
 import type { ErrorCode } from '../../shared/errors.js'
 
 /** vLLM's buckets (vllm/v1/metrics/loggers.py), so dashboards and SLO queries carry over unchanged. */
@@ -52,9 +52,11 @@ export function createRegistry(): Registry {
 
 /**
  * Registers every onnxd metric in `registry`. `modelName` labels the request metrics (vLLM's `model_name`);
- * `provider` is the configured provider, used by `onnxd_info` until the health source says which one runs.
+ * `provider` and `runtime` are the configured ones (default 'auto'), used by `onnxd_info` when the health source
+ * cannot say which run.
  */
-export function createMetrics(registry: Registry, modelName: string, provider: string, runtime = 'js'): NodeMetrics {
+export function createMetrics(registry: Registry, modelName: string, provider: string, runtime?: RuntimeChoice): NodeMetrics {
+  const configuredRuntime = intendedRuntime(runtime, provider)
   let health: (() => PoolHealth) | null = null
   const m = { model_name: modelName }
   const registers = [registry]
@@ -102,7 +104,7 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
       const h = read()
       // A CPU fallback changes the provider after start: report the one running, one series only.
       this.reset()
-      this.set({ model_name: h?.model || modelName, provider: h?.provider ?? provider, runtime: h?.runtime ?? runtime }, 1)
+      this.set({ model_name: h?.model || modelName, provider: h?.provider ?? provider, runtime: h?.runtime ?? configuredRuntime }, 1)
     },
   })
 

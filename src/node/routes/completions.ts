@@ -46,7 +46,7 @@ function checkServedModel(engine: EngineClient, model: string): void {
  */
 function fingerprintOf(engine: EngineClient): string {
   const h = engine.health()
-  const key = JSON.stringify([h.model, h.runtime ?? 'js', h.provider])
+  const key = JSON.stringify([h.model, h.runtime, h.provider])
   // What it hashes changes only when a worker reloads: hash it once per value, not once per request.
   if (key !== lastFingerprint.key) lastFingerprint = { key, fp: `fp_${createHash('sha256').update(key).digest('hex').slice(0, 10)}` }
   return lastFingerprint.fp

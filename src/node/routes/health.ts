@@ -2,7 +2,7 @@
 // Imports: engine types, node state, the contract's health schema.
 import type { FastifyInstance, LogLevel } from 'fastify'
 import { Type } from '@sinclair/typebox'
-import type { EngineClient, PoolHealth } from '../../engine/index.js'
+import type { EngineClient, PoolHealth, Runtime } from '../../engine/index.js'
 import { HEALTH_PATH, HealthBody } from '../../contract/health.js'
 import type { NodeControl } from '../admission.js'
 
@@ -14,7 +14,7 @@ export function healthBody(h: PoolHealth, draining: boolean, chatTemplate?: bool
     status,
     models: h.model ? [h.model] : [],
     provider: h.provider,
-    runtime: h.runtime ?? 'js',
+    runtime: h.runtime,
     workers: { total: h.workers.length, ready: h.workers.filter((w) => w.ready).length },
     running: h.running,
     waiting: h.waiting,
@@ -35,8 +35,8 @@ export function healthBody(h: PoolHealth, draining: boolean, chatTemplate?: bool
 export interface HealthRouteDeps {
   engine: EngineClient
   control: NodeControl
-  /** Model and provider to report when the engine cannot say. */
-  fallback: { model: string; provider: string }
+  /** Model, provider and runtime to report when the engine cannot say (the configured ones). */
+  fallback: { model: string; provider: string; runtime: Runtime }
   /** Log level of these routes: probes arrive every few seconds and would drown the request log. */
   logLevel: LogLevel
   /** Whether the bundle has a chat template (undefined: cannot tell); asked until it can tell, then kept. */
@@ -63,11 +63,12 @@ export function registerHealthRoutes(app: FastifyInstance, deps: HealthRouteDeps
   app.get(`${HEALTH_PATH}/live`, { schema: live, logLevel: deps.logLevel }, async () => ({ status: 'alive' as const }))
 }
 
-function unknownHealth(f: { model: string; provider: string }): PoolHealth {
+function unknownHealth(f: HealthRouteDeps['fallback']): PoolHealth {
   return {
     status: 'unhealthy',
     model: f.model,
     provider: f.provider as PoolHealth['provider'],
+    runtime: f.runtime,
     contextLength: null,
     workers: [],
     running: 0,
