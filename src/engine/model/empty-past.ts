@@ -1,7 +1,7 @@
 // One masked dummy past slot for a step over an empty cache, on providers that cannot run one (webgpu). ONNX
 // Runtime's WebGPU provider (1.30, Dawn over Vulkan) crashes the process on a plain-op decoder's step with an empty
 // past: the attention MatMul over the past then has an inner dimension of 0. A past of one zero slot whose mask is 0
-// attends to nothing (the additive mask drives its softmax weight to exactly 0), so the logits are the empty past's.
+// attends to nothing (the additive mask drives its softmax weight to 0), so the logits are the empty past's.
 // Where the graph returns concat(past, new) ('appended' presents) the dummy slot is cut off again; presents that are
 // only the new rows need nothing. Not for graphs without a mask input (nothing could hide the slot), nor for
 // GroupQueryAttention caches written in place, nor for a several-token step on a graph that takes several new tokens

@@ -59,7 +59,7 @@ function providerInstalled(p: Provider): boolean {
 export const INSTALL_HINT: Record<Exclude<Provider, 'cpu'>, string> = {
   cuda: 'install the CUDA execution provider with `npm install onnxruntime-node --onnxruntime-node-install=cuda12` (or ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node) on a host with CUDA 12 and cuDNN 9; see README "GPU hosts"',
   tensorrt: 'install the CUDA execution provider as for cuda, plus TensorRT 10 libraries on the library path; see README "GPU hosts"',
-  webgpu: 'this onnxruntime-node build has no WebGPU execution provider (1.30 ships it on Linux x64, Windows and macOS); see README "GPU: WebGPU"',
+  webgpu: 'this onnxruntime-node build has no WebGPU execution provider (the Linux x64 build of 1.30 has it); see README "GPU: WebGPU"',
 }
 
 /** What a node needs for webgpu when Dawn finds no adapter. */
