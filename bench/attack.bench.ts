@@ -38,7 +38,7 @@ interface Served {
 }
 
 async function serve(): Promise<void> {
-  const { createEnginePool } = await import('../src/engine/pool/pool.js')
+  const { createEnginePool } = await import('../src/engine/bench-surface.js')
   const { buildNode } = await import('../src/node/app.js')
   const { loadNodeOptions } = await import('../src/node/options.js')
   const { loadFacadeOptions } = await import('../src/facade/options.js')

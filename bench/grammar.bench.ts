@@ -5,10 +5,7 @@
 //   npx tsx bench/grammar.bench.ts [--preset 135m] [--steps 200]
 import { parseArgs } from 'node:util'
 import { ensureBundle } from '../src/bench/bundles.js'
-import { Engine } from '../src/engine/engine.js'
-import { Grammars, type TokenMask } from '../src/engine/generation/grammar.js'
-import { applyMask } from '../src/engine/generation/sampling.js'
-import type { SeqEvent } from '../src/engine/types.js'
+import { applyMask, Engine, Grammars, type SeqEvent, type TokenMask } from '../src/engine/bench-surface.js'
 import { median, printSystem, systemInfo, writeReport } from './lib/report.js'
 
 /** The structured-output tests' nested schema: objects, arrays, enums, bounded numbers and integers, optional fields. */

@@ -1,5 +1,6 @@
-// The layer rules of DESIGN.md ("Shape") and STYLE.md, held over every import in src/: static `import` and
-// `import type`, `export ... from`, dynamic `import('...')` with a literal, and `import('...')` types. Sources are
+// The layer rules of DESIGN.md ("Shape") and STYLE.md, held over every import in src/ (and, for the engine surface
+// the benchmarks use, in the scripts of bench/): static `import` and `import type`, `export ... from`, dynamic
+// `import('...')` with a literal, and `import('...')` types. Sources are
 // read with the TypeScript parser, so imports in comments and strings do not count. The rules are data (LAYERS,
 // EXCEPTIONS, PACKAGE_OWNERS below); the last cases plant violations to show that each rule can fail.
 import { readdirSync, readFileSync } from 'node:fs'
@@ -26,10 +27,16 @@ const LAYERS: Record<Layer, { may: Layer[]; why: string }> = {
   entry: { may: ['cli', 'shared'], why: 'src/cli.ts, the `onnxd` command: the table of subcommands; nothing else imports src/cli/' },
 }
 
-/** The only module of the engine other layers reach (besides the exceptions below). */
-const ENGINE_ENTRY = 'src/engine/index.ts'
-/** Layers that reach the engine only through its entry. */
-const THROUGH_ENGINE_ENTRY: Layer[] = ['node']
+/** The one engine module through which each of these layers reaches the engine (besides the exceptions below), and why. */
+const ENGINE_SURFACES: Partial<Record<Layer, { module: string; why: string }>> = {
+  node: { module: 'src/engine/index.ts', why: "the engine's entry: EngineClient, createEnginePool and the plain data they speak" },
+  bench: {
+    module: 'src/engine/bench-surface.ts',
+    why: 'what the benchmarks measure below the pool (an in-process engine, the KV cache, the graph as the engine runs it, the C API), chosen and documented in one place; the scripts in bench/ too',
+  },
+}
+/** Folders of scripts outside src/ held to one rule only: they reach the engine through their layer's surface. */
+const SCRIPTS: { folder: string; layer: Layer }[] = [{ folder: 'bench/', layer: 'bench' }]
 
 /** Imports the layer table forbids, allowed one by one, each with its reason. `from` ending in '/' is a folder. */
 const EXCEPTIONS: { from: string; to: string; why: string }[] = [
@@ -74,7 +81,7 @@ const ENGINE_FORBIDDEN = ['fastify', 'undici', 'node:http', 'node:https', 'node:
 const RULES = {
   layers: 'each layer imports only the layers DESIGN allows it (LAYERS), bar the listed EXCEPTIONS',
   'no-cli': 'nothing imports src/cli/ except the entry src/cli.ts',
-  'engine-entry': `the node reaches the engine only through ${ENGINE_ENTRY}`,
+  'engine-entry': `each layer that uses the engine reaches it through one module (ENGINE_SURFACES): ${Object.entries(ENGINE_SURFACES).map(([l, s]) => `${l} through ${s.module}`).join(', ')}`,
   owners: 'one named module per native or runtime-owning package (PACKAGE_OWNERS), with any exception listed',
   'engine-no-http': `the engine imports no HTTP package (${ENGINE_FORBIDDEN.join(', ')})`,
   declared: "every package imported is a Node built-in or in package.json's dependencies; devDependencies only from src/bench/",
@@ -164,6 +171,11 @@ export function architecture(files: Record<string, string>, packages: Packages):
   /** The same between files. */
   const fileEdges = new Map<string, Map<string, string>>()
   for (const [file, text] of Object.entries(files).sort(([a], [b]) => a.localeCompare(b))) {
+    const script = SCRIPTS.find((s) => file.startsWith(s.folder))
+    if (script) {
+      out.push(...scriptViolations(file, text, script.layer, names))
+      continue
+    }
     const from = layerOf(file)
     if (from === null) {
       out.push({ rule: 'known-layer', file, line: 1, import: '', message: `${file} is in no layer of LAYERS` })
@@ -191,8 +203,8 @@ export function architecture(files: Record<string, string>, packages: Packages):
         if (to === 'cli' && from !== 'entry') v('no-cli', `${file}:${line}: imports '${spec}'; only src/cli.ts imports src/cli/`)
         else if (!LAYERS[from].may.includes(to) && !excepted) {
           v('layers', `${file}:${line}: ${from} may not import ${to} ('${spec}'); ${from} may import ${[from, ...LAYERS[from].may].join(', ')}`)
-        } else if (to === 'engine' && THROUGH_ENGINE_ENTRY.includes(from) && target !== ENGINE_ENTRY) {
-          v('engine-entry', `${file}:${line}: imports '${spec}'; ${from} reaches the engine only through ${ENGINE_ENTRY}`)
+        } else if (to === 'engine' && ENGINE_SURFACES[from] && target !== ENGINE_SURFACES[from].module) {
+          v('engine-entry', `${file}:${line}: imports '${spec}'; ${from} reaches the engine only through ${ENGINE_SURFACES[from].module}`)
         }
         continue
       }
@@ -216,6 +228,20 @@ export function architecture(files: Record<string, string>, packages: Packages):
     const [file = '', line = '1'] = cycle.examples[0]!.split(' ')[0]!.split(':')
     const group = cycle.group.length > cycle.path.length - 1 ? ` (one of ${cycle.group.length} files importing each other: ${cycle.group.join(', ')})` : ''
     out.push({ rule: 'file-cycles', file, line: Number(line), import: '', message: `import cycle ${cycle.path.join(' -> ')}: ${cycle.examples.join('; ')}${group}` })
+  }
+  return out
+}
+
+/** A script outside src/ (bench/): any relative import of an engine module other than its layer's surface. */
+function scriptViolations(file: string, text: string, layer: Layer, names: ReadonlySet<string>): Violation[] {
+  const surface = ENGINE_SURFACES[layer]
+  const out: Violation[] = []
+  for (const { spec, line } of importsOf(file, text)) {
+    if (!surface || spec === null || !spec.startsWith('.')) continue
+    const target = resolveRelative(file, spec, names)
+    if (target !== null && layerOf(target) === 'engine' && target !== surface.module) {
+      out.push({ rule: 'engine-entry', file, line, import: spec, message: `${file}:${line}: imports '${spec}'; ${layer} reaches the engine only through ${surface.module}` })
+    }
   }
   return out
 }
@@ -304,7 +330,7 @@ function packageJson(): Packages {
 }
 
 describe('architecture: the imports of src/ keep the layer rules', () => {
-  const files = sources('src')
+  const files = { ...sources('src'), ...sources('bench') }
   const found = architecture(files, packageJson())
 
   it('reads the whole tree', () => {
@@ -352,8 +378,10 @@ describe('architecture checker: a planted violation is reported with its file an
     'src/node/server.ts': "import { createEnginePool } from '../engine/index.js'\nconst b = await import('../builder/graph.js')\n",
     'src/facade/app.ts': "import Fastify from 'fastify'\nimport type { CompletionRequest } from '../contract/completions.js'\n",
     'src/store/sqlite.ts': "import Database from 'better-sqlite3'\n",
-    'src/bench/run.ts': "import { Engine } from '../engine/engine.js'\n",
+    'src/bench/run.ts': "import { Engine } from '../engine/bench-surface.js'\n",
     'src/engine/engine.ts': "export class Engine {}\n",
+    'src/engine/bench-surface.ts': "export { Engine } from './engine.js'\n",
+    'bench/engine.bench.ts': "import { Engine } from '../src/engine/bench-surface.js'\nimport { x } from '../test/helpers/x.js'\n",
   }
   const check = (extra: Record<string, string>): Violation[] => architecture({ ...base, ...extra }, pkgs)
   /** Each violation as [rule, file, line, import]. */
@@ -436,6 +464,20 @@ describe('architecture checker: a planted violation is reported with its file an
       says: [
         "layer cycle contract -> shared -> contract: src/contract/completions.ts:1 imports '../shared/errors.js'; src/shared/cfg.ts:1 imports '../contract/completions.js'",
       ],
+    },
+    {
+      name: 'the bench reaching into the engine past its surface, in src/bench/ and in a script of bench/ (as context.ts and attack.bench.ts once did)',
+      files: {
+        'src/bench/context.ts': "import { KvCache } from '../engine/scheduler/kv.js'\nimport { createEnginePool } from '../engine/index.js'\n",
+        'bench/attack.bench.ts': "const { createEnginePool } = await import('../src/engine/pool/pool.js')\nimport { buildNode } from '../src/node/app.js'\n",
+        'src/engine/scheduler/kv.ts': 'export class KvCache {}\n',
+      },
+      found: [
+        ['engine-entry', 'bench/attack.bench.ts', 1, '../src/engine/pool/pool.js'],
+        ['engine-entry', 'src/bench/context.ts', 1, '../engine/scheduler/kv.js'],
+        ['engine-entry', 'src/bench/context.ts', 2, '../engine/index.js'],
+      ],
+      says: ['bench reaches the engine only through src/engine/bench-surface.ts'],
     },
     {
       name: 'an import cycle between files of one layer: three files through a dynamic import, and a file importing itself',

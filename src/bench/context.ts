@@ -15,16 +15,13 @@
 // place over the KvCache's memory); `fetched` = every output JS receives: on 'js' each output onnxruntime-node
 // returns (each a fresh copy), on 'capi' each output bound to a buffer JS then reads, but not a present bound onto
 // its own past tensor (GroupQueryAttention's shared buffer: nothing crosses). MB/step = (fed + fetched) / 1e6.
-// Imports: the builder (through bundles.ts), the engine's model loader, KV cache and C API binding.
+// Imports: the builder (through bundles.ts), the engine's model loader, KV cache and C API binding (through its
+// bench surface).
 import { loadavg } from 'node:os'
 import { join, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
 import { ATTENTION_FORMS, BUILDER_VERSION, type Attention } from '../builder/index.js'
-import { loadModel, type LoadedModel } from '../engine/model/load.js'
-import { Binding, type Tensor } from '../engine/model/ort-capi.js'
-import { RUNTIMES, type Runtime } from '../engine/model/runtime.js'
-import type { ForwardInput, KvTensor } from '../engine/model/step-io.js'
-import { KV_CHUNK, KvCache, kvShapeOf } from '../engine/scheduler/kv.js'
+import { Binding, KV_CHUNK, KvCache, kvShapeOf, loadModel, RUNTIMES, type ForwardInput, type KvTensor, type LoadedModel, type Runtime, type Tensor } from '../engine/bench-surface.js'
 import { OnnxdError } from '../shared/errors.js'
 import { ensureBundle } from './bundles.js'
 import { probeJsRuns } from './refs/ort.js'

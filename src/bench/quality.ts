@@ -2,8 +2,8 @@
 // prompts, the float32 model's greedy continuation is fed to both models (teacher forcing), and at each position
 // that predicts a continuation token we count whether the quantized model's argmax is that token (greedy token
 // agreement) and take KL(p_fp32 || p_quant) of the two next-token distributions. The math is pure functions over
-// logits; measureQuality runs the engine's model loader. Imports: shared, engine (model loading).
-import { loadModel, type LoadedModel } from '../engine/model/load.js'
+// logits; measureQuality runs the engine's model loader. Imports: shared, engine (model loading, through its bench surface).
+import { loadModel, type LoadedModel } from '../engine/bench-surface.js'
 import type { Dtype } from '../shared/model.js'
 import { Rng } from '../shared/prng.js'
 

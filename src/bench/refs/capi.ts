@@ -4,12 +4,10 @@
 // through onnxruntime-node would add the full-cache copies its JS API makes on every output. Same figures and
 // timing rules as refs/ort.ts. The inputs fed are the graph's own (read from its input list after
 // prepareDecoderGraph): whatever of input_ids, attention_mask, position_ids, seqlens_k, total_sequence_length and
-// past_key_values.* it takes. Imports: the engine's graph preparation, C API and runner (its per-thread API).
+// past_key_values.* it takes. Imports: the engine's graph preparation, C API and runner (its per-thread API),
+// through its bench surface.
 import { readFileSync } from 'node:fs'
-import { loadCApi } from '../../engine/model/capi-session.js'
-import { externalDataConfig, prepareDecoderGraph } from '../../engine/model/decoder-graph.js'
-import { ModelProto, type ValueInfo } from '../../engine/model/onnx-proto.js'
-import { NativeBuffer, type CSession, type ElementType, type Tensor } from '../../engine/model/ort-capi.js'
+import { externalDataConfig, loadCApi, ModelProto, NativeBuffer, prepareDecoderGraph, type CSession, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
 import { time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
 
 const ELEM: Record<number, ElementType> = { 1: 'float32', 6: 'int32', 7: 'int64', 10: 'float16' }

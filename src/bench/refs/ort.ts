@@ -9,8 +9,7 @@
 // export's slower full-cache outputs.
 import { readFileSync } from 'node:fs'
 import * as ort from 'onnxruntime-node'
-import { externalDataConfig, prepareDecoderGraph } from '../../engine/model/decoder-graph.js'
-import { DataType, encodeModel } from '../../engine/model/onnx-proto.js'
+import { DataType, encodeModel, externalDataConfig, prepareDecoderGraph } from '../../engine/bench-surface.js'
 import { median, rsd } from '../stats.js'
 
 export interface StepTiming {
