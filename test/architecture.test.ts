@@ -61,6 +61,10 @@ const PACKAGE_OWNERS: { pkg: string; owners: string[]; exceptions?: { file: stri
   },
   { pkg: 'koffi', owners: ['src/engine/model/ort-capi.ts'] },
   { pkg: 'node-llama-cpp', owners: ['src/bench/peer/llama-cpp.ts'] },
+  // The benchmark's own packages (devDependencies): one importer each, which loads them with import() (dev-lazy).
+  { pkg: 'vega', owners: ['src/bench/chart.ts'] },
+  { pkg: 'vega-lite', owners: ['src/bench/chart.ts'] },
+  { pkg: 'cli-progress', owners: ['src/bench/progress.ts'] },
   { pkg: '@mlc-ai/web-xgrammar', owners: ['src/engine/generation/grammar-thread.ts'] },
   { pkg: 'better-sqlite3', owners: ['src/store/sqlite.ts'] },
   { pkg: 'pg', owners: ['src/store/postgres.ts'] },
@@ -85,6 +89,7 @@ const RULES = {
   owners: 'one named module per native or runtime-owning package (PACKAGE_OWNERS), with any exception listed',
   'engine-no-http': `the engine imports no HTTP package (${ENGINE_FORBIDDEN.join(', ')})`,
   declared: "every package imported is a Node built-in or in package.json's dependencies; devDependencies only from src/bench/",
+  'dev-lazy': 'no onnxd command imports a devDependency statically (type-only imports are erased): the benchmark loads its own packages with import() where it uses them, so an install without dev dependencies serves',
   cycles: 'no import cycle between layers',
   'file-cycles': 'no import cycle between files in src/ (type-only and dynamic imports count): each definition lives in the module it belongs to',
   resolved: 'every relative import resolves to a module in src/ (so none reaches test code)',
@@ -105,14 +110,27 @@ export interface Violation {
 interface Import {
   spec: string | null
   line: number
+  /** `static`: loaded with the importing module; `type`: erased from the JavaScript; `dynamic`: import(). */
+  kind: 'static' | 'type' | 'dynamic'
 }
 
 /** Every import of a TypeScript source; `spec` is null for a dynamic import whose module is not a literal. */
 export function importsOf(file: string, text: string): Import[] {
   const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS)
   const out: Import[] = []
-  const add = (spec: string | null, node: ts.Node): void => {
-    out.push({ spec, line: sf.getLineAndCharacterOfPosition(node.getStart(sf)).line + 1 })
+  const add = (spec: string | null, node: ts.Node, kind: Import['kind'] = 'static'): void => {
+    out.push({ spec, line: sf.getLineAndCharacterOfPosition(node.getStart(sf)).line + 1, kind })
+  }
+  /** Only type names: `import type`, `export type`, or braces whose every name is marked `type` (TypeScript drops those). */
+  const typeOnly = (node: ts.ImportDeclaration | ts.ExportDeclaration): boolean => {
+    if (ts.isExportDeclaration(node)) {
+      const c = node.exportClause
+      return node.isTypeOnly || (c !== undefined && ts.isNamedExports(c) && c.elements.length > 0 && c.elements.every((e) => e.isTypeOnly))
+    }
+    const c = node.importClause
+    if (!c) return false
+    const named = c.namedBindings
+    return c.isTypeOnly || (!c.name && named !== undefined && ts.isNamedImports(named) && named.elements.length > 0 && named.elements.every((e) => e.isTypeOnly))
   }
   const literal = (e: ts.Expression | undefined): string | null => {
     while (e && (ts.isAsExpression(e) || ts.isParenthesizedExpression(e) || ts.isSatisfiesExpression(e))) e = e.expression
@@ -120,13 +138,13 @@ export function importsOf(file: string, text: string): Import[] {
   }
   const visit = (node: ts.Node): void => {
     if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier) {
-      add(literal(node.moduleSpecifier), node)
+      add(literal(node.moduleSpecifier), node, typeOnly(node) ? 'type' : 'static')
     } else if (ts.isImportEqualsDeclaration(node) && ts.isExternalModuleReference(node.moduleReference)) {
-      add(literal(node.moduleReference.expression), node)
+      add(literal(node.moduleReference.expression), node, node.isTypeOnly ? 'type' : 'static')
     } else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) {
-      add(literal(node.arguments[0]), node)
+      add(literal(node.arguments[0]), node, 'dynamic')
     } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument)) {
-      add(literal(node.argument.literal as ts.Expression), node)
+      add(literal(node.argument.literal as ts.Expression), node, 'type')
     }
     ts.forEachChild(node, visit)
   }
@@ -170,6 +188,8 @@ export function architecture(files: Record<string, string>, packages: Packages):
   const edges = new Map<Layer, Map<Layer, string>>()
   /** The same between files. */
   const fileEdges = new Map<string, Map<string, string>>()
+  /** What each file loads with itself: its static imports of files, and of devDependencies (dev-lazy). */
+  const loads = new Map<string, { files: string[]; dev: { pkg: string; line: number; spec: string }[] }>()
   for (const [file, text] of Object.entries(files).sort(([a], [b]) => a.localeCompare(b))) {
     const script = SCRIPTS.find((s) => file.startsWith(s.folder))
     if (script) {
@@ -181,7 +201,9 @@ export function architecture(files: Record<string, string>, packages: Packages):
       out.push({ rule: 'known-layer', file, line: 1, import: '', message: `${file} is in no layer of LAYERS` })
       continue
     }
-    for (const { spec, line } of importsOf(file, text)) {
+    const loaded = { files: [] as string[], dev: [] as { pkg: string; line: number; spec: string }[] }
+    loads.set(file, loaded)
+    for (const { spec, line, kind } of importsOf(file, text)) {
       const v = (rule: Rule, message: string): void => void out.push({ rule, file, line, import: spec ?? '(expression)', message })
       if (spec === null) {
         v('dynamic-literal', `${file}:${line}: import() of an expression; name the module with a string literal`)
@@ -195,6 +217,7 @@ export function architecture(files: Record<string, string>, packages: Packages):
         }
         if (!fileEdges.has(file)) fileEdges.set(file, new Map())
         if (!fileEdges.get(file)!.has(target)) fileEdges.get(file)!.set(target, `${file}:${line} imports '${spec}'`)
+        if (kind === 'static') loaded.files.push(target)
         const to = layerOf(target)
         if (to === null || to === from) continue
         if (!edges.has(from)) edges.set(from, new Map())
@@ -217,9 +240,11 @@ export function architecture(files: Record<string, string>, packages: Packages):
       if (!pkg.startsWith('node:') && !packages.dependencies.includes(pkg)) {
         if (!packages.devDependencies.includes(pkg)) v('declared', `${file}:${line}: ${pkg} is not in package.json`)
         else if (from !== 'bench') v('declared', `${file}:${line}: ${pkg} is a devDependency, which only src/bench/ may import`)
+        else if (kind === 'static') loaded.dev.push({ pkg, line, spec })
       }
     }
   }
+  out.push(...staticDevImports(loads))
   for (const cycle of layerCycles(edges)) {
     const [file = '', line = '1'] = cycle.examples[0]!.split(' ')[0]!.split(':')
     out.push({ rule: 'cycles', file, line: Number(line), import: '', message: `layer cycle ${cycle.path.join(' -> ')}: ${cycle.examples.join('; ')}` })
@@ -228,6 +253,43 @@ export function architecture(files: Record<string, string>, packages: Packages):
     const [file = '', line = '1'] = cycle.examples[0]!.split(' ')[0]!.split(':')
     const group = cycle.group.length > cycle.path.length - 1 ? ` (one of ${cycle.group.length} files importing each other: ${cycle.group.join(', ')})` : ''
     out.push({ rule: 'file-cycles', file, line: Number(line), import: '', message: `import cycle ${cycle.path.join(' -> ')}: ${cycle.examples.join('; ')}${group}` })
+  }
+  return out
+}
+
+/**
+ * Every static import of a devDependency in a module that an onnxd command loads with itself: the command modules
+ * under src/cli/ (src/cli.ts loads each with import() when it is run) and what they import statically, transitively.
+ * Each is reported once, with the chain from the first command (by name) that reaches it.
+ */
+function staticDevImports(loads: Map<string, { files: string[]; dev: { pkg: string; line: number; spec: string }[] }>): Violation[] {
+  const out: Violation[] = []
+  const reported = new Set<string>()
+  for (const root of [...loads.keys()].filter((f) => f.startsWith('src/cli/')).sort()) {
+    const parent = new Map<string, string | null>([[root, null]])
+    const queue = [root]
+    for (let i = 0; i < queue.length; i++) {
+      const file = queue[i]!
+      for (const next of loads.get(file)?.files ?? []) {
+        if (parent.has(next)) continue
+        parent.set(next, file)
+        queue.push(next)
+      }
+      for (const d of loads.get(file)?.dev ?? []) {
+        if (reported.has(`${file}:${d.line}`)) continue
+        reported.add(`${file}:${d.line}`)
+        const chain: string[] = []
+        for (let at: string | null = file; at !== null; at = parent.get(at)!) chain.unshift(at)
+        const command = root.slice('src/cli/'.length).replace(/\.ts$/, '')
+        out.push({
+          rule: 'dev-lazy',
+          file,
+          line: d.line,
+          import: d.spec,
+          message: `${file}:${d.line}: imports the devDependency ${d.pkg} statically, so \`onnxd ${command}\` cannot start without it (${chain.join(' -> ')}); load it with import() where it is used (src/bench/dev-deps.ts)`,
+        })
+      }
+    }
   }
   return out
 }
@@ -363,7 +425,7 @@ describe('architecture: the imports of src/ keep the layer rules', () => {
 })
 
 describe('architecture checker: a planted violation is reported with its file and import', () => {
-  const pkgs: Packages = { dependencies: ['fastify', 'onnxruntime-node', 'better-sqlite3'], devDependencies: ['openai'] }
+  const pkgs: Packages = { dependencies: ['fastify', 'onnxruntime-node', 'better-sqlite3'], devDependencies: ['openai', 'vega', 'vega-lite', 'cli-progress', 'node-llama-cpp'] }
   const base: Record<string, string> = {
     'src/cli.ts': "const load = () => import('./cli/node.js')\n",
     'src/cli/node.ts': "import { serveNode } from '../node/server.js'\n",
@@ -478,6 +540,21 @@ describe('architecture checker: a planted violation is reported with its file an
         ['engine-entry', 'src/bench/context.ts', 2, '../engine/index.js'],
       ],
       says: ['bench reaches the engine only through src/engine/bench-surface.ts'],
+    },
+    {
+      name: "a command loading a devDependency with itself (the chart's vega, statically), beside the allowed forms",
+      files: {
+        'src/cli/bench.ts': "import { runBench } from '../bench/run.js'\n",
+        'src/bench/run.ts': "import { Engine } from '../engine/bench-surface.js'\nimport { chartSpec } from './chart.js'\nimport { Progress } from './progress.js'\n",
+        // vega statically: reported. A type-only import is erased: allowed.
+        'src/bench/chart.ts': "import * as vega from 'vega'\nimport type { TopLevelSpec } from 'vega-lite'\nimport { type Config } from 'vega-lite'\n",
+        // import() where it is used: allowed.
+        'src/bench/progress.ts': "import type cliProgress from 'cli-progress'\nconst bars = await import('cli-progress')\n",
+        // A child process's entry that no command imports: its static import is its own business.
+        'src/bench/peer/llama-cpp.ts': "import { getLlama } from 'node-llama-cpp'\n",
+      },
+      found: [['dev-lazy', 'src/bench/chart.ts', 1, 'vega']],
+      says: ['imports the devDependency vega statically, so `onnxd bench` cannot start without it (src/cli/bench.ts -> src/bench/run.ts -> src/bench/chart.ts)'],
     },
     {
       name: 'an import cycle between files of one layer: three files through a dynamic import, and a file importing itself',

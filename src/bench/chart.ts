@@ -1,8 +1,9 @@
 // The report's chart: output throughput and TTFT p99 against concurrency for onnxd, the unbatched node, the
 // transformers.js peer and llama.cpp, with the ORT decode ceiling and the matmul-peak bound drawn as references. A vega-lite
-// spec, compiled and rendered to SVG headlessly by vega. Imports: vega, vega-lite, report types.
-import * as vega from 'vega'
-import { compile, type TopLevelSpec } from 'vega-lite'
+// spec, compiled and rendered to SVG headlessly by vega. Imports: vega and vega-lite (devDependencies, loaded by
+// chartRenderer when a run starts: see dev-deps.ts), report types.
+import type { TopLevelSpec } from 'vega-lite'
+import { devDependency } from './dev-deps.js'
 import { flopsPerToken, type ModelInfo } from './model-info.js'
 import { isSkipped, type BenchReport, type Lengths } from './report.js'
 
@@ -88,12 +89,23 @@ export function chartSpec(r: BenchReport, model: ModelInfo | null, len: Lengths)
   } as unknown as TopLevelSpec
 }
 
-/** Renders the chart to SVG text (vega's headless renderer: no canvas, no browser). */
-export async function renderSvg(spec: TopLevelSpec): Promise<string> {
-  const view = new vega.View(vega.parse(compile(spec).spec), { renderer: 'none' })
-  try {
-    return await view.toSVG()
-  } finally {
-    view.finalize()
+/**
+ * The chart's renderer: vega-lite's compiler and vega's headless renderer (no canvas, no browser), loaded now. A run
+ * gets it before it measures anything, so a missing package stops it at once rather than after the run.
+ */
+export async function chartRenderer(): Promise<(spec: TopLevelSpec) => Promise<string>> {
+  const [vega, { compile }] = await Promise.all([devDependency('vega', () => import('vega')), devDependency('vega-lite', () => import('vega-lite'))])
+  return async (spec) => {
+    const view = new vega.View(vega.parse(compile(spec).spec), { renderer: 'none' })
+    try {
+      return await view.toSVG()
+    } finally {
+      view.finalize()
+    }
   }
+}
+
+/** Renders the chart to SVG text. */
+export async function renderSvg(spec: TopLevelSpec): Promise<string> {
+  return (await chartRenderer())(spec)
 }

@@ -1,7 +1,9 @@
 // The terminal progress of a run: step messages and one line per level, plus a cli-progress bar while a level
-// runs on a TTY (requests done, output tok/s so far). Writes to stderr so stdout stays the report.
-import cliProgress from 'cli-progress'
+// runs on a TTY (requests done, output tok/s so far). Writes to stderr so stdout stays the report. cli-progress is
+// a devDependency, loaded by Progress.open in `bar` mode (dev-deps.ts).
+import type cliProgress from 'cli-progress'
 import type { RequestRecord } from './client.js'
+import { devDependency } from './dev-deps.js'
 
 export interface LevelProgress {
   onRecord(r: RequestRecord): void
@@ -15,9 +17,20 @@ export class Progress {
   private readonly tty: boolean
   private readonly enabled: boolean
 
-  constructor(mode: ProgressMode, private readonly out: NodeJS.WriteStream = process.stderr) {
+  /** A run's progress; `bar` mode loads cli-progress first (whether or not `out` is a TTY, so a run fails alike). */
+  static async open(mode: ProgressMode, out: NodeJS.WriteStream = process.stderr): Promise<Progress> {
+    const bars = mode === 'bar' ? (await devDependency('cli-progress', () => import('cli-progress'))).default : null
+    return new Progress(mode, out, bars)
+  }
+
+  constructor(
+    mode: ProgressMode,
+    private readonly out: NodeJS.WriteStream = process.stderr,
+    /** cli-progress, when bars are drawn. */
+    private readonly bars: typeof cliProgress | null = null,
+  ) {
     this.enabled = mode !== 'silent'
-    this.tty = mode === 'bar' && out.isTTY === true
+    this.tty = mode === 'bar' && out.isTTY === true && bars !== null
   }
 
   step(message: string): void {
@@ -30,8 +43,9 @@ export class Progress {
     let tokens = 0
     let n = 0
     let failed = 0
-    const bar = this.tty
-      ? new cliProgress.SingleBar(
+    const bars = this.bars
+    const bar = this.tty && bars
+      ? new bars.SingleBar(
           {
             stream: this.out,
             format: `${label.padEnd(22)} [{bar}] {value}/{total} req | {tps} out tok/s | {failed} failed | {elapsed}s${deadlineS === null ? '' : ` (cut at ${deadlineS}s)`}`,
@@ -39,7 +53,7 @@ export class Progress {
             clearOnComplete: false,
             etaBuffer: 20,
           },
-          cliProgress.Presets.shades_classic,
+          bars.Presets.shades_classic,
         )
       : null
     bar?.start(total, 0, { tps: '0.0', failed: 0, elapsed: '0' })

@@ -12,7 +12,7 @@ import type { Dtype } from '../shared/model.js'
 import { existsSync } from 'node:fs'
 import { BUILDER_VERSION, configJson, presetOf, type Attention } from '../builder/index.js'
 import { ensureBundle, ensureGguf } from './bundles.js'
-import { chartSpec, renderSvg } from './chart.js'
+import { chartRenderer, chartSpec } from './chart.js'
 import { createAgent, getJson, type Endpoint, type Sampling } from './client.js'
 import { engineTime, scrapeStepTotals } from './engine-metrics.js'
 import { runLevel } from './loadgen.js'
@@ -383,7 +383,9 @@ function cutNotes(scenarios: BenchReport['scenarios'], cfg: BenchConfig): string
 }
 
 export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
-  const log = new Progress(cfg.progress)
+  // The benchmark's own packages (devDependencies), loaded before anything is measured.
+  const log = await Progress.open(cfg.progress)
+  const renderSvg = await chartRenderer()
   const created = new Date()
   const loadStart = loadavg()
   const sys = systemInfo()
