@@ -30,6 +30,7 @@ const LAYERS: Record<Layer, { may: Layer[]; why: string }> = {
 /** The one engine module through which each of these layers reaches the engine (besides the exceptions below), and why. */
 const ENGINE_SURFACES: Partial<Record<Layer, { module: string; why: string }>> = {
   node: { module: 'src/engine/index.ts', why: "the engine's entry: EngineClient, createEnginePool and the plain data they speak" },
+  cli: { module: 'src/engine/index.ts', why: "the engine's entry (`onnxd generate` runs one Engine in its process)" },
   bench: {
     module: 'src/engine/bench-surface.ts',
     why: 'what the benchmarks measure below the pool (an in-process engine, the KV cache, the graph as the engine runs it, the C API), chosen and documented in one place; the scripts in bench/ too',

@@ -1,7 +1,6 @@
 // `onnxd generate --model DIR "prompt"`: one completion in this process, printed with its token counts.
 import { parseArgs } from 'node:util'
-import { Engine } from '../engine/engine.js'
-import type { SeqEvent } from '../engine/types.js'
+import { Engine, type SeqEvent } from '../engine/index.js'
 import { OnnxdError, fromErrorData } from '../shared/errors.js'
 import type { Dtype } from '../shared/model.js'
 import { DEFAULT_MODEL_DIR } from '../shared/model.js'

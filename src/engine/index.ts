@@ -4,6 +4,8 @@
 // defined in its own module and re-exported here. The node imports engine code only from here
 // (test/architecture.test.ts holds it). Imports: engine, shared.
 export { createEnginePool } from './pool/pool.js'
+// One engine in this process, without the pool's threads: `onnxd generate`.
+export { Engine } from './engine.js'
 export type { EngineClient, EngineObserver, PoolHealth, PoolOptions, WorkerHealth } from './pool/client.js'
 
 export type { EngineRequest, EngineStats, FinishObservation, FinishReason, PhaseMarks, SeqEvent, StepObservation, Timings, Usage } from './types.js'
