@@ -42,7 +42,7 @@ describe('onnxd node', () => {
   it('rejects bad values from flags and the environment in one message', async () => {
     const msg = await configError(['--workers', '0', '--provider', 'rocm'], { ONNXD_NODE_PORT: 'http' })
     expect(msg).toContain('workers (ONNXD_WORKERS, --workers): must be >= 1')
-    expect(msg).toContain('provider (ONNXD_PROVIDER, --provider): must be one of cpu, cuda, tensorrt')
+    expect(msg).toContain('provider (ONNXD_PROVIDER, --provider): must be one of cpu, webgpu, cuda, tensorrt')
     expect(msg).toContain('port (ONNXD_NODE_PORT, --port): must be an integer')
   })
 })
