@@ -161,7 +161,10 @@ export class Grammars {
     if (this.closed) return Promise.reject(new OnnxdError('not_ready', 'engine is shutting down', { retryAfterS: 1 }))
     return new Promise((resolve, reject) => {
       this.pending.set(msg.req, { msg, resolve, reject, field })
-      this.threadOf().postMessage(msg)
+      const t = this.threadOf()
+      // Held while anything waits on it (a process whose only work is a compile must not exit); let go when idle.
+      t.ref()
+      t.postMessage(msg)
     })
   }
 
@@ -178,6 +181,7 @@ export class Grammars {
   }
 
   private onReply(r: GrammarReply): void {
+    queueMicrotask(() => this.pending.size === 0 && this.thread?.unref())
     if (r.type === 'compiling') {
       this.clearTimer()
       this.compileTimer = setTimeout(() => this.replace(r.req, null), this.limits.compileMs)
