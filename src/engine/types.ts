@@ -83,6 +83,9 @@ export interface StepObservation {
   seconds: number
   batch: number
   tokens: number
+  /** Bytes of the step's inputs handed to ONNX Runtime, and of its outputs read back (model/step-io.ts StepTraffic). */
+  bytesIn: number
+  bytesOut: number
 }
 
 export interface FinishObservation {

@@ -200,10 +200,10 @@ export class FakeEngine implements EngineClient {
       if ('wait' in step) await step.wait
       else if ('accept' in step) {
         seq.accept(step.accept)
-        this.opts.observer?.onStep?.({ phase: 'prefill', seconds: 0.004, batch: 1, tokens: step.accept })
+        this.opts.observer?.onStep?.({ phase: 'prefill', seconds: 0.004, batch: 1, tokens: step.accept, bytesIn: 0, bytesOut: 0 })
       } else if ('token' in step) {
         seq.token(step.token, step.ids)
-        this.opts.observer?.onStep?.({ phase: 'decode', seconds: 0.002, batch: 1, tokens: 1 })
+        this.opts.observer?.onStep?.({ phase: 'decode', seconds: 0.002, batch: 1, tokens: 1, bytesIn: 0, bytesOut: 0 })
       } else if ('done' in step) seq.done(step.done, { text: step.text, ids: step.ids })
       else seq.error(step.error, step.message, step.details)
     }

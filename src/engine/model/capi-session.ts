@@ -6,7 +6,7 @@
 // appends presents before it starts another step). Imports: ort-capi and engine model types only.
 import { OnnxdError } from '../../shared/errors.js'
 import { NativeBuffer, OrtCApi, type Binding, type CSession, type ElementType, type Tensor } from './ort-capi.js'
-import type { ForwardInput, KvData, Signature } from './step-io.js'
+import type { ForwardInput, KvData, Signature, StepTraffic } from './step-io.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 
 /** One output of a step, viewed over the runner's buffer (or the JS API's fresh one). */
@@ -81,6 +81,8 @@ export class CapiRunner {
   private binding: Binding | null = null
   /** Steps whose presents were written into the cache in place (what a test watches). */
   sharedSteps = 0
+  /** The last step's bytes in and out (StepTraffic). */
+  traffic: StepTraffic = { in: 0, out: 0 }
   /** Tensors made or bound by the steps so far (what a test watches: steady decode steps make none). */
   tensorsMade = 0
   private readonly scratch = new Map<string, Scratch>()
@@ -204,8 +206,10 @@ export class CapiRunner {
     if (gate && !gate.enter()) throw new OnnxdError('not_ready', 'this engine replica is being stopped', { retryAfterS: 1 })
     try {
       const b = (this.binding ??= this.session.binding())
+      const traffic = { in: 0, out: 0 }
       const int = (name: string, dtype: 'int32' | 'int64', src: ArrayLike<number>, dims: number[]): void => {
         const n = src.length
+        traffic.in += n * BYTES[dtype]
         const buf = this.buffer(`in:${name}`, n * BYTES[dtype])
         if (dtype === 'int32') buf.view('int32', 0, n).set(src)
         else {
@@ -225,6 +229,7 @@ export class CapiRunner {
       if (sig.lengths) {
         const buf = this.buffer(`in:${sig.lengths.seqlens}`, x.rows * 4)
         seqlensK(lengths, buf.view('int32', 0, x.rows))
+        traffic.in += x.rows * 4
         this.bindOver(b, 'in', sig.lengths.seqlens, buf, 'int32', [x.rows])
         int(sig.lengths.total, 'int32', [total], [])
       }
@@ -241,6 +246,7 @@ export class CapiRunner {
       sig.kv.pastNames.forEach((n, i) => {
         // In place over the cache's memory.
         const p = x.past[i]
+        traffic.in += p.data.byteLength
         const t = this.bindOver(b, 'in', n, this.wrap(p.data), sig.kv.dtype, p.dims, p.data.byteLength > 0 ? p.data.byteOffset : 0)
         const present = sig.kv.presentNames[i]
         if (share && names.includes(present)) {
@@ -256,6 +262,7 @@ export class CapiRunner {
         const type: ElementType = name === sig.nextToken ? 'int64' : name === sig.logits.name ? sig.logits.dtype : sig.kv.dtype
         const count = dims.reduce((a, c) => a * c, 1)
         const buf = this.buffer(`out:${name}`, count * BYTES[type as keyof typeof BYTES])
+        traffic.out += count * BYTES[type as keyof typeof BYTES]
         this.bindOver(b, 'out', name, buf, type, dims)
         views.push(() => (out[name] = { data: buf.view(type, 0, count) as KvData | BigInt64Array, dims }))
       }
@@ -265,6 +272,7 @@ export class CapiRunner {
       // steps anyway (its loop turns the event loop once a step).
       b.run()
       for (const v of views) v()
+      this.traffic = traffic
       return out
     } catch (e) {
       // A failed bind or run may leave ORT's binding inconsistent: the next step makes a new one.

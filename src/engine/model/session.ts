@@ -10,7 +10,7 @@ import { OnnxdError } from '../../shared/errors.js'
 import type { Provider } from '../../shared/model.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
-import type { ForwardInput, ForwardOutput, GreedyOutput, IntDtype, KvData, KvTensor, Signature } from './step-io.js'
+import type { ForwardInput, ForwardOutput, GreedyOutput, IntDtype, KvData, KvTensor, Signature, StepTraffic } from './step-io.js'
 import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 import { CapiRunner } from './capi-session.js'
@@ -171,6 +171,9 @@ const intTensor = (dtype: IntDtype, src: ArrayLike<number>, dims: number[]): ort
 type StepOutputs = Record<string, { data: unknown; dims: readonly number[] }>
 
 export class DecoderSession {
+  /** The last step's bytes in and out. */
+  private traffic: StepTraffic = { in: 0, out: 0 }
+
   private constructor(
     /** Null once the C runner serves the steps (the JS session only discovered the signature). */
     private session: ort.InferenceSession | null,
@@ -303,7 +306,7 @@ export class DecoderSession {
       logits = new Float32Array(picks.length * V)
       picks.forEach((p, i) => toFloat32(src.subarray(p * V, (p + 1) * V), logits.subarray(i * V, (i + 1) * V)))
     }
-    return { logits, present: this.present(out) }
+    return { logits, present: this.present(out), traffic: this.traffic }
   }
 
   /**
@@ -315,11 +318,15 @@ export class DecoderSession {
     if (!sig.nextToken) throw new OnnxdError('internal', 'this session has no next-token output')
     const out = await this.run(x, [sig.nextToken, ...sig.kv.presentNames])
     const ids = out[sig.nextToken].data as BigInt64Array
-    return { tokens: Int32Array.from(ids, Number), present: this.present(out) }
+    return { tokens: Int32Array.from(ids, Number), present: this.present(out), traffic: this.traffic }
   }
 
   private async run(x: ForwardInput, fetches?: string[]): Promise<StepOutputs> {
-    if (this.capi) return this.capi.run(x, fetches, this.gate)
+    if (this.capi) {
+      const out = await this.capi.run(x, fetches, this.gate)
+      this.traffic = this.capi.traffic
+      return out
+    }
     const kv = this.signature.kv
     if (this.provider === 'webgpu' && needsPastSlot(x, { masked: this.signature.mask !== null, present: kv.present, chunkedPrefill: this.chunkedPrefill })) {
       // WebGPU crashes on a plain graph's empty past: one masked slot instead (empty-past.ts).
@@ -347,7 +354,14 @@ export class DecoderSession {
       feeds[n] = new ort.Tensor(sig.kv.dtype, x.past[i].data, x.past[i].dims)
     })
     try {
-      return await this.gated(() => (fetches ? session.run(feeds, fetches) : session.run(feeds)))
+      const out = await this.gated(() => (fetches ? session.run(feeds, fetches) : session.run(feeds)))
+      // Every feed goes in and every fetched output comes back: JS tensors, on a GPU provider copied to and from it.
+      let fed = 0
+      let fetched = 0
+      for (const t of Object.values(feeds)) fed += (t.data as ArrayBufferView).byteLength
+      for (const t of Object.values(out)) fetched += (t.data as ArrayBufferView).byteLength
+      this.traffic = { in: fed, out: fetched }
+      return out
     } catch (e) {
       if (e instanceof OnnxdError) throw e
       throw new OnnxdError('internal', `forward step failed: ${(e as Error).message}`)

@@ -65,14 +65,26 @@ export interface ForwardInput {
   past: KvTensor[]
 }
 
+/**
+ * Bytes of a step's inputs handed to ONNX Runtime and of its outputs read back (outputs written into an input's own
+ * memory, such as GroupQueryAttention's presents over the cache, are not read back). On a GPU provider this is what
+ * crosses between host and device.
+ */
+export interface StepTraffic {
+  in: number
+  out: number
+}
+
 export interface ForwardOutput {
   /** Float32 logits of the requested (row, position) pairs, [picks.length * vocab]. */
   logits: Float32Array
   present: KvTensor[]
+  traffic: StepTraffic
 }
 
 export interface GreedyOutput {
   /** Each row's argmax over its last position's logits. */
   tokens: Int32Array
   present: KvTensor[]
+  traffic: StepTraffic
 }

@@ -352,7 +352,7 @@ export class Batcher {
     const picks = last ? g.seqs.map((_, r) => r * seq + seq - 1) : []
     const t0 = performance.now()
     const out = await this.model.session.forward(x, picks)
-    this.observer.onStep?.({ phase: 'prefill', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows * seq })
+    this.observer.onStep?.({ phase: 'prefill', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows * seq, bytesIn: out.traffic.in, bytesOut: out.traffic.out })
     g.cursor = total
     g.kv.append(out.present, counts)
     if (!last) return
@@ -445,7 +445,7 @@ export class Batcher {
     const greedy = session.signature.nextToken !== null && this.running.every((s) => s.greedyNow)
     const t0 = performance.now()
     const out = greedy ? await session.forwardGreedy(x) : await session.forward(x, this.running.map((_, r) => r))
-    this.observer.onStep?.({ phase: 'decode', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows })
+    this.observer.onStep?.({ phase: 'decode', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows, bytesIn: out.traffic.in, bytesOut: out.traffic.out })
     kv.append(out.present, counts)
     const V = this.model.vocab
     let finished = false

@@ -140,11 +140,18 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
   // In tokens, as vLLM counts them: hits / queries is the share of prompt tokens the prefix cache saved.
   const prefixQueries = new Counter({ name: 'onnxd_prefix_cache_queries_total', help: 'Prompt tokens looked up in the prefix cache.', labelNames: L, registers })
   const prefixHits = new Counter({ name: 'onnxd_prefix_cache_hits_total', help: 'Prompt tokens found in the prefix cache (their KV rows reused, not computed).', labelNames: L, registers })
+  const stepBytes = new Counter({
+    name: 'onnxd_step_io_bytes_total',
+    help: "Bytes of the steps' inputs handed to ONNX Runtime (direction in) and of their outputs read back (out); on a GPU provider, what crosses between host and device.",
+    labelNames: [...L, 'phase', 'direction'],
+    registers,
+  })
   const restarts = new Counter({ name: 'onnxd_worker_restarts_total', help: 'Engine worker threads restarted after a crash or stall.', labelNames: L, registers })
 
   // Series exist from the first scrape, so rate() and absent() work before any traffic (as vLLM does).
   for (const h of [ttft, tpot, itl, e2e, queue, promptHist, genHist]) h.zero(m)
   for (const h of [iterTokens, batchSize, stepSeconds]) for (const phase of PHASES) h.zero({ ...m, phase })
+  for (const phase of PHASES) for (const direction of ['in', 'out']) stepBytes.inc({ ...m, phase, direction }, 0)
   for (const c of [promptTokens, genTokens, prefixQueries, prefixHits, restarts]) c.inc(m, 0)
   for (const r of FINISH_REASONS) success.inc({ ...m, finished_reason: r }, 0)
 
@@ -154,6 +161,8 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
       iterTokens.observe(l, s.tokens)
       batchSize.observe(l, s.batch)
       stepSeconds.observe(l, s.seconds)
+      stepBytes.inc({ ...l, direction: 'in' }, s.bytesIn)
+      stepBytes.inc({ ...l, direction: 'out' }, s.bytesOut)
     },
     onFinish(f: FinishObservation) {
       success.inc({ ...m, finished_reason: f.finishReason })
