@@ -1,6 +1,6 @@
 // Writes the builder's Llama presets as GGUF v3 files for llama.cpp (the benchmark's second peer): the same
 // weights as the ONNX bundle of that preset and seed (regenerated from them, bit for bit), under llama.cpp's tensor
-// names and metadata keys, as F32, Q8_0 or Q4_0 with ggml's reference quantizers (quantize_row_q8_0_ref /
+// names and metadata keys, as F32, F16 (matrices; round to nearest even, as ggml's fp32->fp16), or Q8_0 or Q4_0 with ggml's reference quantizers (quantize_row_q8_0_ref /
 // quantize_row_q4_0_ref in ggml-quants.c) byte for byte. Q and K projections are permuted the way llama.cpp's
 // convert_hf_to_gguf.py does: the ONNX graph rotates halves (HF rotate_half), llama.cpp's LLAMA rope pairs adjacent
 // dims. Deterministic bytes. Imports: shared, and the builder's graph, presets, tokenizer, quantize and writer.
@@ -15,7 +15,7 @@ import { floatToHalf } from './quantize.js'
 import { BOS_ID, CHAT_TEMPLATE, EOS_ID, PAD_ID, SPECIAL_TOKENS, trainByteLevelBpe } from './tokenizer.js'
 import { makeWeight } from './write-onnx.js'
 
-export const GGUF_TYPES = ['f32', 'q8_0', 'q4_0'] as const
+export const GGUF_TYPES = ['f32', 'f16', 'q8_0', 'q4_0'] as const
 export type GgufType = (typeof GGUF_TYPES)[number]
 
 const GGUF_MAGIC = 0x46554747 // "GGUF" read as a little-endian u32
@@ -24,9 +24,9 @@ const ALIGNMENT = 32
 /** Elements per Q8_0 / Q4_0 block (QK8_0, QK4_0). */
 export const GGML_BLOCK = 32
 /** ggml_type ids. */
-const GGML_TYPE = { f32: 0, q4_0: 2, q8_0: 8 } as const
-/** llama_ftype ids written as general.file_type (LLAMA_FTYPE_ALL_F32, MOSTLY_Q4_0, MOSTLY_Q8_0). */
-const FILE_TYPE = { f32: 0, q4_0: 2, q8_0: 7 } as const
+const GGML_TYPE = { f32: 0, f16: 1, q4_0: 2, q8_0: 8 } as const
+/** llama_ftype ids written as general.file_type (LLAMA_FTYPE_ALL_F32, MOSTLY_F16, MOSTLY_Q4_0, MOSTLY_Q8_0). */
+const FILE_TYPE = { f32: 0, f16: 1, q4_0: 2, q8_0: 7 } as const
 /** gguf_metadata_value_type ids. */
 const V = { u32: 4, i32: 5, f32: 6, bool: 7, string: 8, array: 9 } as const
 /** llama_token_type: NORMAL, CONTROL. */
@@ -250,22 +250,34 @@ function tensorsOf(p: Preset, seed: number): GgufTensor[] {
 }
 
 /**
- * The element type a tensor is stored as: matrices in the file's type when their rows split into whole blocks of 32,
- * else F32 (the tiny preset's ffn_down rows are 172 long); norm vectors always F32, as llama-quantize keeps them.
+ * The element type a tensor is stored as: matrices in the file's type (F16 always, Q8_0/Q4_0 when their rows split
+ * into whole blocks of 32, else F32: the tiny preset's ffn_down rows are 172 long); norm vectors always F32, as
+ * convert_hf_to_gguf.py and llama-quantize keep them.
  */
 export function tensorType(ne: number[], type: GgufType): GgufType {
-  return type === 'f32' || ne.length < 2 || ne[0] % GGML_BLOCK ? 'f32' : type
+  if (type === 'f32' || ne.length < 2) return 'f32'
+  return type === 'f16' || ne[0] % GGML_BLOCK === 0 ? type : 'f32'
+}
+
+/** IEEE half bits of each value, little-endian (values beyond half's range become infinities, as ggml's do). */
+function toF16(x: Float32Array): Uint8Array {
+  const out = new Uint8Array(x.length * 2)
+  const view = new DataView(out.buffer)
+  for (let i = 0; i < x.length; i++) view.setUint16(i * 2, floatToHalf(x[i]), true)
+  return out
 }
 
 function encode(data: Float32Array, type: GgufType): Uint8Array {
   if (type === 'q8_0') return quantizeQ8_0(data)
   if (type === 'q4_0') return quantizeQ4_0(data)
+  if (type === 'f16') return toF16(data)
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
 }
 
 const storedBytes = (ne: number[], type: GgufType): number => {
   const n = ne.reduce((a, b) => a * b, 1)
-  return type === 'f32' ? n * 4 : (n / GGML_BLOCK) * (type === 'q8_0' ? 34 : 18)
+  if (type === 'f32' || type === 'f16') return n * (type === 'f32' ? 4 : 2)
+  return (n / GGML_BLOCK) * (type === 'q8_0' ? 34 : 18)
 }
 
 function metadata(p: Preset, name: string, type: GgufType): [string, Meta][] {

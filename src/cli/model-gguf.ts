@@ -1,15 +1,16 @@
-// `onnxd model gguf DIR [--type f32,q8_0,q4_0] [--out FILE]`: writes GGUF files of a builder bundle for llama.cpp
+// `onnxd model gguf DIR [--type f32,f16,q8_0,q4_0] [--out FILE]`: writes GGUF files of a builder bundle for llama.cpp
 // (the benchmark's llama.cpp peer) and prints one JSON line per file. Thin: the writer is src/builder/gguf.ts.
 import { GGUF_TYPES, writeBundleGguf, type GgufType } from '../builder/gguf.js'
 import { OnnxdError, clip } from '../shared/errors.js'
 import { parseCommand } from './args.js'
 
-export const USAGE = `usage: onnxd model gguf DIR [--type f32,q8_0,q4_0] [--out FILE]
+export const USAGE = `usage: onnxd model gguf DIR [--type f32,f16,q8_0,q4_0] [--out FILE]
 
 Writes the onnxd bundle in DIR (plain form, built by onnxd model build) as GGUF for llama.cpp: DIR/model-<type>.gguf
 for each type (default f32), or FILE for a single type. The weights are the bundle's own (regenerated from the preset
-and seed in its config.json), under llama.cpp's names, Q/K permuted for llama.cpp's rotary layout. q8_0 and q4_0 are
-ggml's reference quantizers (blocks of 32); vectors, and matrices whose rows are not whole blocks, stay f32.
+and seed in its config.json), under llama.cpp's names, Q/K permuted for llama.cpp's rotary layout. f16 stores every
+matrix as half floats; q8_0 and q4_0 are ggml's reference quantizers (blocks of 32); vectors, and for q8_0/q4_0
+matrices whose rows are not whole blocks, stay f32.
 `
 
 export async function run(argv: string[]): Promise<number> {

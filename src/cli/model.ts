@@ -10,7 +10,7 @@ import * as quality from './model-quality.js'
 
 const USAGE = `usage: onnxd model build <preset> [--out DIR] [--seed N] [--attention plain|gqa] [--dtype q4,int8,fp16]
        onnxd model quality DIR --dtype q4|int8|fp16 [--prompts N] [--tokens M] [--json]
-       onnxd model gguf DIR [--type f32,q8_0,q4_0] [--out FILE]   (GGUF for llama.cpp; onnxd model gguf --help)
+       onnxd model gguf DIR [--type f32,f16,q8_0,q4_0] [--out FILE]   (GGUF for llama.cpp; onnxd model gguf --help)
 
 Builds the embedded default model (Llama architecture, seeded random weights, byte-level BPE tokenizer). DIR
 defaults to models/onnxd-<preset> (models/onnxd-<preset>-gqa for gqa); N (default 0) seeds the weights.

@@ -1,7 +1,7 @@
 // The GGUF conversion checked against llama.cpp itself (node-llama-cpp's prebuilt binary; skipped where it cannot
 // load): the tiny preset's F32 GGUF gives onnxd's greedy tokens for the same ids and the ONNX model's log-probabilities
 // at every position to within float noise (a GGUF without the rotary permutation is off by about 20 times the bound);
-// the Q8_0 and Q4_0 files load, generate, and stay near the F32 distribution.
+// the F16, Q8_0 and Q4_0 files load, generate, and stay near the F32 distribution.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -120,11 +120,12 @@ describe.skipIf(!llama)('GGUF in llama.cpp (tiny preset)', () => {
     expect(await llamaGreedy('f32')).toEqual(want)
   })
 
-  it('Q8_0 and Q4_0 load, generate, and stay near the F32 distribution', async () => {
-    for (const type of ['q8_0', 'q4_0'] as const) {
+  it('F16, Q8_0 and Q4_0 load, generate, and stay near the F32 distribution', async () => {
+    for (const type of ['f16', 'q8_0', 'q4_0'] as const) {
       for (const ids of await llamaGreedy(type)) expect(ids, type).toHaveLength(STEPS)
     }
-    // Measured on this preset: q8_0 about 0.01, q4_0 about 0.14 (nats, worst over the vocabulary and positions).
+    // Measured on this preset: f16 5e-4, q8_0 about 0.01, q4_0 about 0.14 (nats, worst over the vocabulary and positions).
+    expect(await logprobGap('f16')).toBeLessThan(0.01)
     expect(await logprobGap('q8_0')).toBeLessThan(0.05)
     expect(await logprobGap('q4_0')).toBeLessThan(0.5)
   })

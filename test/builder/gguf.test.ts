@@ -67,6 +67,11 @@ describe('tensor types', () => {
     expect(tensorType([64], 'q4_0')).toBe('f32')
     expect(tensorType([64, 64], 'f32')).toBe('f32')
   })
+  it('F16 stores every matrix as F16 (no blocks), vectors F32', () => {
+    expect(tensorType([172, 64], 'f16')).toBe('f16')
+    expect(tensorType([64, 2048], 'f16')).toBe('f16')
+    expect(tensorType([64], 'f16')).toBe('f32')
+  })
 })
 
 describe('file', () => {
