@@ -23,6 +23,7 @@ import { parseArgs } from 'node:util'
 import { ATTENTION_FORMS, BUILDER_VERSION, type Attention } from '../builder/index.js'
 import { Binding, KV_CHUNK, KvCache, kvShapeOf, loadModel, RUNTIMES, type ForwardInput, type KvTensor, type LoadedModel, type Runtime, type Tensor } from '../engine/bench-surface.js'
 import { OnnxdError } from '../shared/errors.js'
+import { PROVIDERS, type Provider } from '../shared/model.js'
 import { ensureBundle } from './bundles.js'
 import { probeJsRuns } from './refs/ort.js'
 import { writeJson } from './report.js'
@@ -41,6 +42,8 @@ export interface SweepOptions {
   bigSteps?: number
   modelsDir: string
   intraOpThreads?: number
+  /** Execution provider of the sessions (default cpu; on a GPU provider the runtime is js only). */
+  provider?: Provider
   log?: (line: string) => void
 }
 
@@ -74,7 +77,7 @@ export interface SweepReport {
   preset: string
   builderVersion: string
   system: SystemInfo
-  options: { forms: Attention[]; runtimes: Runtime[]; contexts: number[]; batches: number[]; steps: number; bigSteps: number; intraOpThreads: number }
+  options: { forms: Attention[]; runtimes: Runtime[]; contexts: number[]; batches: number[]; steps: number; bigSteps: number; intraOpThreads: number; provider: Provider }
   cells: SweepCell[]
   /** Per form, runtime and batch: ms/step at the largest context over ms/step at the smallest. */
   growth: Array<{ form: Attention; runtime: Runtime; batch: number; from: number; to: number; ratio: number }>
@@ -229,7 +232,7 @@ export async function runSweep(o: SweepOptions): Promise<SweepReport> {
       const models = new Map<Runtime, LoadedModel>()
       try {
         for (const rt of o.runtimes) {
-          const m = await loadModel(dir, { runtime: rt, intraOpThreads: threads })
+          const m = await loadModel(dir, { runtime: rt, intraOpThreads: threads, provider: o.provider ?? 'cpu' })
           models.set(rt, m)
           if (m.session.runtime !== rt) throw new Error(`runtime ${rt} did not load for ${dir} (it fell back to ${m.session.runtime})`)
         }
@@ -312,7 +315,7 @@ export async function runSweep(o: SweepOptions): Promise<SweepReport> {
     preset: o.preset,
     builderVersion: BUILDER_VERSION,
     system: systemInfo(),
-    options: { forms: o.forms, runtimes: o.runtimes, contexts, batches, steps: o.steps, bigSteps, intraOpThreads: threads },
+    options: { forms: o.forms, runtimes: o.runtimes, contexts, batches, steps: o.steps, bigSteps, intraOpThreads: threads, provider: o.provider ?? 'cpu' },
     cells,
     growth,
   }
@@ -340,7 +343,8 @@ a table and writes bench/results/context-<time>.json (see bench/README.md).
 
   --preset NAME          builder preset (default 135m), built once per form into --models-dir
   --forms LIST           graph forms: plain, gqa (default plain,gqa)
-  --runtimes LIST        step runtimes: js, capi (default js,capi)
+  --runtimes LIST        step runtimes: js, capi (default js,capi; js on a GPU provider)
+  --provider NAME        execution provider: cpu (default), webgpu, cuda, tensorrt (capi runs on cpu only)
   --contexts LIST        contexts in tokens, each >= 2 (default 256,1024,4096)
   --batches LIST         batch sizes (default 1,16)
   --steps N              timed steps per runtime and cell (default 10)
@@ -362,7 +366,8 @@ export function contextOptions(argv: string[]): (SweepOptions & { outDir: string
       options: {
         preset: { type: 'string', default: '135m' },
         forms: { type: 'string', default: ATTENTION_FORMS.join(',') },
-        runtimes: { type: 'string', default: RUNTIMES.join(',') },
+        runtimes: { type: 'string' },
+        provider: { type: 'string', default: 'cpu' },
         contexts: { type: 'string', default: '256,1024,4096' },
         batches: { type: 'string', default: '1,16' },
         steps: { type: 'string', default: '10' },
@@ -390,10 +395,14 @@ export function contextOptions(argv: string[]): (SweepOptions & { outDir: string
     return xs as T[]
   }
   const one = (flag: string, text: string | undefined, min: number): number | undefined => (text === undefined ? undefined : ints(flag, text, min)[0])
+  const provider = names('provider', v.provider!, PROVIDERS)[0]
+  const runtimes = names('runtimes', v.runtimes ?? (provider === 'cpu' ? RUNTIMES.join(',') : 'js'), RUNTIMES)
+  if (provider !== 'cpu' && runtimes.includes('capi')) problems.push(`--runtimes capi runs on the CPU provider only (--provider ${provider} runs js)`)
   const o = {
     preset: v.preset!,
     forms: names('forms', v.forms!, ATTENTION_FORMS),
-    runtimes: names('runtimes', v.runtimes!, RUNTIMES),
+    runtimes,
+    provider,
     contexts: ints('contexts', v.contexts!, 2),
     batches: ints('batches', v.batches!, 1),
     steps: one('steps', v.steps, 1)!,

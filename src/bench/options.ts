@@ -2,13 +2,15 @@
 // defaults are the issue's standard run (135m preset, concurrency 1,4,16,64, fixed lengths with ignore_eos, closed
 // loop, every reference); --scenario long is issue 12's long-prompt serving run; --smoke is either on the tiny
 // preset, small enough for the test suite. --attention and --runtime list the onnxd targets (graph form x step
-// runtime) the bench starts, each compared with the --baseline target.
+// runtime) the bench starts, each compared with the --baseline target. --provider puts the nodes it starts and the
+// ORT references on one execution provider; --llama-gpu puts llama.cpp on a GPU backend.
 import { parseArgs } from 'node:util'
 import { resolve } from 'node:path'
 import { ATTENTION_FORMS, WEIGHT_DTYPES, type Attention } from '../builder/index.js'
 import { GGUF_TYPES, type GgufType } from '../builder/gguf.js'
 import { RUNTIMES, defaultRuntime, type Runtime } from '../engine/bench-surface.js'
 import { OnnxdError } from '../shared/errors.js'
+import { PROVIDERS, type Provider } from '../shared/model.js'
 import type { ProgressMode } from './progress.js'
 import { formatLength, parseLength, readPromptFile, type LengthDist, type PromptFile } from './workload.js'
 
@@ -18,8 +20,8 @@ export type ScenarioKind = 'standard' | 'long' | 'chat'
 export const TARGET_DTYPES = ['fp32', ...WEIGHT_DTYPES] as const
 export type TargetDtype = (typeof TARGET_DTYPES)[number]
 
-/** The GGUF type llama.cpp users run in place of each onnxd weight form (fp16 has none among the writer's). */
-export const GGUF_PAIR: Partial<Record<TargetDtype, GgufType>> = { fp32: 'f32', int8: 'q8_0', q4: 'q4_0' }
+/** The GGUF type llama.cpp users run in place of each onnxd weight form. */
+export const GGUF_PAIR: Partial<Record<TargetDtype, GgufType>> = { fp32: 'f32', fp16: 'f16', int8: 'q8_0', q4: 'q4_0' }
 
 /** One onnxd target the bench starts: a preset built in one graph form and weight form, served with one step runtime. */
 export interface TargetSpec {
@@ -60,16 +62,23 @@ export interface LlamaSpec {
   type: GgufType
   /** llama.cpp compute threads. */
   threads: number
-  /** `llama.cpp <type> t<threads>`. */
+  gpu: LlamaGpu
+  /** `llama.cpp <type> t<threads>`, with ` <gpu>` on a GPU backend. */
   name: string
 }
 
-export const llamaName = (type: GgufType, threads: number): string => `llama.cpp ${type} t${threads}`
+/** llama.cpp's backend: its CPU build, or node-llama-cpp's prebuilt Vulkan or CUDA build with every layer offloaded. */
+export const LLAMA_GPUS = ['none', 'vulkan', 'cuda'] as const
+export type LlamaGpu = (typeof LLAMA_GPUS)[number]
+
+export const llamaName = (type: GgufType, threads: number, gpu: LlamaGpu = 'none'): string => `llama.cpp ${type} t${threads}${gpu === 'none' ? '' : ` ${gpu}`}`
 
 export interface BenchConfig {
   scenario: ScenarioKind
   /** The onnxd targets the bench starts (empty for --url / --facade, whose one target is the given server). */
   targets: TargetSpec[]
+  /** The execution provider of the nodes the bench starts and of the ORT references (--provider, default cpu). */
+  provider: Provider
   /** The llama.cpp servers that run beside the targets, level by level in the same rotation; why none, if none. */
   llamaCpp: LlamaSpec[]
   llamaCppOff: string | null
@@ -140,7 +149,10 @@ targets (each a node the bench starts on the preset; at each level they run one 
   --prefix-caching LIST  on, off: nodes with prefix caching on and/or off (default: on; chat: on,off)
   --dtype LIST           weight forms to build and serve: fp32, q4, int8, fp16 (default fp32)
   --baseline KEY         the target every target's output tok/s is divided by, as FORM/RT[/DTYPE][/no-prefix-cache]
-                         (default plain/capi; long: gqa/js; chat: plain/capi/no-prefix-cache)
+                         (default plain/capi; long: gqa/js; chat: plain/capi/no-prefix-cache; js for capi on a GPU)
+  --provider NAME        execution provider of the nodes it starts and of the ORT ceiling: cpu (default), webgpu,
+                         cuda, tensorrt. On a GPU provider the runtime is js (capi runs on CPU only), the ORT ceiling
+                         runs through onnxruntime-node on that provider, and the matmul peak (CPU) is not measured
 
 target (default: start a node on --preset 135m):
   --model DIR            bundle to start a node on (with --url/--facade: the bundle it serves, for the references)
@@ -169,11 +181,13 @@ load:
 references:
   --no-ceiling --no-matmul --no-unbatched --no-peer    skip one (the report says so)
   --peer-concurrency LIST  levels for the transformers.js peer (default: --concurrency)
-  --llama-cpp LIST       GGUF types llama.cpp serves beside the targets, in their rotation at every level: f32, q8_0,
-                         q4_0 (default: the types paired with the targets' --dtype: fp32-f32, int8-q8_0, q4-q4_0;
-                         standard scenario only). Needs the node-llama-cpp dev dependency; the report says if absent
+  --llama-cpp LIST       GGUF types llama.cpp serves beside the targets, in their rotation at every level: f32, f16,
+                         q8_0, q4_0 (default: the types paired with the targets' --dtype: fp32-f32, fp16-f16,
+                         int8-q8_0, q4-q4_0; standard scenario only). Needs the node-llama-cpp dev dependency; the report says if absent
   --llama-threads LIST   llama.cpp compute threads, one server per value (default 1; its threads spin-wait, so on a
                          busy host 2 can be slower than 1)
+  --llama-gpu NAME       none (default: llama.cpp's CPU build), vulkan or cuda: node-llama-cpp's prebuilt build for
+                         that backend (@node-llama-cpp/linux-x64-vulkan, ...), every layer on the GPU
   --no-llama-cpp         no llama.cpp servers
   --threads N            ORT intra-op threads of the ORT references (default 0: all cores, as the node)
 
@@ -222,6 +236,8 @@ const OPTIONS = {
   'llama-cpp': { type: 'string' },
   'llama-threads': { type: 'string' },
   'no-llama-cpp': { type: 'boolean' },
+  'llama-gpu': { type: 'string' },
+  provider: { type: 'string' },
   dtype: { type: 'string' },
   'peer-concurrency': { type: 'string' },
   threads: { type: 'string' },
@@ -286,6 +302,10 @@ export function benchConfig(argv: string[]): BenchConfig {
   const long = scenario === 'long'
   const chat = scenario === 'chat'
   const defaults = DEFAULT_TARGETS[scenario] ?? DEFAULT_TARGETS.standard
+  const provider = (v.provider ?? 'cpu') as Provider
+  if (!PROVIDERS.includes(provider)) problems.push(`--provider must be one of ${PROVIDERS.join(', ')}. Given: ${v.provider!.slice(0, 32)}`)
+  // On a GPU provider every step runs through the JS API (the C-API runner is CPU only): the defaults say js.
+  const gpuRuntime = provider === 'cpu' ? null : defaultRuntime(provider)
   const remote = Boolean(v.url || v.facade)
   if (remote && (v.attention || v.runtime || v.baseline || v['prefix-caching'] || v.dtype)) {
     problems.push('--attention, --runtime, --dtype, --prefix-caching and --baseline choose the nodes the bench starts: not with --url or --facade')
@@ -293,7 +313,8 @@ export function benchConfig(argv: string[]): BenchConfig {
   if (v.model && v.dtype) problems.push('--dtype builds the preset in each weight form: not with --model (pass --preset, or --node-arg=--dtype=X)')
   if (v.model && v.attention) problems.push('--attention builds the preset in each form: not with --model (pass --preset)')
   const forms = v.attention ? parseList('attention', v.attention, ATTENTION_FORMS, problems) : defaults.attention
-  const runtimes = v.runtime ? parseList('runtime', v.runtime, RUNTIMES, problems) : defaults.runtime
+  const runtimes = v.runtime ? parseList('runtime', v.runtime, RUNTIMES, problems) : gpuRuntime ? [gpuRuntime] : defaults.runtime
+  if (gpuRuntime && runtimes.some((r) => r !== gpuRuntime)) problems.push(`--runtime ${runtimes.filter((r) => r !== gpuRuntime).join(',')} runs on the CPU provider only; --provider ${provider} runs ${gpuRuntime}`)
   const caching = v['prefix-caching'] ? parseList('prefix-caching', v['prefix-caching'], ['on', 'off'] as const, problems).map((x) => x === 'on') : defaults.prefixCaching
   const dtypes: TargetDtype[] = v.dtype ? parseList('dtype', v.dtype, TARGET_DTYPES, problems) : ['fp32']
   const targets: TargetSpec[] = remote
@@ -303,7 +324,7 @@ export function benchConfig(argv: string[]): BenchConfig {
       )
   let baseline: string | null = null
   if (targets.length > 1) {
-    const want = v.baseline ?? defaults.baseline
+    const want = v.baseline ?? (gpuRuntime ? defaults.baseline.replace(/\/(js|capi)(?=\/|$)/, `/${gpuRuntime}`) : defaults.baseline)
     const hit = targets.find((t) => targetKey(t) === want)
     if (hit) baseline = hit.name
     else if (v.baseline) problems.push(`--baseline must be one of the targets (${targets.map(targetKey).join(', ')}). Given: ${v.baseline.slice(0, 32)}`)
@@ -328,6 +349,9 @@ export function benchConfig(argv: string[]): BenchConfig {
   if (v['no-llama-cpp'] && (v['llama-cpp'] || v['llama-threads'])) problems.push('--no-llama-cpp and --llama-cpp/--llama-threads are exclusive')
   const ggufTypes = v['llama-cpp'] ? parseList('llama-cpp', v['llama-cpp'], GGUF_TYPES, problems) : [...new Set(dtypes.flatMap((d) => GGUF_PAIR[d] ?? []))]
   const llamaThreads = [...new Set(list('llama-threads', v['llama-threads'], [1]))]
+  const llamaGpu = (v['llama-gpu'] ?? 'none') as LlamaGpu
+  if (!LLAMA_GPUS.includes(llamaGpu)) problems.push(`--llama-gpu must be one of ${LLAMA_GPUS.join(', ')}. Given: ${v['llama-gpu']!.slice(0, 32)}`)
+  if (v['no-llama-cpp'] && v['llama-gpu']) problems.push('--no-llama-cpp and --llama-gpu are exclusive')
   const llamaCppOff = v['no-llama-cpp']
     ? 'disabled by --no-llama-cpp'
     : scenario !== 'standard' && !v['llama-cpp']
@@ -335,12 +359,13 @@ export function benchConfig(argv: string[]): BenchConfig {
       : remote && !model
         ? 'no local model bundle: pass --model DIR (the GGUF is written from its weights)'
         : null
-  const llamaCpp: LlamaSpec[] = llamaCppOff ? [] : ggufTypes.flatMap((type) => llamaThreads.map((threads) => ({ type, threads, name: llamaName(type, threads) })))
+  const llamaCpp: LlamaSpec[] = llamaCppOff ? [] : ggufTypes.flatMap((type) => llamaThreads.map((threads) => ({ type, threads, gpu: llamaGpu, name: llamaName(type, threads, llamaGpu) })))
   const temperature = v.temperature === undefined ? 0 : Number(v.temperature)
   if (!(temperature >= 0)) problems.push(`--temperature must be >= 0. Given: ${v.temperature}`)
   const cfg: BenchConfig = {
     scenario,
     targets,
+    provider,
     baseline,
     llamaCpp,
     llamaCppOff,
@@ -368,7 +393,7 @@ export function benchConfig(argv: string[]): BenchConfig {
     // ORT alone has no cache shared between requests to measure.
     references: {
       ceiling: !v['no-ceiling'] && !chat,
-      matmul: !v['no-matmul'] && !long && !chat,
+      matmul: !v['no-matmul'] && !long && !chat && provider === 'cpu',
       unbatched: !v['no-unbatched'] && target.kind === 'spawn' && !long && !chat,
       peer: !v['no-peer'] && !long && !chat,
     },
@@ -393,6 +418,7 @@ export function describeConfig(c: BenchConfig): Record<string, unknown> {
   return {
     scenario: c.scenario,
     targets: c.targets.map((t) => t.name),
+    provider: c.provider,
     llama_cpp: c.llamaCpp.map((t) => t.name),
     baseline: c.baseline,
     target: c.target.kind === 'facade' ? { ...c.target, apiKey: '[redacted]' } : c.target,

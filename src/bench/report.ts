@@ -52,6 +52,8 @@ export interface CeilingReference {
   api?: string
   /** The ONNX file the steps ran (its name in the bundle: model.onnx, model_q4.onnx, ...). */
   file?: string
+  /** The execution provider when not the CPU's (--provider). */
+  provider?: string
   /** Past length of the timed decode steps: mean prompt + half the mean output (the mean context while decoding). */
   past: number
   /** The better of the measurements before and after the sweep, per figure. */

@@ -108,7 +108,7 @@ async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, a
   const t = cfg.target
   if (kind === 'llama.cpp' && llama) {
     const port = await freePort()
-    const args = ['--model', llama.gguf, '--port', String(port), '--threads', String(llama.spec.threads), '--sequences', String(Math.max(...cfg.concurrency)), '--context-per-sequence', String(contextPerRequest(cfg))]
+    const args = ['--model', llama.gguf, '--port', String(port), '--threads', String(llama.spec.threads), '--sequences', String(Math.max(...cfg.concurrency)), '--context-per-sequence', String(contextPerRequest(cfg)), '--gpu', llama.spec.gpu]
     child = await spawnTarget({ entry: '../peer/llama-cpp', args, what: `the ${llama.spec.name} server`, readyTimeoutS: cfg.readyTimeoutS, agent, port })
     url = child.url
   } else if (kind === 'peer') {
@@ -117,7 +117,7 @@ async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, a
     url = child.url
   } else if (t.kind === 'spawn' || kind === 'unbatched') {
     const port = await freePort()
-    const args = ['--model', dir!, '--port', String(port), '--host', '127.0.0.1', '--log-level', 'warn', ...(spec ? ['--runtime', spec.runtime] : []), ...cfg.nodeArgs]
+    const args = ['--model', dir!, '--port', String(port), '--host', '127.0.0.1', '--log-level', 'warn', ...(spec ? ['--runtime', spec.runtime] : []), ...(cfg.provider === 'cpu' ? [] : ['--provider', cfg.provider]), ...cfg.nodeArgs]
     if (spec && !spec.prefixCaching) args.push('--no-prefix-caching')
     if (spec && spec.dtype !== 'fp32') args.push('--dtype', spec.dtype)
     if (kind === 'unbatched') args.push('--max-running', '1')
@@ -190,7 +190,7 @@ async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'
     kind === 'onnxd'
       ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? `started by the bench${spec ? `: ${spec.attention} attention, runtime ${spec.runtime}, ${spec.dtype} weights${spec.prefixCaching ? '' : ', prefix caching off'}` : ''}` : d.ep.url})`
       : llama
-        ? `${LABELS[kind]}: ${llama.spec.type.toUpperCase()} GGUF of the same weights, ${llama.spec.threads} thread${llama.spec.threads > 1 ? 's' : ''}`
+        ? `${LABELS[kind]}: ${llama.spec.type.toUpperCase()} GGUF of the same weights, ${llama.spec.threads} thread${llama.spec.threads > 1 ? 's' : ''}${llama.spec.gpu === 'none' ? '' : `, ${llama.spec.gpu} build, every layer on the GPU`}`
         : LABELS[kind]
   const deadline = kind === 'onnxd' || kind === 'llama.cpp' ? cfg.durationS : cfg.refDurationS
   const out: ScenarioResult = {
@@ -333,12 +333,13 @@ async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, dtype: Dtype
   try {
     // The file the node serves for that dtype, found by the engine's own rule.
     const onnxPath = dtype === 'fp32' ? model.onnxPath : readBundle(model.dir, { dtype }).onnxPath
-    const capi = usesGroupQueryAttention(onnxPath)
-    const api = capi ? "ORT's C API, presents bound onto the past" : 'onnxruntime-node session.run'
+    // The C-API ceiling runs on the CPU provider only; on a GPU provider every graph goes through session.run there.
+    const capi = cfg.provider === 'cpu' && usesGroupQueryAttention(onnxPath)
+    const api = capi ? "ORT's C API, presents bound onto the past" : `onnxruntime-node session.run${cfg.provider === 'cpu' ? '' : ` on ${cfg.provider}`}`
     log.step(`ORT ceiling of ${model.id}${dtype === 'fp32' ? '' : ` (${dtype})`} (${when} the sweep, ${api}): decode steps at batch ${cfg.concurrency.join(', ')} over a past of ${past}, prefill of ${prefillRows} x ${len.prompt}`)
-    const o = { onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
+    const o = { onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, provider: cfg.provider, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
     const c = capi ? await measureCapiCeiling(o) : await measureCeiling(o)
-    return { threads: cfg.threads, api, file: basename(onnxPath), past, ...c, runs: { [when]: { decode: c.decode, prefill: c.prefill } } }
+    return { threads: cfg.threads, api, ...(cfg.provider === 'cpu' ? {} : { provider: cfg.provider }), file: basename(onnxPath), past, ...c, runs: { [when]: { decode: c.decode, prefill: c.prefill } } }
   } catch (e) {
     return skipped(`failed: ${(e as Error).message}`)
   }
@@ -358,7 +359,7 @@ async function measureReferences(cfg: BenchConfig, baseSpec: TargetSpec | null, 
     if (b === base && key === baseKey) ceiling = forms[key]
   }
   ceiling ??= await ceilingOf(cfg, base.model, baseSpec?.dtype ?? 'fp32', len, past, when, log)
-  let matmul: References['matmul_peak'] = skipped(cfg.scenario !== 'standard' ? `not part of --scenario ${cfg.scenario}` : 'disabled by --no-matmul')
+  let matmul: References['matmul_peak'] = skipped(cfg.scenario !== 'standard' ? `not part of --scenario ${cfg.scenario}` : cfg.provider !== 'cpu' ? `the CPU's matmul peak: not measured with --provider ${cfg.provider}` : 'disabled by --no-matmul')
   if (cfg.references.matmul) {
     log.step(`matmul peak (${when} the sweep): square MatMul ${cfg.matmulSizes.join(', ')} through ORT`)
     const m = await measureMatmulPeak(cfg.matmulSizes, cfg.threads, cfg.refBudget, (s) => log.step(`  ${s}`))

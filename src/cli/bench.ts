@@ -63,7 +63,7 @@ async function context(argv: string[]): Promise<number> {
     return 0
   }
   const { report, path } = await runContextCommand({ ...o, log: o.quiet ? () => {} : undefined })
-  process.stdout.write(`\n${systemLine(report.system)}\npreset ${report.preset} (builder ${report.builderVersion})\n\n${formatSweep(report)}\nJSON: ${path}\n`)
+  process.stdout.write(`\n${systemLine(report.system)}\npreset ${report.preset} (builder ${report.builderVersion}), provider ${report.options.provider}\n\n${formatSweep(report)}\nJSON: ${path}\n`)
   return 0
 }
 

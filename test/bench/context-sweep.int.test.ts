@@ -25,7 +25,7 @@ afterAll(async () => {
 
 describe('onnxd bench context (tiny preset)', () => {
   it('has every cell, with positive times and bytes, and writes the report', () => {
-    expect(report.options).toMatchObject({ forms: [...FORMS], runtimes: [...RUNTIMES], contexts: [16, 32], batches: [1, 2] })
+    expect(report.options).toMatchObject({ forms: [...FORMS], runtimes: [...RUNTIMES], contexts: [16, 32], batches: [1, 2], provider: 'cpu' })
     expect(report.cells).toHaveLength(FORMS.length * RUNTIMES.length * 2 * 2)
     for (const form of FORMS)
       for (const runtime of RUNTIMES)
@@ -64,5 +64,10 @@ describe('onnxd bench context (tiny preset)', () => {
   it('refuses bad flags, naming each', () => {
     expect(() => contextOptions(['--forms', 'plain,flash', '--contexts', '1,x'])).toThrow(/--forms must be .*plain, gqa[\s\S]*--contexts must be/)
     expect(contextOptions(['--help'])).toBeNull()
+    // A GPU provider runs js only: capi asked for there is refused, and left out by default.
+    expect(() => contextOptions(['--provider', 'webgpu', '--runtimes', 'js,capi'])).toThrow(/--runtimes capi runs on the CPU provider only/)
+    expect(contextOptions(['--provider', 'webgpu'])).toMatchObject({ provider: 'webgpu', runtimes: ['js'] })
+    expect(contextOptions([])).toMatchObject({ provider: 'cpu', runtimes: [...RUNTIMES] })
+    expect(() => contextOptions(['--provider', 'metal'])).toThrow(/--provider must be .*cpu, webgpu/)
   })
 })

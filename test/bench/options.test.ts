@@ -88,14 +88,13 @@ describe('benchConfig', () => {
     const c = benchConfig(['--runtime', 'capi', '--dtype', 'fp32,q4,int8,fp16'])
     expect(c.targets.map((t) => t.name)).toEqual(['onnxd plain/capi', 'onnxd plain/capi/q4', 'onnxd plain/capi/int8', 'onnxd plain/capi/fp16'])
     expect(c.targets.map((t) => t.dtype)).toEqual(['fp32', 'q4', 'int8', 'fp16'])
-    // fp16 has no GGUF pair among the writer's types.
-    expect(c.llamaCpp.map((l) => l.name)).toEqual(['llama.cpp f32 t1', 'llama.cpp q4_0 t1', 'llama.cpp q8_0 t1'])
+    expect(c.llamaCpp.map((l) => l.name)).toEqual(['llama.cpp f32 t1', 'llama.cpp q4_0 t1', 'llama.cpp q8_0 t1', 'llama.cpp f16 t1'])
     expect(benchConfig(['--dtype', 'q4', '--runtime', 'capi', '--baseline', 'plain/capi/q4']).baseline).toBeNull()
     expect(benchConfig(['--dtype', 'fp32,q4', '--runtime', 'capi', '--baseline', 'plain/capi/q4']).baseline).toBe('onnxd plain/capi/q4')
     const t = benchConfig(['--llama-cpp', 'q4_0', '--llama-threads', '1,2'])
     expect(t.llamaCpp).toEqual([
-      { type: 'q4_0', threads: 1, name: 'llama.cpp q4_0 t1' },
-      { type: 'q4_0', threads: 2, name: 'llama.cpp q4_0 t2' },
+      { type: 'q4_0', threads: 1, gpu: 'none', name: 'llama.cpp q4_0 t1' },
+      { type: 'q4_0', threads: 2, gpu: 'none', name: 'llama.cpp q4_0 t2' },
     ])
     expect(describeConfig(t)).toMatchObject({ llama_cpp: ['llama.cpp q4_0 t1', 'llama.cpp q4_0 t2'] })
     // Off, each with its reason: asked, another scenario (unless asked for), no local weights.
@@ -104,10 +103,29 @@ describe('benchConfig', () => {
     expect(benchConfig(['--scenario', 'chat', '--llama-cpp', 'f32']).llamaCpp.map((l) => l.name)).toEqual(['llama.cpp f32 t1'])
     expect(benchConfig(['--url', 'http://n:1']).llamaCppOff).toMatch(/pass --model DIR/)
     expect(() => benchConfig(['--dtype', 'q3', '--llama-cpp', 'q5_k', '--llama-threads', '0'])).toThrow(
-      /--dtype must be a comma-separated list of fp32, q4, int8, fp16\. Given: q3[\s\S]*--llama-cpp must be a comma-separated list of f32, q8_0, q4_0\. Given: q5_k[\s\S]*--llama-threads must be a comma-separated list of positive integers/,
+      /--dtype must be a comma-separated list of fp32, q4, int8, fp16\. Given: q3[\s\S]*--llama-cpp must be a comma-separated list of f32, f16, q8_0, q4_0\. Given: q5_k[\s\S]*--llama-threads must be a comma-separated list of positive integers/,
     )
     expect(() => benchConfig(['--no-llama-cpp', '--llama-cpp', 'f32'])).toThrow(/exclusive/)
     expect(() => benchConfig(['--model', 'm', '--dtype', 'q4'])).toThrow(/--dtype builds the preset[\s\S]*not with --model/)
+  })
+
+  it('--provider puts the nodes and the ORT ceiling on one provider, js on a GPU; --llama-gpu picks llama.cpp\'s build', () => {
+    expect(benchConfig([]).provider).toBe('cpu')
+    const g = benchConfig(['--provider', 'webgpu', '--attention', 'gqa', '--dtype', 'fp16,q4', '--llama-gpu', 'vulkan'])
+    expect(g.provider).toBe('webgpu')
+    expect(g.targets.map((t) => t.name)).toEqual(['onnxd gqa/js/fp16', 'onnxd gqa/js/q4'])
+    expect(g.baseline).toBe('onnxd gqa/js/fp16')
+    // The CPU's matmul peak says nothing about a GPU run.
+    expect(g.references).toMatchObject({ ceiling: true, matmul: false })
+    expect(g.llamaCpp).toEqual([
+      { type: 'f16', threads: 1, gpu: 'vulkan', name: 'llama.cpp f16 t1 vulkan' },
+      { type: 'q4_0', threads: 1, gpu: 'vulkan', name: 'llama.cpp q4_0 t1 vulkan' },
+    ])
+    expect(describeConfig(g)).toMatchObject({ provider: 'webgpu', targets: ['onnxd gqa/js/fp16', 'onnxd gqa/js/q4'] })
+    expect(benchConfig(['--provider', 'webgpu', '--attention', 'plain,gqa']).baseline).toBe('onnxd plain/js')
+    expect(() => benchConfig(['--provider', 'metal', '--llama-gpu', 'opencl'])).toThrow(/--provider must be one of cpu, webgpu, cuda, tensorrt\. Given: metal[\s\S]*--llama-gpu must be one of none, vulkan, cuda\. Given: opencl/)
+    expect(() => benchConfig(['--provider', 'webgpu', '--runtime', 'js,capi'])).toThrow(/--runtime capi runs on the CPU provider only; --provider webgpu runs js/)
+    expect(() => benchConfig(['--no-llama-cpp', '--llama-gpu', 'vulkan'])).toThrow(/--no-llama-cpp and --llama-gpu are exclusive/)
   })
 
   it('refuses target flags it cannot honour, naming each', () => {

@@ -5,9 +5,12 @@
 // sequence per stream (`--sequences`), stepped together as llama-server does: node-llama-cpp batches the pending
 // evaluations of all sequences into one llama_decode per cycle. Greedy at temperature 0; every token is sent as it
 // is chosen. `--threads N` is llama.cpp's compute threads (they spin-wait between steps, so N matters on a busy host).
-// The prebuilt binary is used or nothing: never a build, never a download.
+// `--gpu vulkan` (or cuda) loads node-llama-cpp's prebuilt build for that backend (@node-llama-cpp/linux-x64-vulkan,
+// ...) with every layer on the GPU; the default, none, is the CPU build. The prebuilt binary is used or nothing: never
+// a build, never a download.
 //
 //   node dist/bench/peer/llama-cpp.js --model FILE.gguf --port P [--threads N] [--sequences S] [--context-per-sequence T]
+//     [--gpu none|vulkan|cuda]
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { basename, resolve } from 'node:path'
@@ -16,9 +19,13 @@ import { parseArgs } from 'node:util'
 import { getLlama, LlamaLogLevel, type Llama, type LlamaContext, type LlamaModel, type Token } from 'node-llama-cpp'
 import { bodyText, sendJson, sendJsonError } from './http.js'
 
-/** llama.cpp from node-llama-cpp's prebuilt binary for this platform; throws when there is none that loads. */
-export async function loadLlama(threads: number): Promise<Llama> {
-  return getLlama({ build: 'never', usePrebuiltBinaries: true, skipDownload: true, gpu: false, maxThreads: threads, logLevel: LlamaLogLevel.error, progressLogs: false })
+/** llama.cpp's backends the peer loads: the CPU build, or a GPU build with every layer offloaded. */
+export type LlamaBackend = 'none' | 'vulkan' | 'cuda'
+
+/** llama.cpp from node-llama-cpp's prebuilt binary for this platform (and `gpu` backend); throws when there is none
+ * that loads. */
+export async function loadLlama(threads: number, gpu: LlamaBackend = 'none'): Promise<Llama> {
+  return getLlama({ build: 'never', usePrebuiltBinaries: true, skipDownload: true, gpu: gpu === 'none' ? false : gpu, maxThreads: threads, logLevel: LlamaLogLevel.error, progressLogs: false })
 }
 
 export interface LlamaPeerOptions {
@@ -30,6 +37,8 @@ export interface LlamaPeerOptions {
   sequences?: number
   /** KV slots per sequence (prompt + generated tokens). Default 1024. */
   contextPerSequence?: number
+  /** Default none: the CPU build. */
+  gpu?: LlamaBackend
 }
 
 export interface LlamaPeer {
@@ -85,8 +94,15 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
   const perSeq = opts.contextPerSequence ?? 1024
   const modelPath = resolve(opts.model)
   const modelId = basename(modelPath).replace(/\.gguf$/, '')
-  const llama = await loadLlama(threads)
-  const model = await llama.loadModel({ modelPath, gpuLayers: 0 })
+  const gpu = opts.gpu ?? 'none'
+  const llama = await loadLlama(threads, gpu)
+  if (gpu !== 'none' && llama.gpu !== gpu) throw new Error(`llama.cpp loaded backend ${String(llama.gpu)}, not ${gpu}`)
+  const gpuDevices = gpu === 'none' ? [] : await llama.getGpuDeviceNames()
+  if (gpu !== 'none' && gpuDevices.length === 0) {
+    await llama.dispose()
+    throw new Error(`llama.cpp's ${gpu} build finds no GPU device here`)
+  }
+  const model = await llama.loadModel({ modelPath, gpuLayers: gpu === 'none' ? 0 : 'max' })
   const vocabSize = model.fileInfo.metadata.tokenizer.ggml.tokens.length
   // node-llama-cpp's contextSize is per sequence: it allocates contextSize x sequences cells.
   const ctx: LlamaContext = await model.createContext({ contextSize: perSeq, sequences, threads: { ideal: threads, min: threads }, batchSize: Math.max(512, sequences) })
@@ -157,7 +173,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
   const server: Server = createServer((req, res) => {
     if (req.method === 'GET' && req.url === '/health') {
       res.writeHead(ready ? 200 : 503, { 'content-type': 'application/json' })
-      res.end(JSON.stringify({ status: ready ? 'ready' : 'loading', models: [modelId], provider: 'cpu', workers: { total: 1, ready: ready ? 1 : 0 }, running, waiting: waitingForSlot.length, capacity: sequences, peer: 'llama.cpp', threads }))
+      res.end(JSON.stringify({ status: ready ? 'ready' : 'loading', models: [modelId], provider: gpu === 'none' ? 'cpu' : gpu, ...(gpu === 'none' ? {} : { gpu_devices: gpuDevices }), workers: { total: 1, ready: ready ? 1 : 0 }, running, waiting: waitingForSlot.length, capacity: sequences, peer: 'llama.cpp', threads }))
       return
     }
     if (req.method !== 'POST' || req.url !== '/internal/v1/completions') return sendError(res, 404, 'not found')
@@ -204,6 +220,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
       threads: { type: 'string', default: '1' },
       sequences: { type: 'string', default: '1' },
       'context-per-sequence': { type: 'string', default: '1024' },
+      gpu: { type: 'string', default: 'none' },
     },
   })
   const int = (name: string, v: string | undefined): number => {
@@ -214,8 +231,9 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
     }
     return n
   }
-  if (!values.model || !values.port) {
-    process.stderr.write('usage: peer/llama-cpp --model FILE.gguf --port P [--threads N] [--sequences S] [--context-per-sequence T]\n')
+  const gpu = values.gpu as LlamaBackend
+  if (!values.model || !values.port || !['none', 'vulkan', 'cuda'].includes(gpu)) {
+    process.stderr.write('usage: peer/llama-cpp --model FILE.gguf --port P [--threads N] [--sequences S] [--context-per-sequence T] [--gpu none|vulkan|cuda]\n')
     process.exit(2)
   }
   try {
@@ -226,6 +244,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
       threads: int('threads', values.threads),
       sequences: int('sequences', values.sequences),
       contextPerSequence: int('context-per-sequence', values['context-per-sequence']),
+      gpu,
     })
   } catch (e) {
     process.stderr.write(`llama.cpp peer failed to start: ${(e as Error).message}\n`)

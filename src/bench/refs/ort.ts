@@ -64,8 +64,8 @@ export async function time(run: () => Promise<unknown>, b: TimingBudget): Promis
   return { ms: median(xs), rsd: rsd(xs), runs: xs.length }
 }
 
-const sessionOptions = (threads: number): ort.InferenceSession.SessionOptions => ({
-  executionProviders: ['cpu'],
+const sessionOptions = (threads: number, provider = 'cpu'): ort.InferenceSession.SessionOptions => ({
+  executionProviders: [provider],
   graphOptimizationLevel: 'all',
   intraOpNumThreads: threads,
   interOpNumThreads: 1,
@@ -81,6 +81,9 @@ interface Layout {
   ids: Meta['type']
   mask: Meta['type'] | null
   positions: Meta['type'] | null
+  /** A GroupQueryAttention graph as the engine rewrites it: the fed row lengths (int32 [batch], each length - 1) and
+   * total length (int32 scalar), by input name; null for a plain-op graph. */
+  lengths: { seqlens: string; total: string } | null
 }
 
 function layout(s: ort.InferenceSession): Layout {
@@ -94,7 +97,10 @@ function layout(s: ort.InferenceSession): Layout {
       return { name: m.name, fp16: m.type === 'float16', dims: (b: number, p: number) => (stacked ? [2, b, h, p, d] : [b, h, p, d]) }
     })
   if (!pasts.length || !ins.has('input_ids')) throw new Error('not a decoder with a KV cache (input_ids, past_*)')
-  return { pasts, ids: ins.get('input_ids')!.type, mask: ins.get('attention_mask')?.type ?? null, positions: ins.get('position_ids')?.type ?? null }
+  const seqlens = [...ins.keys()].find((n) => n.endsWith('seqlens_k'))
+  const total = [...ins.keys()].find((n) => n.endsWith('total_sequence_length'))
+  const lengths = seqlens && total ? { seqlens, total } : null
+  return { pasts, ids: ins.get('input_ids')!.type, mask: ins.get('attention_mask')?.type ?? null, positions: ins.get('position_ids')?.type ?? null, lengths }
 }
 
 function intTensor(type: Meta['type'], n: number, value: (i: number) => number, dims: number[]): ort.Tensor {
@@ -104,12 +110,17 @@ function intTensor(type: Meta['type'], n: number, value: (i: number) => number, 
   return new ort.Tensor('int64', a, dims)
 }
 
-/** Feeds for one step of `batch` rows × `seq` new tokens on a past of `past` positions (cache values small, not zero). */
-function feeds(l: Layout, batch: number, seq: number, past: number): Record<string, ort.Tensor> {
+/** Feeds for one step of `batch` rows × `seq` new tokens on a past of `past` positions (cache values small, not zero);
+ * the first `masked` past positions masked out (the engine's one dummy slot before a plain graph's prefill on webgpu). */
+function feeds(l: Layout, batch: number, seq: number, past: number, masked = 0): Record<string, ort.Tensor> {
   const f: Record<string, ort.Tensor> = {}
   f.input_ids = intTensor(l.ids, batch * seq, (i) => 3 + ((i * 7919) % 251), [batch, seq])
-  if (l.mask) f.attention_mask = intTensor(l.mask, batch * (past + seq), () => 1, [batch, past + seq])
-  if (l.positions) f.position_ids = intTensor(l.positions, batch * seq, (i) => past + (i % seq), [batch, seq])
+  if (l.mask) f.attention_mask = intTensor(l.mask, batch * (past + seq), (i) => (i % (past + seq) < masked ? 0 : 1), [batch, past + seq])
+  if (l.lengths) {
+    f[l.lengths.seqlens] = new ort.Tensor('int32', new Int32Array(batch).fill(past + seq - 1), [batch])
+    f[l.lengths.total] = new ort.Tensor('int32', Int32Array.of(past + seq), [])
+  }
+  if (l.positions) f.position_ids = intTensor(l.positions, batch * seq, (i) => past - masked + (i % seq), [batch, seq])
   for (const p of l.pasts) {
     const dims = p.dims(batch, past)
     const n = dims.reduce((a, b) => a * b, 1)
@@ -129,6 +140,8 @@ export interface CeilingOptions {
   /** Prompts per timed prefill run. */
   prefillRows: number
   threads: number
+  /** Execution provider of the session (default cpu). */
+  provider?: string
   /** Greedy decoding: decode steps fetch each row's next token (the graph's argmax) instead of the logits, as the
    * engine does when every row is greedy. */
   greedy: boolean
@@ -138,13 +151,17 @@ export interface CeilingOptions {
 
 export async function measureCeiling(o: CeilingOptions): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming }> {
   const g = prepareDecoderGraph(readFileSync(o.onnxPath))
+  const provider = o.provider ?? 'cpu'
   const s = g.rewritten
-    ? await ort.InferenceSession.create(g.model, { ...sessionOptions(o.threads), extra: externalDataConfig(o.onnxPath) })
-    : await ort.InferenceSession.create(o.onnxPath, sessionOptions(o.threads))
+    ? await ort.InferenceSession.create(g.model, { ...sessionOptions(o.threads, provider), extra: externalDataConfig(o.onnxPath) })
+    : await ort.InferenceSession.create(o.onnxPath, sessionOptions(o.threads, provider))
   try {
     const l = layout(s)
     o.onStep?.(`prefill ${o.prefillRows} x ${o.prompt}`)
-    const pf = feeds(l, o.prefillRows, o.prompt, 0)
+    // ORT's WebGPU provider crashes on a plain-op graph's step over an empty past; the engine feeds one masked slot
+    // there (src/engine/model/empty-past.ts), and so does the ceiling.
+    const slot = provider === 'webgpu' && !l.lengths ? 1 : 0
+    const pf = feeds(l, o.prefillRows, o.prompt, slot, slot)
     const p = await time(() => s.run(pf), o.budget)
     const prefill: PrefillTiming = { prompt: o.prompt, rows: o.prefillRows, ...p, tokens_per_s: (o.prefillRows * o.prompt) / (p.ms / 1000) }
     const decode: DecodeCeiling[] = []
