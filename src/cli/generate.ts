@@ -2,8 +2,7 @@
 import { parseArgs } from 'node:util'
 import { Engine, type SeqEvent } from '../engine/index.js'
 import { OnnxdError, fromErrorData } from '../shared/errors.js'
-import type { Dtype } from '../shared/model.js'
-import { DEFAULT_MODEL_DIR } from '../shared/model.js'
+import { DEFAULT_MODEL_DIR, PROVIDERS, type Dtype, type Provider } from '../shared/model.js'
 import { resolveModelDir } from './model-dir.js'
 
 const HELP = `usage: onnxd generate [--model DIR] [options] "prompt"
@@ -15,7 +14,8 @@ const HELP = `usage: onnxd generate [--model DIR] [options] "prompt"
   --top-p P --top-k K --min-p P --seed N --stop S (repeatable)
   --ignore-eos         generate max-tokens tokens
   --dtype fp32|fp16|q4|int8|quantized
-  --json               print the result as JSON
+  --provider P         execution provider: cpu (default), webgpu, cuda, tensorrt
+  --json               print the result as JSON (with the completion's token ids and the provider that ran it)
 `
 
 export async function run(argv: string[]): Promise<number> {
@@ -34,6 +34,7 @@ export async function run(argv: string[]): Promise<number> {
       stop: { type: 'string', multiple: true },
       'ignore-eos': { type: 'boolean' },
       dtype: { type: 'string' },
+      provider: { type: 'string' },
       json: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -48,8 +49,10 @@ export async function run(argv: string[]): Promise<number> {
     if (!Number.isFinite(n)) throw new OnnxdError('config', `--${name} must be a number. Given: ${v}`)
     return n
   }
+  const provider = (values.provider ?? 'cpu') as Provider
+  if (!PROVIDERS.includes(provider)) throw new OnnxdError('config', `--provider must be one of ${PROVIDERS.join(', ')}. Given: ${values.provider}`)
   const modelDir = await resolveModelDir(values.model)
-  const engine = await Engine.load({ modelDir, dtype: values.dtype as Dtype | undefined })
+  const engine = await Engine.load({ modelDir, dtype: values.dtype as Dtype | undefined, provider })
   try {
     const prompt = positionals[0]
     const started = performance.now()
@@ -81,15 +84,17 @@ export async function run(argv: string[]): Promise<number> {
     if (last.type !== 'done') throw new Error('generation ended without a result')
     const seconds = (performance.now() - started) / 1000
     const text = events.map((e) => (e.type === 'token' || e.type === 'done' ? e.text : '')).join('')
+    const ids = events.flatMap((e) => (e.type === 'token' || e.type === 'done' ? e.ids : []))
     const summary = {
       model: engine.model.id,
+      provider: engine.model.session.provider,
       finish_reason: last.finishReason,
       prompt_tokens: last.usage.prompt_tokens,
       completion_tokens: last.usage.completion_tokens,
       seconds: Number(seconds.toFixed(3)),
       tokens_per_second: Number((last.usage.completion_tokens / seconds).toFixed(1)),
     }
-    if (values.json) process.stdout.write(JSON.stringify({ text, ...summary }) + '\n')
+    if (values.json) process.stdout.write(JSON.stringify({ text, ids, ...summary }) + '\n')
     else process.stdout.write(`${last.text}\n\n[${summary.prompt_tokens} prompt tokens, ${summary.completion_tokens} completion tokens, finish_reason ${summary.finish_reason}, ${summary.tokens_per_second} tokens/s]\n`)
     return 0
   } finally {
