@@ -1,4 +1,4 @@
-// Lint: typescript-eslint's recommended rules over src, test and bench.
+// Lint: typescript-eslint's recommended rules over src, test, bench and scripts.
 import js from '@eslint/js'
 import globals from 'globals'
 import tseslint from 'typescript-eslint'
