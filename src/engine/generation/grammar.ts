@@ -173,9 +173,19 @@ export class Grammars {
     this.data ??= { vocabulary: this.vocabulary(), stopIds: [...this.stopIds], maxCached: this.limits.cached }
     const t = spawnThread(this.data)
     t.unref()
-    t.on('message', (r: GrammarReply) => this.thread === t && this.onReply(r))
-    t.on('error', (e) => this.thread === t && this.replace(null, `the grammar thread failed: ${e.message.slice(0, 200)}`))
-    t.on('exit', (code) => this.thread === t && this.replace(null, `the grammar thread exited (code ${code})`))
+    // A thread that dies before its first answer could not start (a broken install): replacing it would only loop.
+    let answered = false
+    const died = (why: string): void => {
+      if (this.thread !== t) return
+      if (answered) this.replace(null, why)
+      else this.failAll(new OnnxdError('internal', `the grammar thread could not start: ${why}`))
+    }
+    t.on('message', (r: GrammarReply) => {
+      answered = true
+      if (this.thread === t) this.onReply(r)
+    })
+    t.on('error', (e) => died(e.message.slice(0, 200)))
+    t.on('exit', (code) => died(`it exited (code ${code})`))
     this.thread = t
     return t
   }
@@ -205,6 +215,18 @@ export class Grammars {
       return
     }
     p.resolve(r)
+  }
+
+  /** Fails every request under way and every live matcher; the next request starts a new thread. */
+  private failAll(e: OnnxdError): void {
+    this.clearTimer()
+    const old = this.thread
+    this.thread = null
+    void old?.terminate()
+    for (const p of this.pending.values()) p.reject(e)
+    this.pending.clear()
+    for (const mask of this.live.values()) mask.broken = e
+    this.live.clear()
   }
 
   private refusal(p: Pending, message: string): OnnxdError {
