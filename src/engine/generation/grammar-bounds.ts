@@ -45,12 +45,15 @@ function tally(s: unknown, depth: number, t: Tally, refuse: (what: string, bound
   }
 }
 
+/** The request field a path names (`tools[].function.parameters` → `tools`), as an error's `param`. */
+export const requestField = (where: string): string => where.split('.')[0]!.replace(/\[.*$/, '')
+
 /**
  * Refuses `schemas` (one response_format schema, or the parameters of the functions a tool-call grammar chooses
  * between) past a bound, with a 422 naming `where` and the bound.
  */
 export function checkGrammarBounds(schemas: readonly unknown[], where: string): void {
-  const param = where.split('.')[0]!.replace(/\[.*$/, '')
+  const param = requestField(where)
   const refuse = (what: string): never => {
     throw new OnnxdError('invalid_value', `\`${where}\` has ${what}; structured outputs take at most that, to bound the grammar's compile time`, { param })
   }

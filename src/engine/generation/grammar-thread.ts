@@ -18,6 +18,9 @@ interface WasmMemory {
   buffer: ArrayBuffer
 }
 
+/** An error's message as a reply carries it. */
+const messageOf = (e: unknown): string => String((e as Error)?.message ?? e).slice(0, 200)
+
 /** A WebAssembly trap (out of bounds, unreachable, an abort): the instance is no longer usable. */
 const isTrap = (e: unknown): boolean => (e as Error)?.name === 'RuntimeError' || /abort/i.test(String(e))
 
@@ -90,7 +93,7 @@ async function open(r: Extract<GrammarRequest, { type: 'open' }>): Promise<Gramm
   } catch (e) {
     // A WebAssembly trap (out of bounds, an abort, out of memory) leaves the instance unusable: the replica replaces
     // this thread. Any other error is the grammar's own (xgrammar refused it).
-    return { type: 'failed', req: r.req, message: String((e as Error)?.message ?? e).slice(0, 200), fatal: isTrap(e) }
+    return { type: 'failed', req: r.req, message: messageOf(e), fatal: isTrap(e) }
   }
 }
 
@@ -128,7 +131,7 @@ port.on('message', (r: GrammarRequest) => {
       }
     } catch (e) {
       // A trap in a matcher's step: the replica fails the requests it touches and replaces the thread.
-      if (r.type !== 'close') port.postMessage({ type: 'failed', req: r.req, message: String((e as Error)?.message ?? e).slice(0, 200), fatal: true } satisfies GrammarReply)
+      if (r.type !== 'close') port.postMessage({ type: 'failed', req: r.req, message: messageOf(e), fatal: true } satisfies GrammarReply)
     }
   })
 })

@@ -14,7 +14,7 @@ import { OnnxdError } from '../../shared/errors.js'
 import type { StructuredOutput } from '../../shared/sampling.js'
 import { TOOL_CALL_CLOSE, TOOL_CALL_OPEN } from '../../shared/tools.js'
 import { JSON_OBJECT_GRAMMAR, jsonSchemaGrammar } from './json-schema-grammar.js'
-import { checkGrammarBounds } from './grammar-bounds.js'
+import { checkGrammarBounds, requestField } from './grammar-bounds.js'
 import type { GrammarReply, GrammarRequest, GrammarThreadData, GrammarVocabulary, MaskResult } from './grammar-protocol.js'
 
 export type { GrammarVocabulary } from './grammar-protocol.js'
@@ -230,7 +230,7 @@ export class Grammars {
   }
 
   private refusal(p: Pending, message: string): OnnxdError {
-    if (p.msg.type === 'open') return new OnnxdError('invalid_value', `\`${p.field}\` cannot be compiled into a grammar: ${message}`, { param: p.field!.split('.')[0] })
+    if (p.msg.type === 'open') return new OnnxdError('invalid_value', `\`${p.field}\` cannot be compiled into a grammar: ${message}`, { param: requestField(p.field!) })
     return new OnnxdError('internal', `the grammar engine failed: ${message}`)
   }
 
@@ -256,7 +256,7 @@ export class Grammars {
       this.pending.delete(culprit!)
       c.reject(
         message === null
-          ? new OnnxdError('invalid_value', `\`${c.field}\` took more than ${this.limits.compileMs} ms to compile into a grammar; send a smaller schema (fewer properties, enum values or alternatives)`, { param: c.field!.split('.')[0] })
+          ? new OnnxdError('invalid_value', `\`${c.field}\` took more than ${this.limits.compileMs} ms to compile into a grammar; send a smaller schema (fewer properties, enum values or alternatives)`, { param: requestField(c.field!) })
           : this.refusal(c, `the grammar engine failed (${message}); it was restarted`),
       )
     }
