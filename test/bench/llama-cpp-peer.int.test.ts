@@ -1,6 +1,9 @@
 // The llama.cpp peer (src/bench/peer/llama-cpp.ts) on the tiny preset's F32 GGUF, driven by the bench's own load
 // generator and by plain HTTP: every request streams its tokens; two streams stepped together in one context give
-// each the tokens it gets alone; a field it cannot honour is refused with a 422 naming it. Skipped where
+// each the tokens it gets alone; a field it cannot honour is refused with a 422 naming it. At 8 streams it advances
+// all 8 sequences in one llama_decode per step (8 tokens per decode call, on /metrics), as does the second,
+// independent driver of the same weights (driveDirect: node-llama-cpp's own generation loop, in process), and both
+// give the same greedy tokens; their throughputs are logged side by side (no timing bound). Skipped where
 // node-llama-cpp's prebuilt binary cannot load.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { mkdtemp, rm } from 'node:fs/promises'
@@ -8,7 +11,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PRESETS, buildModel } from '../../src/builder/index.js'
 import { writeGguf } from '../../src/builder/gguf.js'
-import { loadLlama, startLlamaCppPeer, type LlamaPeer } from '../../src/bench/peer/llama-cpp.js'
+import { driveDirect, loadLlama, startLlamaCppPeer, type LlamaPeer } from '../../src/bench/peer/llama-cpp.js'
+import { parseStepTotals } from '../../src/bench/engine-metrics.js'
 import { createAgent } from '../../src/bench/client.js'
 import { runLevel } from '../../src/bench/loadgen.js'
 
@@ -20,16 +24,19 @@ const PROMPTS = [[5, 100, 200, 300], [1000, 1500, 7, 9, 11, 13]]
 
 describe.skipIf(!available)('llama.cpp peer', () => {
   let root: string
+  let file: string
   let peer: LlamaPeer
+  let peer8: LlamaPeer | undefined
   beforeAll(async () => {
     root = await mkdtemp(join(tmpdir(), 'onnxd-llama-peer-'))
     const dir = (await buildModel({ preset: 'tiny', outDir: join(root, 'tiny') })).dir
-    const file = join(dir, 'model-f32.gguf')
+    file = join(dir, 'model-f32.gguf')
     await writeGguf(file, { preset: PRESETS.tiny, name: 'onnxd-tiny', seed: 0, type: 'f32' })
     peer = await startLlamaCppPeer({ model: file, sequences: 2, threads: 1, contextPerSequence: 128 })
   })
   afterAll(async () => {
     await peer?.close()
+    await peer8?.close()
     await rm(root, { recursive: true, force: true })
   })
 
@@ -94,4 +101,51 @@ describe.skipIf(!available)('llama.cpp peer', () => {
     expect(bad.status).toBe(400)
     expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(/input_ids.*below 2048/)
   })
+
+  it('at 8 streams: one llama_decode per step carries all 8 sequences, as the second driver does, with the same tokens', async () => {
+    const streams = 8
+    const maxTokens = 48
+    const prompts = Array.from({ length: streams }, (_, i) => Array.from({ length: 12 }, (_, j) => 16 + ((i * 131 + j * 37) % 1900)))
+    peer8 = await startLlamaCppPeer({ model: file, sequences: streams, threads: 1, contextPerSequence: 128 })
+    const agent = createAgent(streams)
+    let run
+    try {
+      const items = prompts.map((input_ids) => ({ input: { input_ids }, maxTokens }))
+      run = await runLevel(agent, { url: peer8.url, protocol: 'node', model: 'model-f32' }, items, { temperature: 0, ignoreEos: true }, { concurrency: streams, requestRate: Infinity, deadlineS: null, seed: 0 })
+    } finally {
+      await agent.close()
+    }
+    for (const r of run.records) {
+      expect(r.ok, r.error).toBe(true)
+      expect(r.outputTokens).toBe(maxTokens)
+    }
+    // /metrics in the node's step families: a decode call (next tokens only) carries one token per sequence, and once
+    // all 8 are in, every step is one call with all 8.
+    const text = await (await fetch(`${peer8.url}/metrics`)).text()
+    const totals = parseStepTotals(text)
+    expect(totals.decode.tokens).toBe(totals.decode.rows)
+    const t = peer8.decodeTotals()
+    const byRows = Object.entries(t.decode.byRows).map(([rows, n]) => [Number(rows), n])
+    const [modeRows] = byRows.reduce((a, b) => (b[1] > a[1] ? b : a))
+    expect(modeRows).toBe(streams)
+    expect(Math.max(...byRows.map(([rows]) => rows))).toBe(streams)
+    expect(t.decode.byRows[streams]).toBeGreaterThanOrEqual(maxTokens / 2)
+    // Every step was one call: calls counted by the hook equal the steps taken.
+    expect(t.decode.calls + t.prefill.calls).toBe(Object.values(t.decode.byRows).reduce((a, b) => a + b, 0) + Object.values(t.prefill.byRows).reduce((a, b) => a + b, 0))
+    const peerTps = run.records.reduce((n, r) => n + r.outputTokens, 0) / run.durationS
+
+    const direct = await driveDirect({ model: file, prompts, maxTokens, threads: 1 })
+    expect(direct.tokensPerDecodeCall).toBe(streams)
+    expect(direct.decodeCalls).toBe(maxTokens - 1)
+    // Both drivers give every stream the same greedy tokens.
+    const peerOut = await Promise.all(prompts.map(async (input_ids) => ((await (await post8(peer8!, { input_ids, max_tokens: maxTokens, temperature: 0, ignore_eos: true })).json()) as { output_ids: number[] }).output_ids))
+    expect(peerOut).toEqual(direct.outputs)
+    process.stderr.write(
+      `llama.cpp tiny F32, 8 streams x ${maxTokens} tokens, 1 thread: peer ${peerTps.toFixed(0)} out tok/s over HTTP (${(t.decode.tokens / t.decode.calls).toFixed(2)} tokens per decode call, ${((t.decode.seconds / t.decode.calls) * 1000).toFixed(2)} ms per call); ` +
+        `direct driver ${direct.outputTokensPerS.toFixed(0)} out tok/s (${direct.tokensPerDecodeCall} per call, ${direct.msPerDecodeCall.toFixed(2)} ms per call)\n`,
+    )
+  })
 })
+
+const post8 = (p: LlamaPeer, body: unknown): Promise<Response> =>
+  fetch(`${p.url}/internal/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })

@@ -1,22 +1,29 @@
 // The benchmark's second peer: a GGUF model (the builder's, src/builder/gguf.ts) served by llama.cpp through
 // node-llama-cpp (a devDependency; this module is its one importer), behind a minimal node:http server speaking the
 // same subset of the node's internal contract as the transformers.js peer (server.ts): POST /internal/v1/completions
-// with input_ids or prompt, max_tokens, ignore_eos, temperature, stream; GET /health. One llama.cpp context with one
-// sequence per stream (`--sequences`), stepped together as llama-server does: node-llama-cpp batches the pending
-// evaluations of all sequences into one llama_decode per cycle. Greedy at temperature 0; every token is sent as it
-// is chosen. `--threads N` is llama.cpp's compute threads (they spin-wait between steps, so N matters on a busy host).
-// `--gpu vulkan` (or cuda) loads node-llama-cpp's prebuilt build for that backend (@node-llama-cpp/linux-x64-vulkan,
-// ...) with every layer on the GPU; the default, none, is the CPU build. The prebuilt binary is used or nothing: never
-// a build, never a download.
+// with input_ids or prompt, max_tokens, ignore_eos, temperature, stream; GET /health; GET /metrics. Driven as
+// llama-server drives llama.cpp: one context, one sequence per stream (`--sequences`), and a slot loop that advances
+// every active sequence in one llama_decode per step (each generating sequence's next token, then prompt tokens while
+// the batch has room), through node-llama-cpp's controlledEvaluate. The loop counts its llama_decode calls (the
+// context's batch prioritization hook runs once per call) and times each step, and /metrics says so in the node's step
+// families, so the bench's "where the time goes" shows tokens per decode call and its time. A step's tokens are
+// written to their streams once the next step's call is on its way, not before it. Greedy at temperature 0.
+// `--threads N` is llama.cpp's compute threads (they spin-wait between steps, so N matters on a busy host). The CPU
+// build is node-llama-cpp's prebuilt one, which carries ggml's CPU variants (haswell, skylakex, zen4, ...) and loads
+// the best this CPU runs; /health's system_info says which features it uses. `--gpu vulkan` (or cuda) loads the
+// prebuilt build for that backend (@node-llama-cpp/linux-x64-vulkan, ...) with every layer on the GPU. The prebuilt
+// binary is used or nothing: never a build, never a download.
 //
 //   node dist/bench/peer/llama-cpp.js --model FILE.gguf --port P [--threads N] [--sequences S] [--context-per-sequence T]
 //     [--gpu none|vulkan|cuda]
+//   node dist/bench/peer/llama-cpp.js --direct --model FILE.gguf [--threads N] [--streams S] [--prompt-len L] [--max-tokens M]
+//     (the second driver, driveDirect, alone: one JSON line)
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { basename, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
-import { getLlama, LlamaLogLevel, type Llama, type LlamaContext, type LlamaModel, type Token } from 'node-llama-cpp'
+import { getLlama, LlamaLogLevel, type BatchItem, type Llama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from 'node-llama-cpp'
 import { bodyText, sendJson, sendJsonError } from './http.js'
 
 /** llama.cpp's backends the peer loads: the CPU build, or a GPU build with every layer offloaded. */
@@ -44,6 +51,8 @@ export interface LlamaPeerOptions {
 export interface LlamaPeer {
   url: string
   model: LlamaModel
+  /** The decode calls so far (also on GET /metrics). */
+  decodeTotals(): Record<'prefill' | 'decode', DecodeTotals>
   close(): Promise<void>
 }
 
@@ -87,6 +96,60 @@ async function readBody(req: IncomingMessage): Promise<Body> {
   }
 }
 
+/** What the peer's decode calls did: one llama_decode per step, as llama-server's slot loop. A call whose rows are all
+ * one next token each is a decode call; one that carries prompt tokens (alone or beside next tokens) is a prefill call. */
+export interface DecodeTotals {
+  calls: number
+  /** Sequences (rows) in the calls. */
+  rows: number
+  tokens: number
+  /** Wall seconds from the call's dispatch to the last of its sequences' sampled tokens (decode and sampling). */
+  seconds: number
+  /** Calls by rows, to tell a steady batch from a mean. */
+  byRows: Record<number, number>
+}
+
+const emptyTotals = (): DecodeTotals => ({ calls: 0, rows: 0, tokens: 0, seconds: 0, byRows: {} })
+
+/** The totals in the node's /metrics step families (engine-metrics.ts reads them: step seconds and count, rows, tokens,
+ * per phase), so the bench's "where the time goes" shows llama.cpp's decode calls beside onnxd's steps, plus calls by
+ * rows. */
+export function decodeMetricsText(t: Record<'prefill' | 'decode', DecodeTotals>): string {
+  const lines: string[] = []
+  const fam = (name: string, help: string, get: (d: DecodeTotals) => number): void => {
+    lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`)
+    for (const phase of ['prefill', 'decode'] as const) lines.push(`${name}{phase="${phase}"} ${get(t[phase])}`)
+  }
+  fam('onnxd_batch_step_seconds_sum', 'llama.cpp: seconds in llama_decode calls and their sampling.', (d) => d.seconds)
+  fam('onnxd_batch_step_seconds_count', 'llama.cpp: llama_decode calls.', (d) => d.calls)
+  fam('onnxd_batch_size_sum', 'llama.cpp: sequences over the calls.', (d) => d.rows)
+  fam('onnxd_iteration_tokens_total_sum', 'llama.cpp: tokens over the calls.', (d) => d.tokens)
+  lines.push('# HELP llama_decode_calls_by_rows_total llama.cpp decode calls by the sequences they carried.', '# TYPE llama_decode_calls_by_rows_total counter')
+  for (const phase of ['prefill', 'decode'] as const)
+    for (const [rows, n] of Object.entries(t[phase].byRows)) lines.push(`llama_decode_calls_by_rows_total{phase="${phase}",rows="${rows}"} ${n}`)
+  return lines.join('\n') + '\n'
+}
+
+/** One request in a slot: its sequence, the prompt tokens still to feed, and what it has produced. */
+interface Slot {
+  seq: LlamaContextSequence
+  id: string
+  promptTokens: number
+  left: Token[]
+  next: Token | null
+  out: number[]
+  maxTokens: number
+  temperature: number
+  ignoreEos: boolean
+  stream: boolean
+  res: ServerResponse
+  queuedAt: number
+  started: number
+  firstAt: number
+  eos: boolean
+  done: () => void
+}
+
 /** Starts the peer: loads the model, warms one generation up, then listens. */
 export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPeer> {
   const threads = opts.threads ?? 1
@@ -104,10 +167,38 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
   }
   const model = await llama.loadModel({ modelPath, gpuLayers: gpu === 'none' ? 0 : 'max' })
   const vocabSize = model.fileInfo.metadata.tokenizer.ggml.tokens.length
-  // node-llama-cpp's contextSize is per sequence: it allocates contextSize x sequences cells.
-  const ctx: LlamaContext = await model.createContext({ contextSize: perSeq, sequences, threads: { ideal: threads, min: threads }, batchSize: Math.max(512, sequences) })
-  const waitingForSlot: (() => void)[] = []
-  let running = 0
+  // One step is one llama_decode: every generating sequence's next token, then prompt tokens up to the batch (as
+  // llama-server's n_batch). The prioritization hook is called once per llama_decode: it counts the calls and, once
+  // the call is on its way, lets the previous step's tokens go out (so HTTP writes run beside the decode, not before it).
+  const batchSize = Math.max(512, sequences)
+  let callsSeen = 0
+  let flush: (() => void) | null = null
+  const ctx: LlamaContext = await model.createContext({
+    contextSize: perSeq, // node-llama-cpp's contextSize is per sequence: it allocates contextSize x sequences cells
+    sequences,
+    threads: { ideal: threads, min: threads },
+    batchSize,
+    batching: {
+      itemPrioritizationStrategy: ({ items, size }) => {
+        callsSeen++
+        if (flush) setImmediate(flush)
+        flush = null
+        const out: { item: BatchItem; processAmount: number }[] = []
+        let room = size
+        for (const item of items) {
+          const n = Math.min(item.tokens.length, room)
+          if (n <= 0) break
+          room -= n
+          out.push({ item, processAmount: n })
+        }
+        return out
+      },
+    },
+  })
+  const totals = { prefill: emptyTotals(), decode: emptyTotals() }
+  const waiting: Slot[] = []
+  const active: Slot[] = []
+  let looping = false
   let ready = false
 
   function parse(b: Body): { ids: Token[]; maxTokens: number; temperature: number; ignoreEos: boolean; stream: boolean } {
@@ -128,52 +219,128 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
     return { ids, maxTokens: maxTokens as number, temperature, ignoreEos: b.ignore_eos === true, stream: b.stream === true }
   }
 
-  async function answer(b: Body, res: ServerResponse, queuedAt: number): Promise<void> {
+  /** Ends a slot's response and gives its sequence back. */
+  function finish(s: Slot): void {
+    const endAt = performance.now()
+    const usage = { prompt_tokens: s.promptTokens, completion_tokens: s.out.length }
+    const timings = { queue_ms: s.started - s.queuedAt, ttft_ms: (s.firstAt || endAt) - s.queuedAt, total_ms: endAt - s.queuedAt }
+    const finish_reason = s.eos ? 'stop' : 'length'
+    if (s.stream) {
+      sse(s.res, { id: s.id, text: '', finish_reason, usage, timings })
+      sse(s.res, '[DONE]')
+      s.res.end()
+    } else if (!s.res.destroyed) sendJson(s.res, 200, { id: s.id, model: modelId, text: model.detokenize(s.out as Token[]), finish_reason, usage, timings, output_ids: s.out })
+    s.done()
+  }
+
+  /** The slot loop: one llama_decode per step over every active sequence, until none is left. */
+  async function loop(): Promise<void> {
+    looping = true
+    let sends: (() => void)[] = []
+    try {
+      while (active.length > 0 || waiting.length > 0) {
+        while (waiting.length > 0 && active.length < sequences) {
+          const s = waiting.shift()!
+          if (s.res.destroyed) {
+            s.done()
+            continue
+          }
+          s.seq = ctx.getSequence()
+          s.started = performance.now()
+          active.push(s)
+        }
+        if (active.length === 0) break
+        // This step's rows: next tokens first, then prompt tokens while the batch has room.
+        let room = batchSize
+        const rows: { s: Slot; tokens: Token[]; sample: boolean }[] = []
+        for (const s of active) {
+          if (s.next === null) continue
+          rows.push({ s, tokens: [s.next], sample: true })
+          room--
+        }
+        let prompt = 0
+        for (const s of active) {
+          if (s.next !== null || room <= 0) continue
+          const tokens = s.left.splice(0, room)
+          room -= tokens.length
+          prompt += tokens.length
+          rows.push({ s, tokens, sample: s.left.length === 0 })
+        }
+        const pendingSends = sends
+        sends = []
+        flush = () => pendingSends.forEach((send) => send())
+        const calls0 = callsSeen
+        const t0 = performance.now()
+        const results = await Promise.all(
+          rows.map(({ s, tokens, sample }) =>
+            s.seq.controlledEvaluate(tokens.map((t, i) => (sample && i === tokens.length - 1 ? [t, { generateNext: { token: true, options: { temperature: s.temperature } } }] : t))),
+          ),
+        )
+        const seconds = (performance.now() - t0) / 1000
+        if (flush) (flush as () => void)()
+        flush = null
+        const t = totals[prompt > 0 ? 'prefill' : 'decode']
+        const calls = callsSeen - calls0
+        t.calls += calls
+        t.rows += rows.length
+        t.tokens += rows.reduce((n, r) => n + r.tokens.length, 0)
+        t.seconds += seconds
+        if (calls === 1) t.byRows[rows.length] = (t.byRows[rows.length] ?? 0) + 1
+        const ended: Slot[] = []
+        rows.forEach(({ s, sample }, i) => {
+          if (!sample) return
+          const tok = results[i].at(-1)?.next.token ?? null
+          s.next = tok
+          if (tok === null || (!s.ignoreEos && model.isEogToken(tok))) s.eos = true
+          else {
+            if (!s.firstAt) s.firstAt = performance.now()
+            s.out.push(tok)
+            if (s.stream) sends.push(() => sse(s.res, { id: s.id, text: model.detokenize([tok]), ids: [tok] }))
+          }
+          if (s.eos || s.out.length >= s.maxTokens || s.res.destroyed) ended.push(s)
+        })
+        for (const s of ended) {
+          active.splice(active.indexOf(s), 1)
+          await s.seq.dispose()
+          sends.push(() => finish(s))
+        }
+      }
+    } finally {
+      sends.forEach((send) => send())
+      looping = false
+    }
+  }
+
+  function answer(b: Body, res: ServerResponse, queuedAt: number): Promise<void> {
     const r = parse(b)
     const id = typeof b.request_id === 'string' ? b.request_id : `llama-${Date.now()}`
     if (r.stream) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
-    while (ctx.sequencesLeft === 0) await new Promise<void>((go) => waitingForSlot.push(go))
-    if (res.destroyed) return
-    const seq = ctx.getSequence()
-    running++
-    const started = performance.now()
-    const out: number[] = []
-    let firstAt = 0
-    let eos = false
-    try {
-      for await (const t of seq.evaluate(r.ids, { temperature: r.temperature, yieldEogToken: true })) {
-        if (!r.ignoreEos && model.isEogToken(t)) {
-          eos = true
-          break
-        }
-        if (!firstAt) firstAt = performance.now()
-        out.push(t)
-        if (r.stream) sse(res, { id, text: model.detokenize([t]), ids: [t] })
-        if (out.length >= r.maxTokens || res.destroyed) break
-      }
-    } finally {
-      running--
-      await seq.dispose()
-      waitingForSlot.shift()?.()
-    }
-    const endAt = performance.now()
-    const usage = { prompt_tokens: r.ids.length, completion_tokens: out.length }
-    const timings = { queue_ms: started - queuedAt, ttft_ms: (firstAt || endAt) - queuedAt, total_ms: endAt - queuedAt }
-    const finish_reason = eos ? 'stop' : 'length'
-    if (r.stream) {
-      sse(res, { id, text: '', finish_reason, usage, timings })
-      sse(res, '[DONE]')
-      res.end()
-    } else {
-      const text = model.detokenize(out as Token[])
-      sendJson(res, 200, { id, model: modelId, text, finish_reason, usage, timings, output_ids: out })
+    return new Promise<void>((done) => {
+      waiting.push({ seq: null as unknown as LlamaContextSequence, id, promptTokens: r.ids.length, left: [...r.ids], next: null, out: [], maxTokens: r.maxTokens, temperature: r.temperature, ignoreEos: r.ignoreEos, stream: r.stream, res, queuedAt, started: 0, firstAt: 0, eos: false, done })
+      if (!looping) void loop().catch((e: unknown) => fail(e))
+    })
+  }
+
+  /** A failed step fails every request in flight (llama.cpp's state is unknown after it). */
+  function fail(e: unknown): void {
+    for (const s of [...active.splice(0), ...waiting.splice(0)]) {
+      if (s.res.headersSent) {
+        sse(s.res, { error: { message: (e as Error).message, type: 'server_error', code: 500 } })
+        s.res.end()
+      } else sendError(s.res, 500, (e as Error).message)
+      s.done()
     }
   }
 
   const server: Server = createServer((req, res) => {
     if (req.method === 'GET' && req.url === '/health') {
       res.writeHead(ready ? 200 : 503, { 'content-type': 'application/json' })
-      res.end(JSON.stringify({ status: ready ? 'ready' : 'loading', models: [modelId], provider: gpu === 'none' ? 'cpu' : gpu, ...(gpu === 'none' ? {} : { gpu_devices: gpuDevices }), workers: { total: 1, ready: ready ? 1 : 0 }, running, waiting: waitingForSlot.length, capacity: sequences, peer: 'llama.cpp', threads }))
+      res.end(JSON.stringify({ status: ready ? 'ready' : 'loading', models: [modelId], provider: gpu === 'none' ? 'cpu' : gpu, ...(gpu === 'none' ? {} : { gpu_devices: gpuDevices }), workers: { total: 1, ready: ready ? 1 : 0 }, running: active.length, waiting: waiting.length, capacity: sequences, peer: 'llama.cpp', threads, system_info: llama.systemInfo.trim() }))
+      return
+    }
+    if (req.method === 'GET' && req.url === '/metrics') {
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' })
+      res.end(decodeMetricsText(totals))
       return
     }
     if (req.method !== 'POST' || req.url !== '/internal/v1/completions') return sendError(res, 404, 'not found')
@@ -189,7 +356,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
       })
   })
 
-  // Warm up (first-run allocations) before saying ready, as the node does.
+  // Warm up (first-run allocations) before saying ready, as the node does; the counters start after it.
   const warm = ctx.getSequence()
   let n = 0
   for await (const _ of warm.evaluate([1, 2, 3, 4] as Token[], { temperature: 0, yieldEogToken: true })) if (++n >= 4) break
@@ -200,6 +367,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
   return {
     url: `http://${opts.host ?? '127.0.0.1'}:${port}`,
     model,
+    decodeTotals: () => structuredClone(totals),
     async close() {
       ready = false
       server.closeAllConnections()
@@ -208,6 +376,94 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
       await model.dispose()
       await llama.dispose()
     },
+  }
+}
+
+export interface DirectRun {
+  streams: number
+  outputTokens: number
+  seconds: number
+  outputTokensPerS: number
+  /** llama_decode calls after every prompt was in (next tokens only), their tokens and their mean wall time. */
+  decodeCalls: number
+  decodeTokens: number
+  tokensPerDecodeCall: number
+  msPerDecodeCall: number
+  /** Each stream's greedy tokens. */
+  outputs: number[][]
+}
+
+/**
+ * The second, independent way of driving the same weights, to check the peer against: in process, no HTTP, no slot
+ * loop. One context, one sequence per prompt, each through node-llama-cpp's own generation loop (`evaluate`, its
+ * sampler), the generators advanced in lockstep (every stream asks for its next token in the same tick, so
+ * node-llama-cpp's batching puts them in one llama_decode). Counts llama_decode calls the same way (the prioritization
+ * hook runs once per call). All streams start together and produce `maxTokens` each, EOS ignored, greedy.
+ */
+export async function driveDirect(o: { model: string; prompts: number[][]; maxTokens: number; threads?: number; contextPerSequence?: number }): Promise<DirectRun> {
+  const threads = o.threads ?? 1
+  const streams = o.prompts.length
+  const llama = await loadLlama(threads)
+  try {
+    const model = await llama.loadModel({ modelPath: resolve(o.model), gpuLayers: 0 })
+    let calls = 0
+    let tokens = 0
+    const ctx = await model.createContext({
+      contextSize: o.contextPerSequence ?? Math.max(...o.prompts.map((p) => p.length)) + o.maxTokens + 16,
+      sequences: streams,
+      threads: { ideal: threads, min: threads },
+      batchSize: Math.max(512, streams),
+      batching: {
+        itemPrioritizationStrategy: ({ items, size }) => {
+          calls++
+          const out: { item: BatchItem; processAmount: number }[] = []
+          for (const item of items) {
+            const n = Math.min(item.tokens.length, size)
+            if (n <= 0) break
+            size -= n
+            tokens += n
+            out.push({ item, processAmount: n })
+          }
+          return out
+        },
+      },
+    })
+    // One untimed token each, so first-run allocations are out of the timing.
+    const warm = ctx.getSequence()
+    for await (const _ of warm.evaluate([1, 2, 3, 4] as Token[], { temperature: 0, yieldEogToken: true })) break
+    await warm.dispose()
+    const seqs = o.prompts.map(() => ctx.getSequence())
+    const gens = seqs.map((seq, i) => seq.evaluate(o.prompts[i] as Token[], { temperature: 0, yieldEogToken: true }))
+    const outputs: number[][] = o.prompts.map(() => [])
+    const t0 = performance.now()
+    let first = await Promise.all(gens.map((g) => g.next()))
+    const tDecode = performance.now()
+    const [calls0, tokens0] = [calls, tokens]
+    for (let k = 1; ; k++) {
+      first.forEach((r, i) => r.done || outputs[i].push(r.value))
+      if (k >= o.maxTokens) break
+      first = await Promise.all(gens.map((g) => g.next()))
+    }
+    const t1 = performance.now()
+    await Promise.all(gens.map((g) => g.return()))
+    const decodeCalls = calls - calls0
+    const decodeTokens = tokens - tokens0
+    const outputTokens = outputs.reduce((n, x) => n + x.length, 0)
+    await ctx.dispose()
+    await model.dispose()
+    return {
+      streams,
+      outputTokens,
+      seconds: (t1 - t0) / 1000,
+      outputTokensPerS: outputTokens / ((t1 - t0) / 1000),
+      decodeCalls,
+      decodeTokens,
+      tokensPerDecodeCall: decodeCalls ? decodeTokens / decodeCalls : 0,
+      msPerDecodeCall: decodeCalls ? (t1 - tDecode) / decodeCalls : 0,
+      outputs,
+    }
+  } finally {
+    await llama.dispose()
   }
 }
 
@@ -221,6 +477,10 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
       sequences: { type: 'string', default: '1' },
       'context-per-sequence': { type: 'string', default: '1024' },
       gpu: { type: 'string', default: 'none' },
+      direct: { type: 'boolean', default: false },
+      streams: { type: 'string', default: '1' },
+      'prompt-len': { type: 'string', default: '128' },
+      'max-tokens': { type: 'string', default: '128' },
     },
   })
   const int = (name: string, v: string | undefined): number => {
@@ -230,6 +490,14 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
       process.exit(2)
     }
     return n
+  }
+  if (values.direct && values.model) {
+    // The second driver alone: one JSON line of its figures (prompt ids spread over the first 2048 ids).
+    const [streams, len, maxTokens] = [int('streams', values.streams), int('prompt-len', values['prompt-len']), int('max-tokens', values['max-tokens'])]
+    const prompts = Array.from({ length: streams }, (_, i) => Array.from({ length: len }, (_, j) => 16 + ((i * 7919 + j * 104729) % 2000)))
+    const r = await driveDirect({ model: values.model, prompts, maxTokens, threads: int('threads', values.threads) })
+    process.stdout.write(JSON.stringify({ ...r, outputs: undefined }) + '\n')
+    process.exit(0)
   }
   const gpu = values.gpu as LlamaBackend
   if (!values.model || !values.port || !['none', 'vulkan', 'cuda'].includes(gpu)) {
