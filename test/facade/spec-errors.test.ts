@@ -1,5 +1,6 @@
 // Every row of the spec's error table (plus 404, 413 and 414), in one place: status, error.type, error.code equal to
-// the status, a useful message; and the README section documents each row and every option's variable.
+// the status, a useful message; and the docs document each row (docs/errors.md) and every option's variable
+// (docs/configuration.md).
 import { readFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { FACADE_ENV } from '../../src/facade/options.js'
@@ -67,12 +68,13 @@ describe('the spec error table', () => {
   })
 })
 
-describe('README section', () => {
-  const md = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
+describe('docs pages', () => {
+  const errorsMd = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8')
+  const configMd = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8')
   it('documents every error status with its type', () => {
-    for (const [status, type] of [...SPEC_ROWS, ...PARSER_ROWS]) expect(md).toContain(`| ${status} | \`${type}\` |`)
+    for (const [status, type] of [...SPEC_ROWS, ...PARSER_ROWS]) expect(errorsMd).toContain(`| ${status} | \`${type}\` |`)
   })
   it('documents every option with its environment variable', () => {
-    for (const [field, env] of Object.entries(FACADE_ENV)) expect(md).toMatch(new RegExp(`\\| ${field} \\| \`${env}\``))
+    for (const [field, env] of Object.entries(FACADE_ENV)) expect(configMd).toMatch(new RegExp(`\\| ${field} \\| \`${env}\``))
   })
 })
