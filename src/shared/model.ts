@@ -9,7 +9,7 @@ export const DEFAULT_MODEL_DIR = 'models/onnxd-tiny'
 
 /**
  * ONNX Runtime execution providers onnxd can run on. `webgpu` ships inside onnxruntime-node (Dawn over Vulkan on
- * Linux); `cuda` and `tensorrt` are installed apart (README "GPU hosts").
+ * Linux); `cuda` and `tensorrt` are installed apart (docs/runtimes-and-gpus.md).
  */
 export const PROVIDERS = ['cpu', 'webgpu', 'cuda', 'tensorrt'] as const
 export type Provider = (typeof PROVIDERS)[number]

@@ -57,13 +57,13 @@ function providerInstalled(p: Provider): boolean {
 }
 
 export const INSTALL_HINT: Record<Exclude<Provider, 'cpu'>, string> = {
-  cuda: 'install the CUDA execution provider with `npm install onnxruntime-node --onnxruntime-node-install=cuda12` (or ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node) on a host with CUDA 12 and cuDNN 9; see README "GPU hosts"',
-  tensorrt: 'install the CUDA execution provider as for cuda, plus TensorRT 10 libraries on the library path; see README "GPU hosts"',
-  webgpu: 'this onnxruntime-node build has no WebGPU execution provider (the Linux x64 build of 1.30 has it); see README "GPU: WebGPU"',
+  cuda: 'install the CUDA execution provider with `npm install onnxruntime-node --onnxruntime-node-install=cuda12` (or ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node) on a host with CUDA 12 and cuDNN 9; see docs/runtimes-and-gpus.md, "CUDA and TensorRT"',
+  tensorrt: 'install the CUDA execution provider as for cuda, plus TensorRT 10 libraries on the library path; see docs/runtimes-and-gpus.md, "CUDA and TensorRT"',
+  webgpu: 'this onnxruntime-node build has no WebGPU execution provider (the Linux x64 build of 1.30 has it); see docs/runtimes-and-gpus.md, "WebGPU"',
 }
 
 /** What a node needs for webgpu when Dawn finds no adapter. */
-const WEBGPU_HINT = 'WebGPU runs over Vulkan on Linux: install the GPU vendor\'s Vulkan driver (or Mesa\'s lavapipe, >= 25, for a CPU-only test); see README "GPU: WebGPU"'
+const WEBGPU_HINT = 'WebGPU runs over Vulkan on Linux: install the GPU vendor\'s Vulkan driver (or Mesa\'s lavapipe, >= 25, for a CPU-only test); see docs/runtimes-and-gpus.md, "WebGPU"'
 
 /**
  * Whether ORT's WebGPU provider has an adapter here: a one-node graph (y = x + x) is created and run on it. Null
