@@ -8,6 +8,9 @@ export const SSE_DONE = 'data: [DONE]\n\n'
 /** One `data:` frame of `payload` (already JSON). */
 export const sseFrame = (payload: string): string => `data: ${payload}\n\n`
 
+/** One frame of a named event (`event:` then `data:`), as typed streams (OpenAI Responses, Anthropic Messages) send them. */
+export const sseEvent = (event: string, payload: string): string => `event: ${event}\ndata: ${payload}\n\n`
+
 export class SseWriter {
   /**
    * Sends the 200 and the stream's headers now: the client learns of acceptance before the first token. A write
@@ -63,6 +66,11 @@ export class SseWriter {
 
   /** `data: [DONE]`, then the end of the response. */
   done(): void {
-    if (this.open) this.res.end(SSE_DONE)
+    this.end(SSE_DONE)
+  }
+
+  /** `text` (the stream's closing frames), then the end of the response. */
+  end(text: string): void {
+    if (this.open) this.res.end(text)
   }
 }

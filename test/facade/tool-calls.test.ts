@@ -2,7 +2,7 @@
 // the request's functions, anything else left as text; and how much of a streamed text can go out before it is
 // known whether a call begins there.
 import { describe, expect, it } from 'vitest'
-import { parseToolCalls, safeLength } from '../../src/facade/routes/chat-completions/tool-calls.js'
+import { parseToolCalls, safeLength } from '../../src/facade/routes/tool-calls.js'
 
 const names = new Set(['get_weather', 'get_time'])
 

@@ -1,17 +1,19 @@
-// What /v1/chat/completions and /v1/completions share once a request's values are checked: the model check (422),
+// The one completion flow under every /v1 surface (chat, completions, responses, messages), once a request's values
+// are checked and translated to node requests: the model check (422, and its chat template for message surfaces),
 // billing (402), dispatch to a node, the disconnect that cancels the node's work, usage and the debit written once
 // per request (also for streams cut short: a billing Tab keeps a stream's usage durable as it is delivered), and
 // the SSE loop; with tracing, the request span's attributes (model, tokens, finish reasons, a stream's failure) and the
-// node calls made under it. Each route gives its own answer and chunk shapes. Imports: facade parts, contract, shared
+// node calls made under it. A surface differs only in its schema, its translation and its StreamFormat (the frames
+// of a stream, its end marker and its failure frames included). Imports: facade parts, contract, shared
 // errors, @opentelemetry/api (types).
 import type { OutgoingHttpHeaders } from 'node:http'
 import { Type, type Static } from '@sinclair/typebox'
 import type { Span } from '@opentelemetry/api'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { CompletionRequest, CompletionResponse, FinishReason, StreamEvent, TokenLogprob, Usage } from '../../contract/completions.js'
-import { clip, errorBody, errorStatus, OnnxdError } from '../../shared/errors.js'
+import { clip, errorBody, errorStatus, OnnxdError, type ErrorCode } from '../../shared/errors.js'
 import { codeForStatus } from '../../shared/http-errors.js'
-import { SseWriter } from '../../shared/sse.js'
+import { SSE_DONE, sseFrame, SseWriter } from '../../shared/sse.js'
 import type { FacadeContext } from '../context.js'
 import type { KeyPrincipal } from '../request.js'
 import type { Dispatched } from '../router.js'
@@ -32,6 +34,9 @@ export const openAiUsage = (u: Usage): OpenAiUsage => ({
   prompt_tokens_details: { cached_tokens: u.prompt_tokens_details?.cached_tokens ?? 0 },
 })
 
+/** How an OpenAI stream (chat, legacy completions) ends after a failure: the error object, then `[DONE]`. */
+export const openAiStreamFailed = (code: ErrorCode, message: string): string => sseFrame(JSON.stringify(errorBody(code, message))) + SSE_DONE
+
 /** The usage of several node answers (one per choice or prompt) as one. */
 export const sumUsage = (us: Usage[]): Usage => ({
   prompt_tokens: us.reduce((n, u) => n + u.prompt_tokens, 0),
@@ -39,29 +44,40 @@ export const sumUsage = (us: Usage[]): Usage => ({
   prompt_tokens_details: { cached_tokens: us.reduce((n, u) => n + (u.prompt_tokens_details?.cached_tokens ?? 0), 0) },
 })
 
-/** The SSE frames of one streamed answer, in the route's shape; `index` is the choice's. */
-export interface ChunkFormat {
+/**
+ * A surface's stream framing: the SSE frames of one streamed answer in its shape, from the first delta to the end
+ * marker (chat's `[DONE]`, Responses' `response.completed`, Messages' `message_stop`) or the failure frames. The flow
+ * calls start, content and finish per choice (`index`), then either `end` or `failed`, once.
+ */
+export interface StreamFormat {
   /** Frames before the choice's first delta (chat: the role; completions: the echoed prompt). */
   start(index: number): string[]
   /** A delta: its text, and with logprobs one entry per token it carries. */
   content(index: number, text: string, logprobs?: TokenLogprob[]): string
   /** `fingerprint`: the node's system_fingerprint, from its final event. */
   finish(index: number, reason: FinishReason, fingerprint?: string): string
-  /** The usage frame (with `stream_options.include_usage`), else null. */
-  usage(u: Usage): string | null
+  /**
+   * The frames closing a stream whose every choice finished, given its usage (chat: the usage chunk when asked for,
+   * then `[DONE]`). May wait (a stored answer is saved before the client hears it is complete).
+   */
+  end(u: Usage): string | Promise<string>
+  /** The frames closing a stream that failed, given the error (its code is one of the spec's) and what was produced. */
+  failed(code: ErrorCode, message: string, u: Usage): string
 }
 
 export interface CompletionJob<A> {
   /** The answer's id (also the `x-request-id` header). */
   id: string
   model: string
+  /** The surface's name when its requests carry messages (chat, responses, messages): the model needs a chat template (422). */
+  chat?: string
   principal: KeyPrincipal
   /** One node request per choice (request ids are set here); a stream interleaves their deltas. */
   requests: CompletionRequest[]
   /** Streams with these frames; JSON without. */
-  chunks?: ChunkFormat
-  /** The JSON answer from the node's answers, in request order. */
-  answer(results: CompletionResponse[]): A
+  chunks?: StreamFormat
+  /** The JSON answer from the node's answers, in request order (may wait: a stored answer is saved first). */
+  answer(results: CompletionResponse[]): A | Promise<A>
 }
 
 /** Checks the model, the account and the key's concurrent sequences (422, 402, 429), then runs the job and answers (JSON or SSE). */
@@ -73,6 +89,9 @@ export async function runCompletion<A>(
 ): Promise<A | FastifyReply> {
   if (ctx.router.knowsModel(job.model) === false) {
     throw new OnnxdError('invalid_value', `The model '${clip(job.model)}' does not exist`)
+  }
+  if (job.chat !== undefined && ctx.router.servesChat(job.model) === false) {
+    throw new OnnxdError('invalid_value', `The model '${clip(job.model)}' has no chat template, so it cannot serve ${job.chat}; use /v1/completions with a prompt`)
   }
   ctx.meter.checkCanSpend(job.principal.account)
   // The key's share of the nodes (429 over its bound): one sequence per node request, until the answer or stream ends.
@@ -136,7 +155,7 @@ export async function runCompletion<A>(
       }
       if (first.failed) throw first.reason
       if (bodies.length !== job.requests.length) throw new OnnxdError('internal', 'a node answered a JSON request with a stream')
-      return job.answer(bodies)
+      return await job.answer(bodies)
     } finally {
       for (const d of ok) d.release()
     }
@@ -179,7 +198,7 @@ async function streamCompletion(
   reply: FastifyReply,
   ctx: FacadeContext,
   job: CompletionJob<unknown>,
-  out: ChunkFormat,
+  out: StreamFormat,
   ds: Dispatched[],
   { gone, cancel }: { gone: AbortController; cancel: AbortController },
 ): Promise<void> {
@@ -252,17 +271,16 @@ async function streamCompletion(
     request.log.info({ id: job.id, promptTokens, completionTokens }, 'client left during the stream')
     return
   }
+  const cached = choices.reduce((n, c) => n + (c.final?.usage.prompt_tokens_details?.cached_tokens ?? 0), 0)
+  const usage: Usage = { prompt_tokens: promptTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cached } }
   if (failure === null && choices.every((c) => c.final !== null)) {
     for (const [i, c] of choices.entries()) await sse.write(out.finish(i, c.final!.finish_reason, c.final!.system_fingerprint))
-    const cached = choices.reduce((n, c) => n + (c.final!.usage.prompt_tokens_details?.cached_tokens ?? 0), 0)
-    const usage = out.usage({ prompt_tokens: promptTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cached } })
-    if (usage !== null) await sse.write(usage)
+    sse.end(await out.end(usage))
   } else {
     const f: ErrorEvent['error'] = failure ?? errorBody('internal', 'The inference backend ended the stream early').error
     const code = codeForStatus(typeof f.code === 'number' ? f.code : 500)
     traced?.fail(code)
     const message = errorStatus(code) >= 500 ? 'The inference backend failed during the stream; it is safe to retry' : f.message
-    await sse.data(JSON.stringify(errorBody(code, message)))
+    sse.end(out.failed(code, message, usage))
   }
-  sse.done()
 }

@@ -1,10 +1,10 @@
-// Tool calls out of a chat answer's text: Hermes/Qwen's <tool_call>{"name": …, "arguments": {…}}</tool_call> blocks
-// (what the embedded model's template asks for, and what a required or named tool_choice makes the node write), and
-// Llama 3.x's bare {"name": …, "parameters": {…}} answer. Only calls to a function of the request's tools count;
-// anything else stays text. When streaming, text that may be the start of a call is held back until it is known.
-// Imports: shared (the tool shapes), store ids.
-import { randomBase62 } from '../../../store/ids.js'
-import { TOOL_CALL_CLOSE, TOOL_CALL_OPEN } from '../../../shared/tools.js'
+// Tool calls out of an answer's text, for every surface that has tools (chat, responses, messages): Hermes/Qwen's
+// <tool_call>{"name": …, "arguments": {…}}</tool_call> blocks (what the embedded model's template asks for, and what a
+// required or named tool_choice makes the node write), and Llama 3.x's bare {"name": …, "parameters": {…}} answer.
+// Only calls to a function of the request's tools count; anything else stays text. When streaming, text that may be
+// the start of a call is held back until it is known. Imports: shared (the tool shapes), store ids.
+import { randomBase62 } from '../../store/ids.js'
+import { TOOL_CALL_CLOSE, TOOL_CALL_OPEN } from '../../shared/tools.js'
 
 /** A call as OpenAI answers it: `arguments` is the JSON text of an object. */
 export interface ToolCall {

@@ -3,7 +3,6 @@
 // shared errors, store ids.
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import { clip, OnnxdError } from '../../../shared/errors.js'
 import { randomBase62 } from '../../../store/ids.js'
 import type { FacadeContext } from '../../context.js'
 import { ErrorBodySchema } from '../../../shared/http-errors.js'
@@ -22,18 +21,13 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: FacadeContext): 
     async (request, reply) => {
       const principal = keyPrincipal(request)
       const params = parseChatParams(request.body as Record<string, unknown>)
-      if (ctx.router.servesChat(params.model) === false) {
-        throw new OnnxdError(
-          'invalid_value',
-          `The model '${clip(params.model)}' has no chat template, so it cannot serve chat completions; use /v1/completions with a prompt`,
-        )
-      }
       const id = `chatcmpl-${randomBase62(24)}`
       const created = Math.floor(ctx.now() / 1000)
       const tools = toolReading(params)
       return runCompletion(request, reply, ctx, {
         id,
         model: params.model,
+        chat: 'chat completions',
         principal,
         requests: toNodeRequests(params, id),
         chunks: params.stream === true ? new ChunkWriter(id, created, params.model, params.stream_options?.include_usage === true, tools) : undefined,

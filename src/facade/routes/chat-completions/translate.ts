@@ -2,10 +2,11 @@
 // `chat.completion` answer and `chat.completion.chunk` stream events. Imports: contract, shared (sampling fields).
 import type { ChatMessage, CompletionRequest, CompletionResponse, FinishReason, TokenLogprob, Usage } from '../../../contract/completions.js'
 import type { ChatCompletion, ChatLogprobs, ChatParams } from './schema.js'
-import { sseFrame } from '../../../shared/sse.js'
-import { openAiUsage, sumUsage, type ChunkFormat } from '../completion-flow.js'
+import { SSE_DONE, sseFrame } from '../../../shared/sse.js'
+import type { ErrorCode } from '../../../shared/errors.js'
+import { openAiUsage, sumUsage, type StreamFormat, openAiStreamFailed } from '../completion-flow.js'
 import { samplingFields, withChoices } from '../openai-fields.js'
-import { parseToolCalls, safeLength, type ToolCall } from './tool-calls.js'
+import { parseToolCalls, safeLength, type ToolCall } from '../tool-calls.js'
 
 function contentText(content: ChatParams['messages'][number]['content']): string {
   return content === null ? '' : typeof content === 'string' ? content : content.map((p) => p.text).join('')
@@ -77,7 +78,7 @@ export function toChatCompletion(id: string, created: number, model: string, rs:
 const chatLogprobs = (lp: TokenLogprob[] | undefined): ChatLogprobs => (lp ? { content: lp, refusal: null } : null)
 
 /** Builds the `chat.completion.chunk` events of one stream. */
-export class ChunkWriter implements ChunkFormat {
+export class ChunkWriter implements StreamFormat {
   /** With tools: per choice, all its text and how much went out as content; logprobs not yet sent. */
   private readonly held = new Map<number, { text: string; sent: number; logprobs: TokenLogprob[] }>()
 
@@ -144,8 +145,13 @@ export class ChunkWriter implements ChunkFormat {
     return out + this.chunk([{ index, delta: {}, logprobs: null, finish_reason: finishWith(reason, parsed.calls) }])
   }
 
-  usage(u: Usage): string | null {
-    return this.includeUsage ? this.chunk([], openAiUsage(u)) : null
+  /** With `stream_options.include_usage`, the usage chunk; then `[DONE]`. */
+  end(u: Usage): string {
+    return (this.includeUsage ? this.chunk([], openAiUsage(u)) : '') + SSE_DONE
+  }
+
+  failed(code: ErrorCode, message: string): string {
+    return openAiStreamFailed(code, message)
   }
 }
 

@@ -2,8 +2,9 @@
 // `input_ids`), the `text_completion` answer and its stream chunks. Imports: contract, the shared completion flow
 // and field translation.
 import type { CompletionRequest, CompletionResponse, FinishReason, TokenLogprob, Usage } from '../../../contract/completions.js'
-import { sseFrame } from '../../../shared/sse.js'
-import { openAiUsage, sumUsage, type ChunkFormat } from '../completion-flow.js'
+import { SSE_DONE, sseFrame } from '../../../shared/sse.js'
+import type { ErrorCode } from '../../../shared/errors.js'
+import { openAiUsage, sumUsage, type StreamFormat, openAiStreamFailed } from '../completion-flow.js'
 import { samplingFields, withChoices } from '../openai-fields.js'
 import { COMPLETIONS_DEFAULT_MAX_TOKENS, promptsOf, type CompletionParams, type LegacyLogprobs, type Prompt, type TextCompletion } from './schema.js'
 
@@ -62,7 +63,7 @@ export function toTextCompletion(id: string, created: number, p: CompletionParam
 }
 
 /** The `text_completion` chunks of one stream, as OpenAI sends them. */
-export class TextChunkWriter implements ChunkFormat {
+export class TextChunkWriter implements StreamFormat {
   constructor(
     private readonly id: string,
     private readonly created: number,
@@ -102,7 +103,12 @@ export class TextChunkWriter implements ChunkFormat {
     return this.chunk([this.choice(index, '', reason)])
   }
 
-  usage(u: Usage): string | null {
-    return this.includeUsage ? this.chunk([], u) : null
+  /** With `stream_options.include_usage`, the usage chunk; then `[DONE]`. */
+  end(u: Usage): string {
+    return (this.includeUsage ? this.chunk([], u) : '') + SSE_DONE
+  }
+
+  failed(code: ErrorCode, message: string): string {
+    return openAiStreamFailed(code, message)
   }
 }
