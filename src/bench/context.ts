@@ -339,7 +339,7 @@ export const CONTEXT_USAGE = `usage: onnxd bench context [options]
 
 The context sweep: decode step time (median, min, RSD) and bytes crossing JS<->ORT per step, for each graph form
 of a preset and each step runtime, at each batch and context; step(hi)/step(lo) per form, runtime and batch. Prints
-a table and writes bench/results/context-<time>.json (see bench/README.md).
+a table and writes bench/results/context-<time>.json (see docs/benchmarks.md).
 
   --preset NAME          builder preset (default 135m), built once per form into --models-dir
   --forms LIST           graph forms: plain, gqa (default plain,gqa)

@@ -134,7 +134,7 @@ export const USAGE = `usage: onnxd bench [options]
 Benchmarks a node (one it starts itself, or --url / --facade) with a concurrency sweep and reports vLLM's
 standard serving figures, next to references measured in the same run: the raw ONNX Runtime decode ceiling, the
 machine's matmul peak, the same node unbatched (max one running sequence) and transformers.js serving the same
-bundle. Prints a table, writes JSON and an SVG chart (see bench/README.md).
+bundle. Prints a table, writes JSON and an SVG chart (see docs/benchmarks.md).
 
 scenario:
   --scenario NAME        standard (default: prompt 128, output 128, concurrency 1,4,16,64, every reference) or

@@ -52,7 +52,7 @@ export const FacadeOptions = Type.Object(
     /**
      * Most PostgreSQL connections this facade holds. Small on purpose: a completion's queries are short, so a few
      * connections kept busy serve hundreds of requests a second, where many idle ones each cost the server a
-     * process to wake per query (bench/README.md, the facade benchmark); and every facade's pool counts against the
+     * process to wake per query (docs/benchmarks.md, the facade benchmark); and every facade's pool counts against the
      * server's `max_connections`.
      */
     databasePoolSize: Type.Integer({ minimum: 1, maximum: 1000, default: DEFAULT_MAX_CONNECTIONS }),
