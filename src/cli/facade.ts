@@ -2,6 +2,7 @@
 import { parseArgs } from 'node:util'
 import { FACADE_ARG_FLAGS, operatorOptions } from './operator.js'
 import { startFacade } from '../facade/server.js'
+import { checkProductionSecret } from '../facade/auth/secret-strength.js'
 import { withShutdownSignals } from '../shared/signals.js'
 import { openTracing } from '../shared/tracing.js'
 
@@ -26,6 +27,7 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
     return 0
   }
   const facadeOptions = operatorOptions(values, env)
+  await checkProductionSecret(facadeOptions.jwtSecret, env)
   // Off unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set; the SDK is loaded only then.
   const tracing = await openTracing(env, 'onnxd-facade')
   let facade: Awaited<ReturnType<typeof startFacade>>

@@ -7,6 +7,7 @@ import { loadNodeOptions, NODE_FLAGS, nodeFlags, readNodeConfig } from '../node/
 import { serveNode } from '../node/server.js'
 import { FACADE_ARG_FLAGS, operatorOptions } from './operator.js'
 import { startFacade, type RunningFacade } from '../facade/server.js'
+import { checkProductionSecret } from '../facade/auth/secret-strength.js'
 import { withShutdownSignals } from '../shared/signals.js'
 import { openTracing } from '../shared/tracing.js'
 
@@ -49,6 +50,8 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
   for (const flag of FACADE_ONLY) facadeValues[flag] = values[flag]
   facadeValues.nodes = `http://${nodeOpts.host}:${nodeOpts.port}`
   const facadeOpts = operatorOptions(facadeValues, env)
+  // Before the node builds or loads anything: a production facade with a placeholder or guessable secret does not start.
+  await checkProductionSecret(facadeOpts.jwtSecret, env)
 
   let facade: RunningFacade | null = null
   return withShutdownSignals('onnxd serve', async (shutdown) => {

@@ -157,8 +157,11 @@ function interpolateAll(v: unknown, env: Record<string, string | undefined>): un
   return v
 }
 
-/** compose.yaml as Compose reads it: merge keys applied, then interpolated with `env` (empty: the defaults apply). */
-function loadCompose(env: Record<string, string | undefined> = {}): Json {
+/** An operator's ONNXD_JWT_SECRET, which compose.yaml requires from the environment. */
+const COMPOSE_ENV = { ONNXD_JWT_SECRET: 'k7Vq2yq0bqkM7d3oQn0wXh2pQ4rj0cA1g6mR9bZt3sE5uW8yL1fH2dK4nP6xV0aJ' }
+
+/** compose.yaml as Compose reads it: merge keys applied, then interpolated with `env` (the other defaults apply). */
+function loadCompose(env: Record<string, string | undefined> = COMPOSE_ENV): Json {
   const doc = parseDocument(read('compose.yaml'), { merge: true })
   if (doc.errors.length > 0) throw new Error(`compose.yaml: ${doc.errors.map((e) => e.message).join('; ')}`)
   return obj(interpolateAll(doc.toJS(), env))
@@ -589,13 +592,11 @@ describe('deployment files for a fleet (issue #15)', () => {
       expect(composeProblems(loadCompose(), code)).toEqual([])
     })
 
-    it('runs two nodes and two facades, and takes the JWT secret from the environment with a local-only default', () => {
+    it('runs two nodes and two facades, and requires the JWT secret from the environment (no default to go live)', () => {
       const services = obj(loadCompose().services)
       expect(Object.keys(services)).toEqual(expect.arrayContaining(['postgres', 'redis', 'node-1', 'node-2', 'facade-1', 'facade-2']))
-      const raw = read('compose.yaml')
-      expect(raw).toMatch(/ONNXD_JWT_SECRET: \$\{ONNXD_JWT_SECRET:-local-only[^}]*\}/)
-      expect(raw).toMatch(/default is for local use only/i)
-      // An operator's secret replaces the default in every facade.
+      expect(() => loadCompose({})).toThrow('compose: ONNXD_JWT_SECRET is required: set ONNXD_JWT_SECRET (openssl rand -base64 48 makes one)')
+      // The operator's secret reaches every facade.
       const secret = 'x'.repeat(40)
       const mine = obj(loadCompose({ ONNXD_JWT_SECRET: secret }).services)
       for (const f of ['facade-1', 'facade-2']) expect(composeEnv(obj(mine[f])).ONNXD_JWT_SECRET).toBe(secret)
