@@ -71,7 +71,7 @@ const PACKAGE_OWNERS: { pkg: string; owners: string[]; exceptions?: { file: stri
   { pkg: 'pg', owners: ['src/store/postgres.ts'] },
   { pkg: 'redis', owners: ['src/store/redis-rate-limit.ts'] },
   { pkg: 'piscina', owners: ['src/engine/pool/pool.ts'] },
-  { pkg: 'prom-client', owners: ['src/node/', 'src/facade/metrics.ts'] },
+  { pkg: 'prom-client', owners: ['src/node/', 'src/facade/metrics.ts', 'src/shared/metrics.ts'] },
   // Tracing's SDK is loaded (dynamically, only when tracing is on) by one module; spans are made with @opentelemetry/api.
   { pkg: '@opentelemetry/sdk-trace', owners: ['src/shared/tracing.ts'] },
   { pkg: '@opentelemetry/exporter-trace-otlp-http', owners: ['src/shared/tracing.ts'] },

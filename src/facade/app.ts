@@ -18,13 +18,14 @@ import { HttpNodeClient, type NodeClient } from './node-client.js'
 import type { FacadeOptions } from './options.js'
 import './request.js'
 import type { Resolve } from './node-sources.js'
-import { createFacadeMetrics } from './metrics.js'
+import { createFacadeMetrics, requestEnd } from './metrics.js'
 import { NodeRouter } from './router.js'
 import { openRateLimits, openStore } from './stores.js'
 import { StoreHealth } from './store-health.js'
 import { accountRoutes } from './routes/account.js'
 import { chatCompletionsRoute } from './routes/chat-completions/route.js'
 import { completionsRoute } from './routes/completions/route.js'
+import { responsesRoutes } from './routes/responses/route.js'
 import { modelsRoutes } from './routes/models.js'
 import { usageRoute } from './routes/usage.js'
 
@@ -143,18 +144,24 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
   app.setErrorHandler(facadeErrorHandler)
   app.setNotFoundHandler(facadeNotFoundHandler)
 
-  // Prometheus metrics of the facade itself (its nodes export their own): requests by endpoint and status, their
-  // duration, rate-limit checks failed open, the store's state, its failed calls and the usage records spooled, and
+  // Prometheus metrics of the facade itself (its nodes export their own): requests by endpoint, status and outcome,
+  // their duration, rate-limit checks failed open, the store's state, its failed calls and the usage records spooled, and
   // each node's state as this facade's router sees it. No credential, as the nodes' /metrics and vLLM's.
   const metrics = createFacadeMetrics({
     router,
     rateLimitFailures: () => rateLimits.failures,
     store: { up: () => storeHealth.up, errors: () => storeHealth.errors(), spooled: () => ctx.meter.spooled },
   })
-  app.addHook('onResponse', async (request, reply) => {
-    metrics.requestDone(request.routeOptions.url ?? 'unmatched', reply.statusCode, reply.elapsedTime / 1000)
+  // Every request once, when its response closes: answered in full, or cut off by a client that hung up (fastify's
+  // onResponse runs only for the first, so a cancelled stream would go uncounted).
+  app.addHook('onRequest', (request, reply, done) => {
+    const t0 = performance.now()
+    let finished = false
+    reply.raw.once('finish', () => (finished = true))
+    reply.raw.once('close', () => metrics.requestDone(requestEnd(request.routeOptions.url ?? 'unmatched', reply.raw, finished, (performance.now() - t0) / 1000)))
+    done()
   })
-  app.get('/metrics', { logLevel: 'warn' }, async (_request, reply) => reply.type(metrics.registry.contentType).send(await metrics.registry.metrics()))
+  app.get('/metrics', { logLevel: 'warn' }, async (_request, reply) => reply.type(metrics.registry.contentType).send(await metrics.scrape()))
 
   // The facade's own health, for load balancers: ready while its store answers and at least one node is ready. No
   // credential. (Liveness is the port answering: a restart helps neither a store nor nodes that are down.)
@@ -183,6 +190,7 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
       modelsRoutes(v1, ctx)
       chatCompletionsRoute(v1, ctx)
       completionsRoute(v1, ctx)
+      responsesRoutes(v1, ctx)
       usageRoute(v1, ctx)
       accountRoutes(v1, ctx)
     },

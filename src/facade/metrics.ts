@@ -1,15 +1,49 @@
-// The facade's Prometheus metrics (GET /metrics on its port, as vLLM serves its own): requests by endpoint and
-// status and their duration; rate-limit checks let through because the shared counter store (Redis) did not answer;
+// The facade's Prometheus metrics (GET /metrics on its port, as vLLM serves its own): every request counted once as
+// it ends, by endpoint, status and outcome (a client that hung up is its own outcome, no error), and its duration;
+// rate-limit checks let through because the shared counter store (Redis) did not answer;
 // the store's state (up or down), its failed calls per operation and the usage records spooled while it was down;
 // and, read from the router at each scrape, each node's state, requests in flight and prefix-affinity placements.
-// Imports: prom-client, the router's snapshot type.
+// The /metrics text adds the process's own metrics. Imports: prom-client, shared metrics, the router's snapshot type.
+import type { ServerResponse } from 'node:http'
 import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { exposition, LATENCY_BUCKETS, outcomeOfStatus, type Outcome } from '../shared/metrics.js'
 import type { NodeRouter } from './router.js'
+
+/** How a request ended, as the request metrics count it. */
+export interface RequestEnd {
+  /** The route pattern (e.g. /v1/chat/completions), or 'unmatched'. */
+  endpoint: string
+  /** The HTTP status sent (a stream that failed: its error's status); 'none' when the client left before any. */
+  status: string
+  outcome: Outcome
+  seconds: number
+}
 
 export interface FacadeMetrics {
   readonly registry: Registry
-  /** Counts one answered request: `endpoint` is its route pattern (e.g. /v1/chat/completions), or 'unmatched'. */
-  requestDone(endpoint: string, status: number, seconds: number): void
+  /** Counts one request as it ended. */
+  requestDone(end: RequestEnd): void
+  /** The registry and the process's metrics, in the Prometheus text format. */
+  scrape(): Promise<string>
+}
+
+/** Statuses of streams that ended with an error event after their 200 went out. */
+const streamFailures = new WeakMap<ServerResponse, number>()
+
+/** Marks a stream whose 200 went out but which ended with an error event of this status: it counts as that status. */
+export function streamFailed(res: ServerResponse, status: number): void {
+  streamFailures.set(res, status)
+}
+
+/**
+ * How the response ended, when it closed: answered in full (`finished`: it emitted 'finish'; its status, or a failed
+ * stream's error status), or cut off by the client (`client_gone`, with the status already sent if the headers went
+ * out).
+ */
+export function requestEnd(endpoint: string, res: ServerResponse, finished: boolean, seconds: number): RequestEnd {
+  if (!finished) return { endpoint, status: res.headersSent ? String(res.statusCode) : 'none', outcome: 'client_gone', seconds }
+  const status = streamFailures.get(res) ?? res.statusCode
+  return { endpoint, status: String(status), outcome: outcomeOfStatus(status), seconds }
 }
 
 type NodeView = ReturnType<NodeRouter['snapshot']>[number]
@@ -33,15 +67,16 @@ export function createFacadeMetrics(src: FacadeMetricSources): FacadeMetrics {
   const registers = [registry]
   const requests = new Counter({
     name: 'onnxd_facade_requests_total',
-    help: 'Requests answered by the facade, by endpoint and HTTP status (4xx and 5xx are the error contract: 401, 402, 422, 429, 503, ...).',
-    labelNames: ['endpoint', 'status'] as const,
+    help:
+      'Requests the facade took, each counted once as it ended, by endpoint, HTTP status (4xx and 5xx are the error contract: 401, 402, 422, 429, 503, ...) and outcome (ok, client_error, server_error: the errors of the service, client_gone: the client hung up).',
+    labelNames: ['endpoint', 'status', 'outcome'] as const,
     registers,
   })
   const duration = new Histogram({
     name: 'onnxd_facade_request_duration_seconds',
-    help: 'Time from a request arriving to its answer ending (a stream: its last byte), by endpoint.',
-    labelNames: ['endpoint'] as const,
-    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+    help: 'Time from a request arriving to its answer ending (a stream: its last byte) or the client hanging up (outcome client_gone), by endpoint and outcome.',
+    labelNames: ['endpoint', 'outcome'] as const,
+    buckets: [...LATENCY_BUCKETS],
     registers,
   })
   new Counter({
@@ -104,9 +139,10 @@ export function createFacadeMetrics(src: FacadeMetricSources): FacadeMetrics {
   )
   return {
     registry,
-    requestDone(endpoint, status, seconds) {
-      requests.inc({ endpoint, status: String(status) })
-      duration.observe({ endpoint }, seconds)
+    requestDone({ endpoint, status, outcome, seconds }) {
+      requests.inc({ endpoint, status, outcome })
+      duration.observe({ endpoint, outcome }, seconds)
     },
+    scrape: () => exposition(registry),
   }
 }

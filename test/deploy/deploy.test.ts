@@ -14,7 +14,7 @@ import { usage } from '../../src/cli.js'
 import { FACADE_ENV, loadFacadeOptions } from '../../src/facade/options.js'
 import { loadNodeOptions, NODE_ENV, type NodeOptions } from '../../src/node/options.js'
 import { createFacadeMetrics } from '../../src/facade/metrics.js'
-import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
+import { createMetrics, createRegistry, DEPRECATED_METRICS } from '../../src/node/plugins/metrics.js'
 import { facadeFixture, type FacadeFixture } from '../helpers/facade.js'
 import { testNode, type TestNode } from '../node/helpers.js'
 
@@ -454,7 +454,7 @@ async function nodeMetricCatalog(): Promise<Map<string, MetricInfo>> {
   metrics.requestFailed('internal') // the failure counter has no series before its first failure
   const node = { url: 'http://n:8081', status: 'ready' as const, models: [], capacity: 1, free_slots: 1, inflight: 0, affinity_routed: 0, error: null }
   const facade = createFacadeMetrics({ router: { snapshot: () => [node] }, rateLimitFailures: () => 0 })
-  facade.requestDone('/v1/chat/completions', 200, 0.01)
+  facade.requestDone({ endpoint: '/v1/chat/completions', status: '200', outcome: 'ok', seconds: 0.01 })
   const out = new Map<string, MetricInfo>()
   for (const m of [...(await registry.getMetricsAsJSON()), ...(await facade.registry.getMetricsAsJSON())]) {
     const labels = new Set<string>()
@@ -682,7 +682,20 @@ describe('deployment files for a fleet (issue #15)', () => {
       has(/onnxd_num_requests_waiting\b/)
       has(/onnxd_kv_cache_usage_perc\b/)
       has(/onnxd_prefix_cache_hits_total\b.*\/.*onnxd_prefix_cache_queries_total\b/)
-      has(/by \(code\) \(rate\(onnxd_request_failures_total\b/)
+      has(/by \(outcome, code\) \(rate\(onnxd_request_failures_total\b/)
+      has(/ceil\(histogram_quantile\(0\.5, .*onnxd_batch_size_bucket/)
+    })
+
+    it('counts errors of the service apart from clients that hung up, and queries no deprecated name', () => {
+      const panels = dashboard.panels.flatMap((p) => [p, ...(p.panels ?? [])])
+      const exprsOf = (title: string): string[] => (panels.find((p) => p.title === title)?.targets ?? []).map((t) => t.expr ?? '')
+      expect(exprsOf('Errors / s')).toEqual([expect.stringMatching(/^sum\(rate\(onnxd_request_failures_total\{outcome="server_error", /)])
+      expect(exprsOf('Client hang-ups / s')).toEqual([expect.stringMatching(/^sum\(rate\(onnxd_request_failures_total\{outcome="client_gone", /)])
+      for (const q of dashboardQueries(dashboard)) {
+        // A sum over failures or facade requests either selects an outcome or keeps outcomes apart.
+        if (/onnxd_(request_failures|facade_requests)_total\b/.test(q.expr)) expect(q.expr, q.where).toMatch(/outcome|by \(status\)/)
+        for (const d of DEPRECATED_METRICS) expect(q.expr, q.where).not.toMatch(new RegExp(`\\b${d.name}\\b`))
+      }
     })
 
     it('is importable: schema version, a Prometheus data-source variable used by every panel, unique ids', () => {

@@ -105,7 +105,7 @@ describe('a store outage', () => {
     expect(metric(during, 'onnxd_facade_store_up')).toBe(0)
     expect(metric(during, 'onnxd_facade_store_errors_total{operation="findKeyByHash"}')).toBe(16)
     expect(metric(during, 'onnxd_facade_store_errors_total{operation="getAccount"}')).toBe(5)
-    expect(metric(during, 'onnxd_facade_requests_total{endpoint="/v1/chat/completions",status="503"}')).toBe(10)
+    expect(metric(during, 'onnxd_facade_requests_total{endpoint="/v1/chat/completions",status="503",outcome="server_error"}')).toBe(10)
 
     // 21 refused requests: one warning that names the outage, nothing at error level, no stack.
     const warned = log.lines.filter((l) => l.level >= 40)

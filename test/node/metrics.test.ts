@@ -2,7 +2,7 @@
 // and each app owns its registry.
 import { afterEach, describe, expect, it } from 'vitest'
 import { buildNode } from '../../src/node/app.js'
-import { BUCKETS, createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
+import { BUCKETS, createMetrics, createRegistry, DEPRECATED_METRICS } from '../../src/node/plugins/metrics.js'
 import { fakeEngine } from '../helpers/fake-engine.js'
 import { completionBody, testNode, testOptions, URL_PATH, type TestNode } from './helpers.js'
 
@@ -18,7 +18,7 @@ const METRIC_NAMES = [
   'onnxd_kv_cache_usage_perc',
   'onnxd_kv_cache_used_bytes',
   'onnxd_kv_cache_budget_bytes',
-  'onnxd_workers_total',
+  'onnxd_workers',
   'onnxd_workers_ready',
   'onnxd_info',
   'onnxd_time_to_first_token_seconds',
@@ -28,7 +28,7 @@ const METRIC_NAMES = [
   'onnxd_request_queue_time_seconds',
   'onnxd_request_prompt_tokens',
   'onnxd_request_generation_tokens',
-  'onnxd_iteration_tokens_total',
+  'onnxd_iteration_tokens',
   'onnxd_batch_size',
   'onnxd_batch_step_seconds',
   'onnxd_prompt_tokens_total',
@@ -61,19 +61,95 @@ describe('GET /metrics', () => {
     }
   })
 
-  it("uses vLLM's histogram buckets", async () => {
+  it("resolves latencies from 1 ms and keeps every one of vLLM's bucket boundaries above", async () => {
     node = testNode()
     const text = await scrape(node)
     const les = (name: string): number[] =>
       text
         .split('\n')
-        .filter((l) => l.startsWith(`${name}_bucket{`) && !l.includes('+Inf'))
+        .filter((l) => l.startsWith(`${name}_bucket{`) && !l.includes('+Inf') && !l.includes('phase="prefill"'))
         .map((l) => Number(/le="([^"]+)"/.exec(l)?.[1]))
+    // vllm/v1/metrics/loggers.py: a dashboard's `le="0.5"` written for vLLM finds the same bucket here.
+    const vllm = {
+      ttft: [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
+      tpot: [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0],
+      latency: [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+    }
+    const cases: [string, number[]][] = [
+      ['onnxd_time_to_first_token_seconds', vllm.ttft],
+      ['onnxd_time_per_output_token_seconds', vllm.tpot],
+      ['onnxd_inter_token_latency_seconds', vllm.tpot],
+      ['onnxd_e2e_request_latency_seconds', vllm.latency],
+      ['onnxd_request_queue_time_seconds', vllm.latency],
+    ]
+    for (const [name, theirs] of cases) {
+      const ours = les(name)
+      expect(ours[0], name).toBe(0.001)
+      expect(ours, name).toEqual([...ours].sort((a, b) => a - b))
+      expect(ours, name).toEqual(expect.arrayContaining(theirs))
+      expect(ours.at(-1), name).toBe(theirs.at(-1))
+      // A tiny model's 3 ms and a large one's 40 ms each fall in a bucket no wider than 2.5 times its lower bound.
+      for (const t of [0.003, 0.04]) {
+        const i = ours.findIndex((le) => le >= t)
+        expect(ours[i]! / ours[i - 1]!, `${name} at ${t} s`).toBeLessThanOrEqual(2.5)
+      }
+    }
     expect(les('onnxd_time_to_first_token_seconds')).toEqual(BUCKETS.ttft)
-    expect(les('onnxd_time_per_output_token_seconds')).toEqual(BUCKETS.tpot)
     expect(les('onnxd_e2e_request_latency_seconds')).toEqual(BUCKETS.requestLatency)
-    expect(BUCKETS.ttft.at(-1)).toBe(2560)
-    expect(BUCKETS.requestLatency.at(-1)).toBe(7680)
+  })
+
+  it('counts batch sizes on whole rows: one bucket per row count up to 8', async () => {
+    node = testNode()
+    const text = await scrape(node)
+    const les = text
+      .split('\n')
+      .filter((l) => l.startsWith('onnxd_batch_size_bucket{') && l.includes('phase="decode"') && !l.includes('+Inf'))
+      .map((l) => Number(/le="([^"]+)"/.exec(l)?.[1]))
+    expect(les.slice(0, 8)).toEqual([1, 2, 3, 4, 5, 6, 7, 8])
+    for (const le of les) expect(Number.isInteger(le), String(le)).toBe(true)
+    expect(les.at(-1)).toBeGreaterThanOrEqual(512)
+  })
+
+  it('still exports the renamed metrics under their old names for one release, with the same values, marked deprecated', async () => {
+    node = testNode({ script: [{ accept: 5 }, { token: 'a' }, { token: 'b' }, { done: 'stop' }] })
+    await node.app.inject({ method: 'POST', url: URL_PATH, payload: completionBody() })
+    const text = await scrape(node)
+    expect(DEPRECATED_METRICS.map((d) => [d.name, d.replacement])).toEqual([
+      ['onnxd_iteration_tokens_total', 'onnxd_iteration_tokens'],
+      ['onnxd_workers_total', 'onnxd_workers'],
+    ])
+    for (const d of DEPRECATED_METRICS) {
+      expect(text, d.name).toMatch(new RegExp(`^# HELP ${d.name} .*DEPRECATED: use ${d.replacement}; this name is removed in ${d.removedIn.replace(/\./g, '\\.')}\\.$`, 'm'))
+      expect(text, d.replacement).not.toMatch(new RegExp(`^# HELP ${d.replacement} .*DEPRECATED`, 'm'))
+      // Every series of the old name is the new one's, value for value.
+      const series = (name: string): string[] =>
+        text
+          .split('\n')
+          .filter((l) => /^(_bucket|_sum|_count)?[{ ]/.test(l.slice(name.length)) && l.startsWith(name))
+          .map((l) => l.slice(name.length))
+      expect(series(d.name).length, d.name).toBeGreaterThan(0)
+      expect(series(d.name), d.name).toEqual(series(d.replacement))
+    }
+    expect(sample(text, 'onnxd_iteration_tokens_sum{model_name="onnxd-tiny",phase="prefill"}')).toBe(5)
+    expect(sample(text, 'onnxd_iteration_tokens_total_sum{model_name="onnxd-tiny",phase="prefill"}')).toBe(5)
+    expect(sample(text, 'onnxd_workers{model_name="onnxd-tiny"}')).toBe(1)
+  })
+
+  it("adds the process's metrics (prom-client's process_* and nodejs_*), once per scrape, in every app", async () => {
+    node = testNode()
+    const other = testNode()
+    try {
+      for (const text of [await scrape(node), await scrape(other)]) {
+        for (const name of ['process_cpu_user_seconds_total', 'process_resident_memory_bytes', 'process_start_time_seconds', 'nodejs_eventloop_lag_seconds', 'nodejs_heap_size_used_bytes', 'nodejs_version_info']) {
+          expect(text.match(new RegExp(`^# TYPE ${name} `, 'gm')), name).toHaveLength(1)
+        }
+        expect(sample(text, 'process_resident_memory_bytes')).toBeGreaterThan(0)
+        // The app's own metrics come first, intact.
+        expect(text.indexOf('# TYPE onnxd_info ')).toBeLessThan(text.indexOf('# TYPE process_cpu_user_seconds_total '))
+      }
+    } finally {
+      await other.app.close()
+    }
   })
 
   it('moves token counters, finish reasons and latency histograms after a completion', async () => {
@@ -92,19 +168,22 @@ describe('GET /metrics', () => {
     expect(sample(after, `onnxd_e2e_request_latency_seconds_count${m}`)).toBe(1)
     expect(sample(after, `onnxd_inter_token_latency_seconds_count${m}`)).toBe(2)
     expect(sample(after, 'onnxd_batch_size_count{model_name="onnxd-tiny",phase="decode"}')).toBe(3)
-    expect(sample(after, 'onnxd_iteration_tokens_total_sum{model_name="onnxd-tiny",phase="prefill"}')).toBe(5)
+    expect(sample(after, 'onnxd_iteration_tokens_sum{model_name="onnxd-tiny",phase="prefill"}')).toBe(5)
   })
 
-  it('counts failures by error code, and worker restarts', async () => {
+  it('counts failures by error code and outcome (errors of the service apart from the client\'s), and worker restarts', async () => {
     node = testNode({ script: [{ error: 'queue_full', message: 'full' }] })
     await node.app.inject({ method: 'POST', url: URL_PATH, payload: completionBody() })
     await node.app.inject({ method: 'POST', url: URL_PATH, payload: completionBody({ bogus: 1 }) })
     await node.app.inject({ method: 'GET', url: '/nope' }) // not a completion: not counted
+    node.metrics.requestFailed('client_gone')
     node.metrics.observer.onWorkerRestart?.()
     const text = await scrape(node)
-    expect(sample(text, 'onnxd_request_failures_total{model_name="onnxd-tiny",code="queue_full"}')).toBe(1)
-    expect(sample(text, 'onnxd_request_failures_total{model_name="onnxd-tiny",code="invalid_request"}')).toBe(1)
-    expect(sample(text, 'onnxd_request_failures_total{model_name="onnxd-tiny",code="not_found"}')).toBe(0)
+    expect(sample(text, 'onnxd_request_failures_total{model_name="onnxd-tiny",code="queue_full",outcome="server_error"}')).toBe(1)
+    expect(sample(text, 'onnxd_request_failures_total{model_name="onnxd-tiny",code="invalid_request",outcome="client_error"}')).toBe(1)
+    expect(sample(text, 'onnxd_request_failures_total{model_name="onnxd-tiny",code="client_gone",outcome="client_gone"}')).toBe(1)
+    expect(text).not.toContain('code="not_found"')
+    expect(text.match(/^onnxd_request_failures_total\{/gm)).toHaveLength(3)
     expect(sample(text, 'onnxd_worker_restarts_total{model_name="onnxd-tiny"}')).toBe(1)
   })
 
@@ -143,8 +222,8 @@ describe('GET /metrics', () => {
     try {
       await a.inject({ method: 'POST', url: URL_PATH, payload: completionBody({ bogus: 1 }) })
       const [ta, tb] = await Promise.all([a.inject({ url: '/metrics' }), b.inject({ url: '/metrics' })])
-      expect(sample(ta.body, 'onnxd_request_failures_total{model_name="onnxd-tiny",code="invalid_request"}')).toBe(1)
-      expect(sample(tb.body, 'onnxd_request_failures_total{model_name="onnxd-tiny",code="invalid_request"}')).toBe(0)
+      expect(sample(ta.body, 'onnxd_request_failures_total{model_name="onnxd-tiny",code="invalid_request",outcome="client_error"}')).toBe(1)
+      expect(sample(tb.body, 'onnxd_request_failures_total{model_name="onnxd-tiny",code="invalid_request",outcome="client_error"}')).toBe(0)
       expect(await registry.metrics()).toContain('onnxd_num_requests_running')
       expect(() => createMetrics(createRegistry(), 'x', 'cpu')).not.toThrow()
     } finally {

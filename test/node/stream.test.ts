@@ -148,7 +148,7 @@ describe('client disconnect', () => {
     // The node stays healthy and serves the next request.
     await node.app.node.whenIdle()
     const text = (await node.app.inject({ url: '/metrics' })).body
-    expect(text).toContain('onnxd_request_failures_total{model_name="onnxd-tiny",code="client_gone"} 1')
+    expect(text).toContain('onnxd_request_failures_total{model_name="onnxd-tiny",code="client_gone",outcome="client_gone"} 1')
     expect(text).toContain('onnxd_request_success_total{model_name="onnxd-tiny",finished_reason="abort"} 1')
   })
 

@@ -15,6 +15,7 @@ import { clip, errorBody, errorStatus, OnnxdError, type ErrorCode } from '../../
 import { codeForStatus } from '../../shared/http-errors.js'
 import { SSE_DONE, sseFrame, SseWriter } from '../../shared/sse.js'
 import type { FacadeContext } from '../context.js'
+import { streamFailed } from '../metrics.js'
 import type { KeyPrincipal } from '../request.js'
 import type { Dispatched } from '../router.js'
 
@@ -280,6 +281,7 @@ async function streamCompletion(
     const f: ErrorEvent['error'] = failure ?? errorBody('internal', 'The inference backend ended the stream early').error
     const code = codeForStatus(typeof f.code === 'number' ? f.code : 500)
     traced?.fail(code)
+    streamFailed(raw, errorStatus(code))
     const message = errorStatus(code) >= 500 ? 'The inference backend failed during the stream; it is safe to retry' : f.message
     sse.end(out.failed(code, message, usage))
   }

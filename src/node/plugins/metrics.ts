@@ -1,24 +1,45 @@
 // The node's Prometheus metrics: vLLM's metric set under an `onnxd_` prefix, in an app-owned Registry (never the
-// global one), fed by the engine's EngineObserver (histograms, counters) and by pool health at scrape time (gauges).
-// The only prom-client importer outside tests. Imports: engine types, shared errors, prom-client.
+// global one), fed by the engine's EngineObserver (histograms, counters) and by pool health at scrape time (gauges);
+// its /metrics adds the process's own metrics (shared/metrics.ts). Imports: engine types, shared errors and metrics,
+// prom-client.
 import type { FastifyInstance, LogLevel } from 'fastify'
 import { Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { intendedRuntime, type EngineObserver, type FinishObservation, type PoolHealth, type RuntimeChoice, type StepObservation } from '../../engine/index.js'
-import type { ErrorCode } from '../../shared/errors.js'
+import { errorStatus, type ErrorCode } from '../../shared/errors.js'
+import { deprecatedHelp, exposition, LATENCY_BUCKETS, outcomeOfStatus, type Deprecation, type Outcome } from '../../shared/metrics.js'
 
-/** vLLM's buckets (vllm/v1/metrics/loggers.py), so dashboards and SLO queries carry over unchanged. */
+/**
+ * The buckets of each histogram. Latencies start at 1 ms (a tiny model on a CPU) and keep vLLM's boundaries above
+ * (vllm/v1/metrics/loggers.py), so dashboards and SLO queries written for vLLM carry over.
+ */
 export const BUCKETS = {
-  ttft: [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
-  tpot: [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0],
-  requestLatency: [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+  /** vLLM's, with 2.5 ms added. */
+  ttft: [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
+  /** vLLM's (from 10 ms), with 1 to 7.5 ms below: a small model's decode step takes a few milliseconds. */
+  tpot: [0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0],
+  /** End-to-end and queue time: shared/metrics.ts's LATENCY_BUCKETS (vLLM's from 0.3 s, finer below from 1 ms). */
+  requestLatency: LATENCY_BUCKETS,
   iterationTokens: [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
-  /** Ours: rows per step, powers of two up to a large max_running. */
-  batchSize: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+  /**
+   * Ours: rows per step on whole rows, one bucket per row count up to 8, then four per doubling up to 512. A
+   * quantile interpolated inside a bucket rounds up (ceil) to that bucket's bound: exact up to 8 rows.
+   */
+  batchSize: [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512],
   /** Ours: one forward step, from sub-millisecond tiny-model decode to multi-second long prefills on CPU. */
   stepSeconds: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0],
   /** vLLM's build_1_2_5_buckets, up to 128k tokens (the context length is unknown when metrics are built). */
   requestTokens: build125(131072),
 } as const
+
+/**
+ * Names renamed so that `promtool check metrics` accepts them (`_total` belongs to counters): the old names are still
+ * exported, with the same values and "DEPRECATED" in their HELP, until the release named here.
+ */
+export const DEPRECATED_METRICS: readonly Deprecation[] = [
+  { name: 'onnxd_iteration_tokens_total', replacement: 'onnxd_iteration_tokens', removedIn: '0.3.0' },
+  { name: 'onnxd_workers_total', replacement: 'onnxd_workers', removedIn: '0.3.0' },
+]
+const deprecation = (replacement: string): Deprecation => DEPRECATED_METRICS.find((d) => d.replacement === replacement)!
 
 function build125(max: number): number[] {
   const out: number[] = []
@@ -39,7 +60,10 @@ export interface NodeMetrics {
   readonly observer: EngineObserver
   /** Where scrape-time gauges read from (the engine's health()); until set, they read zero. */
   setHealthSource(source: () => PoolHealth): void
-  /** The registry in the Prometheus text format, with scrape-time gauges read from one health snapshot. */
+  /**
+   * The registry in the Prometheus text format, with scrape-time gauges read from one health snapshot, followed by
+   * the process's metrics (`process_*`, `nodejs_*`).
+   */
   scrape(): Promise<string>
   /** Counts a completion answered with an error (rejected at admission, or failed after acceptance). */
   requestFailed(code: ErrorCode | 'client_gone'): void
@@ -92,7 +116,9 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
   gauge('onnxd_kv_cache_used_bytes', 'KV-cache bytes in use over all workers.', (h) => h.kvUsedBytes)
   gauge('onnxd_prefix_cache_bytes', 'Prefix-cache bytes over all workers (within the KV budget, evicted as requests need the room).', (h) => h.prefixCacheBytes)
   gauge('onnxd_kv_cache_budget_bytes', 'KV-cache bytes budgeted over all workers.', (h) => h.kvBudgetBytes)
-  gauge('onnxd_workers_total', 'Engine worker threads configured.', (h) => h.workers.length)
+  const workersHelp = 'Engine worker threads configured.'
+  gauge('onnxd_workers', workersHelp, (h) => h.workers.length)
+  gauge(deprecation('onnxd_workers').name, deprecatedHelp(deprecation('onnxd_workers'), workersHelp), (h) => h.workers.length)
   gauge('onnxd_workers_ready', 'Engine worker threads with the model loaded.', (h) => h.workers.filter((w) => w.ready).length)
 
   new Gauge({
@@ -119,7 +145,9 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
   const promptHist = histogram('onnxd_request_prompt_tokens', 'Histogram of prompt tokens per request.', BUCKETS.requestTokens, L)
   const genHist = histogram('onnxd_request_generation_tokens', 'Histogram of generated tokens per request.', BUCKETS.requestTokens, L)
   const PL = ['model_name', 'phase'] as const
-  const iterTokens = histogram('onnxd_iteration_tokens_total', 'Histogram of tokens per engine step.', BUCKETS.iterationTokens, PL)
+  const iterHelp = 'Histogram of tokens per engine step.'
+  const iterTokens = histogram('onnxd_iteration_tokens', iterHelp, BUCKETS.iterationTokens, PL)
+  const iterTokensOld = histogram(deprecation('onnxd_iteration_tokens').name, deprecatedHelp(deprecation('onnxd_iteration_tokens'), iterHelp), BUCKETS.iterationTokens, PL)
   const batchSize = histogram('onnxd_batch_size', 'Histogram of sequences (rows) per engine step.', BUCKETS.batchSize, PL)
   const stepSeconds = histogram('onnxd_batch_step_seconds', 'Histogram of one engine step (forward pass and sampling) in seconds.', BUCKETS.stepSeconds, PL)
 
@@ -133,8 +161,9 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
   })
   const failures = new Counter({
     name: 'onnxd_request_failures_total',
-    help: 'Completions answered with an error, by error code (client_gone: the client disconnected).',
-    labelNames: ['model_name', 'code'] as const,
+    help:
+      'Completions that ended without their answer, by error code and outcome: client_error (4xx), server_error (5xx, or a stream that ended with an error event: the errors of the service), client_gone (code client_gone: the client disconnected).',
+    labelNames: ['model_name', 'code', 'outcome'] as const,
     registers,
   })
   // In tokens, as vLLM counts them: hits / queries is the share of prompt tokens the prefix cache saved.
@@ -150,7 +179,7 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
 
   // Series exist from the first scrape, so rate() and absent() work before any traffic (as vLLM does).
   for (const h of [ttft, tpot, itl, e2e, queue, promptHist, genHist]) h.zero(m)
-  for (const h of [iterTokens, batchSize, stepSeconds]) for (const phase of PHASES) h.zero({ ...m, phase })
+  for (const h of [iterTokens, iterTokensOld, batchSize, stepSeconds]) for (const phase of PHASES) h.zero({ ...m, phase })
   for (const phase of PHASES) for (const direction of ['in', 'out']) stepBytes.inc({ ...m, phase, direction }, 0)
   for (const c of [promptTokens, genTokens, prefixQueries, prefixHits, restarts]) c.inc(m, 0)
   for (const r of FINISH_REASONS) success.inc({ ...m, finished_reason: r }, 0)
@@ -159,6 +188,7 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
     onStep(s: StepObservation) {
       const l = { ...m, phase: s.phase }
       iterTokens.observe(l, s.tokens)
+      iterTokensOld.observe(l, s.tokens)
       batchSize.observe(l, s.batch)
       stepSeconds.observe(l, s.seconds)
       stepBytes.inc({ ...l, direction: 'in' }, s.bytesIn)
@@ -193,18 +223,19 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
       snapshot = undefined
       snapshot = read()
       try {
-        return await registry.metrics()
+        return await exposition(registry)
       } finally {
         snapshot = undefined
       }
     },
     requestFailed(code) {
-      failures.inc({ ...m, code })
+      const outcome: Outcome = code === 'client_gone' ? 'client_gone' : outcomeOfStatus(errorStatus(code))
+      failures.inc({ ...m, code, outcome })
     },
   }
 }
 
-/** GET /metrics: the app's registry in the Prometheus text format. */
+/** GET /metrics: the app's registry and the process's metrics in the Prometheus text format. */
 export function registerMetricsRoute(app: FastifyInstance, metrics: NodeMetrics, logLevel: LogLevel): void {
   app.get('/metrics', { logLevel }, async (_request, reply) => {
     const text = await metrics.scrape()
