@@ -13,7 +13,7 @@ const FAMILIES: Record<string, keyof StepTotals[Phase]> = {
   onnxd_batch_step_seconds_sum: 'seconds',
   onnxd_batch_step_seconds_count: 'steps',
   onnxd_batch_size_sum: 'rows',
-  onnxd_iteration_tokens_total_sum: 'tokens',
+  onnxd_iteration_tokens_sum: 'tokens',
 }
 
 /** Reads the step totals out of Prometheus text. */

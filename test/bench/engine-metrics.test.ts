@@ -12,7 +12,7 @@ const scrape = (decode: [number, number, number], prefill: [number, number, numb
     `onnxd_batch_size_count{model_name="m",phase="decode"} ${decode[1]}`,
     `onnxd_batch_step_seconds_sum{model_name="m",phase="prefill"} ${prefill[0]}`,
     `onnxd_batch_step_seconds_count{model_name="m",phase="prefill"} ${prefill[1]}`,
-    `onnxd_iteration_tokens_total_sum{model_name="m",phase="prefill"} ${prefill[2]}`,
+    `onnxd_iteration_tokens_sum{model_name="m",phase="prefill"} ${prefill[2]}`,
     'onnxd_prompt_tokens_total{model_name="m"} 999',
   ].join('\n')
 
