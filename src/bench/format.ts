@@ -54,7 +54,8 @@ export function timeTable(r: BenchReport): Record<string, string | number>[] {
     for (const l of s.levels) {
       const e = l.engine
       if (!e) continue
-      const ort = ceil?.decode.find((d) => d.batch === l.max_concurrency)
+      // llama.cpp's peer reports its llama_decode calls in the same families (a step is one call); no ORT step beside it.
+      const ort = s.name === 'llama.cpp' ? undefined : ceil?.decode.find((d) => d.batch === l.max_concurrency)
       rows.push({
         target: s.target ?? s.name,
         conc: l.max_concurrency,
