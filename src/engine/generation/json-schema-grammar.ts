@@ -2,15 +2,20 @@
 // Written here rather than taken from xgrammar's own converter, which approximates (an integer maximum of 120 let
 // 128 through, string rules let raw control characters into strings): every keyword this converter takes it
 // enforces exactly, and any other constraint is a 422 naming it, never dropped. Annotations (title, description,
-// default, examples, $schema, $id, $comment) are not constraints. Pure: no imports but shared errors.
+// default, examples, $schema, $id, $comment) are not constraints. Every number written parses to a finite double and
+// every integer to itself (±(2^53 - 1) unless the schema bounds it further); a oneOf is taken where its branches
+// exclude each other through a required const or enum property; strings under a pattern or format go through
+// regex-grammar.ts. Pure: no imports but shared errors and regex-grammar.ts.
 import { OnnxdError } from '../../shared/errors.js'
+import { alphabetRange, RegexRefusal, stringTextGrammar } from './regex-grammar.js'
 
 type Schema = Record<string, unknown> | boolean
 
 const ANNOTATIONS = new Set(['title', 'description', 'default', 'examples', '$schema', '$id', '$comment', 'deprecated', 'readOnly', 'writeOnly'])
 const HANDLED = new Set([
   'type', 'enum', 'const', 'properties', 'required', 'additionalProperties', 'items', 'minItems', 'maxItems',
-  'minLength', 'maxLength', 'minimum', 'maximum', 'anyOf', '$ref', '$defs', 'definitions',
+  'minLength', 'maxLength', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'anyOf', 'oneOf', '$ref',
+  '$defs', 'definitions', 'propertyNames', 'pattern', 'format',
 ])
 
 /**
@@ -19,18 +24,6 @@ const HANDLED = new Set([
  * surrogates, bytes past U+10FFFF; then the text would not even decode.)
  */
 const CHAR = String.raw`([ !#-\[\]-~] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F]))`
-
-const BASE = String.raw`
-json_value ::= json_object | json_array | json_string | json_number | "true" | "false" | "null"
-json_object ::= "{" (json_string ":" json_value ("," json_string ":" json_value)*)? "}"
-json_array ::= "[" (json_value ("," json_value)*)? "]"
-json_string ::= "\"" json_char* "\""
-json_char ::= ${CHAR}
-json_number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
-`
-
-/** The grammar of any JSON object (OpenAI's json_object), compact. Its root rule is `root`. */
-export const JSON_OBJECT_GRAMMAR = `root ::= json_object\n${BASE}`
 
 const literal = (text: string): string => JSON.stringify(text)
 
@@ -43,52 +36,108 @@ const FRACTION_DIGITS = 6
 /** A JSON value written as an EBNF literal of its compact text. */
 const jsonLiteral = (v: unknown): string => literal(JSON.stringify(v))
 
-/** Digits of the integers in [lo, hi] (same number of digits, as strings): the classic range decomposition. */
-function digitRange(lo: string, hi: string): string {
-  if (lo === hi) return literal(lo)
-  if (lo.length === 1) return `[${lo}-${hi}]`
-  if (lo[0] === hi[0]) return `${literal(lo[0]!)} ${digitRange(lo.slice(1), hi.slice(1))}`
-  const n = lo.length - 1
-  const parts: string[] = []
-  const lo0 = Number(lo[0])
-  const hi0 = Number(hi[0])
-  // lo[0] followed by lo's rest up to 9s; the whole digits strictly between; hi[0] followed by 0s up to hi's rest.
-  const loAll = /^0*$/.test(lo.slice(1))
-  const hiAll = /^9*$/.test(hi.slice(1))
-  const from = loAll ? lo0 : lo0 + 1
-  const to = hiAll ? hi0 : hi0 - 1
-  if (!loAll) parts.push(`${literal(lo[0]!)} ${digitRange(lo.slice(1), '9'.repeat(n))}`)
-  if (from <= to) parts.push(`${from === to ? literal(String(from)) : `[${from}-${to}]`} [0-9]{${n}}`)
-  if (!hiAll) parts.push(`${literal(hi[0]!)} ${digitRange('0'.repeat(n), hi.slice(1))}`)
-  return parts.length === 1 ? parts[0]! : `(${parts.join(' | ')})`
-}
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER)
+const big = (a: bigint, b: bigint): bigint => (a > b ? a : b)
+const small = (a: bigint, b: bigint): bigint => (a < b ? a : b)
 
-/** Non-negative integers in [a, b] (b null: no bound), without leading zeros. */
-function naturalRange(a: number, b: number | null): string {
+/** Digits of the integers in [lo, hi] (same number of digits, as strings). */
+const digitRange = (lo: string, hi: string): string => alphabetRange(lo, hi, '0123456789')
+
+/** Non-negative integers in [a, b], without leading zeros. */
+function naturalRange(a: bigint, b: bigint): string {
   const parts: string[] = []
-  const digits = (x: number): number => String(x).length
-  const top = b === null ? digits(a) : digits(b)
-  for (let d = digits(a); d <= top; d++) {
-    const lo = Math.max(a, d === 1 ? 0 : 10 ** (d - 1))
-    const hi = b === null ? 10 ** d - 1 : Math.min(b, 10 ** d - 1)
+  for (let d = String(a).length; d <= String(b).length; d++) {
+    const lo = big(a, d === 1 ? 0n : 10n ** BigInt(d - 1))
+    const hi = small(b, 10n ** BigInt(d) - 1n)
     if (lo <= hi) parts.push(digitRange(String(lo), String(hi)))
   }
-  if (b === null) parts.push(`[1-9] [0-9]{${top},}`)
   return parts.length === 1 ? parts[0]! : `(${parts.join(' | ')})`
 }
 
-/** The integers in [lo, hi] (null: unbounded), as JSON writes them. Exported for tests. */
-export function integerRange(lo: number | null, hi: number | null): string {
-  if (lo !== null && hi !== null && lo > hi) throw new OnnxdError('invalid_value', `minimum ${lo} is above maximum ${hi}`)
+/** Numbers of `f` fraction digits (none: an integer) whose value times 10^f is an integer in [a, b], 0 <= a <= b. */
+function decimalRange(a: bigint, b: bigint, f: number): string {
+  if (f === 0) return naturalRange(a, b)
+  const unit = 10n ** BigInt(f)
+  const pad = (x: bigint): string => String(x).padStart(f, '0')
+  const [ia, fa, ib, fb] = [a / unit, a % unit, b / unit, b % unit]
+  const whole = (i: bigint): string => literal(String(i))
+  if (ia === ib) return `${whole(ia)} "." ${digitRange(pad(fa), pad(fb))}`
+  const parts = [`${whole(ia)} "." ${digitRange(pad(fa), '9'.repeat(f))}`]
+  if (ia + 1n <= ib - 1n) parts.push(`${naturalRange(ia + 1n, ib - 1n)} "." [0-9]{${f}}`)
+  parts.push(`${whole(ib)} "." ${digitRange('0'.repeat(f), pad(fb))}`)
+  return `(${parts.join(' | ')})`
+}
+
+/** Signed numbers of `f` fraction digits whose value times 10^f is in [a, b] (a <= b); never a negative zero. */
+function signedRange(a: bigint, b: bigint, f: number): string {
   const parts: string[] = []
-  // Negative part: -n for n in [max(1, -hi), -lo].
-  if (lo === null || lo < 0) {
-    const nLo = hi === null || hi >= 0 ? 1 : -hi
-    parts.push(`"-" ${naturalRange(nLo, lo === null ? null : -lo)}`)
-  }
-  if (hi === null || hi >= 0) parts.push(naturalRange(lo === null || lo < 0 ? 0 : lo, hi))
+  if (a < 0n) parts.push(`"-" ${decimalRange(b < 0n ? -b : 1n, -a, f)}`)
+  if (b >= 0n) parts.push(decimalRange(big(a, 0n), b, f))
   return parts.length === 1 ? parts[0]! : `(${parts.join(' | ')})`
 }
+
+/** The integers in [lo, hi] as JSON writes them; an unbounded side stops at ±(2^53 - 1). Exported for tests. */
+export function integerRange(lo: number | null, hi: number | null): string {
+  if (lo !== null && hi !== null && lo > hi) throw new OnnxdError('invalid_value', `minimum ${lo} is above maximum ${hi}`)
+  return signedRange(lo === null ? -MAX_SAFE : BigInt(lo), hi === null ? MAX_SAFE : BigInt(hi), 0)
+}
+
+/** `v` times 10^f, rounded down, and whether that was exact (from v's shortest decimal text: no binary error). */
+function scaled(v: number, f: number): { floor: bigint; exact: boolean } {
+  const m = /^(-?)(\d+)(?:\.(\d+))?(?:e([+-]\d+))?$/.exec(String(v))!
+  const digits = BigInt(m[2]! + (m[3] ?? ''))
+  const e = Number(m[4] ?? 0) - (m[3]?.length ?? 0) + f
+  const unit = 10n ** BigInt(Math.abs(e))
+  const q = e >= 0 ? digits * unit : digits / unit
+  const exact = e >= 0 || digits % unit === 0n
+  return { floor: m[1] === '-' ? (exact ? -q : -q - 1n) : q, exact }
+}
+
+/** A bound of a number, and whether the bound itself is excluded. */
+interface Bound {
+  v: number
+  strict: boolean
+}
+
+/**
+ * Numbers in the interval, with at most FRACTION_DIGITS fraction digits and no exponent: per count of fraction digits,
+ * the scaled integers between the bounds. An unbounded side stops at ±(2^53 - 1). Null when no such number exists.
+ */
+function numberRange(lo: Bound | null, hi: Bound | null): string | null {
+  const parts: string[] = []
+  for (let f = 0; f <= FRACTION_DIGITS; f++) {
+    const unit = 10n ** BigInt(f)
+    let a = -MAX_SAFE * unit
+    let b = MAX_SAFE * unit
+    if (lo) {
+      const { floor, exact } = scaled(lo.v, f)
+      a = exact && !lo.strict ? floor : floor + 1n
+    }
+    if (hi) {
+      const { floor, exact } = scaled(hi.v, f)
+      b = exact && hi.strict ? floor - 1n : floor
+    }
+    if (a <= b) parts.push(signedRange(a, b, f))
+  }
+  return parts.length === 0 ? null : `(${parts.join(' | ')})`
+}
+
+/**
+ * Any JSON value, compact. A number has at most 16 integer and 16 fraction digits and an exponent of at most 2 digits,
+ * so it parses to a finite double (below 1e115); an integer stays within ±(2^53 - 1), where doubles are exact.
+ */
+const BASE = String.raw`
+json_value ::= json_object | json_array | json_string | json_number | "true" | "false" | "null"
+json_object ::= "{" (json_string ":" json_value ("," json_string ":" json_value)*)? "}"
+json_array ::= "[" (json_value ("," json_value)*)? "]"
+json_string ::= "\"" json_char* "\""
+json_char ::= ${CHAR}
+json_number ::= "-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?
+json_integer ::= ${integerRange(null, null)}
+`
+
+/** The grammar of any JSON object (OpenAI's json_object), compact. Its root rule is `root`. */
+export const JSON_OBJECT_GRAMMAR = `root ::= json_object\n${BASE}`
 
 /** Converts one schema into rules; `root` is the value's rule. */
 class Converter {
@@ -144,6 +193,11 @@ class Converter {
       if (!Array.isArray(s.anyOf) || s.anyOf.length === 0) throw this.fail(`${path}.anyOf`, 'an anyOf that is not a non-empty array')
       return `(${(s.anyOf as Schema[]).map((x, i) => this.value(x, `${path}.anyOf[${i}]`)).join(' | ')})`
     }
+    if (s.oneOf !== undefined) {
+      if (!Array.isArray(s.oneOf) || s.oneOf.length === 0) throw this.fail(`${path}.oneOf`, 'a oneOf that is not a non-empty array')
+      this.exclusive(s.oneOf as Schema[], `${path}.oneOf`)
+      return `(${(s.oneOf as Schema[]).map((x, i) => this.value(x, `${path}.oneOf[${i}]`)).join(' | ')})`
+    }
     const types = s.type === undefined ? null : Array.isArray(s.type) ? (s.type as unknown[]) : [s.type]
     if (types === null) {
       if (Object.keys(s).every((k) => ANNOTATIONS.has(k) || k === '$defs' || k === 'definitions')) return 'json_value'
@@ -164,29 +218,25 @@ class Converter {
         return '"null"'
       case 'boolean':
         return '("true" | "false")'
-      case 'string': {
-        const min = int('minLength') ?? 0
-        const max = int('maxLength')
-        const chars = min === 0 && max === null ? 'json_char*' : `json_char{${min},${max ?? ''}}`
-        return `("\\"" ${chars} "\\"")`
-      }
+      case 'string':
+        return this.string(s, int('minLength') ?? 0, int('maxLength'), path)
       case 'integer': {
-        const bound = (k: string): number | null => {
-          const v = s[k]
-          if (v === undefined) return null
-          if (typeof v !== 'number' || !Number.isFinite(v)) throw this.fail(`${path}.${k}`, `a ${k} that is not a number`)
-          return k === 'minimum' ? Math.ceil(v) : Math.floor(v)
-        }
-        return integerRange(bound('minimum'), bound('maximum'))
+        const { lo, hi } = this.bounds(s, path)
+        const a = lo === null ? null : lo.strict && Number.isInteger(lo.v) ? lo.v + 1 : Math.ceil(lo.v)
+        const b = hi === null ? null : hi.strict && Number.isInteger(hi.v) ? hi.v - 1 : Math.floor(hi.v)
+        if (a === null && b === null) return 'json_integer'
+        if (a !== null && b !== null && a > b) throw this.fail(path, 'integer bounds that no integer meets')
+        // An unbounded side stops at ±(2^53 - 1); so does a bounded one past it, unless the range lies wholly beyond.
+        const safe = Number.MAX_SAFE_INTEGER
+        const clamp = (a ?? -safe) <= safe && (b ?? safe) >= -safe
+        return integerRange(a === null ? null : clamp ? Math.max(a, -safe) : a, b === null ? null : clamp ? Math.min(b, safe) : b)
       }
       case 'number': {
-        const lo = s.minimum
-        const hi = s.maximum
-        if (lo === undefined && hi === undefined) return 'json_number'
-        if (!(Number.isInteger(lo) && Number.isInteger(hi) && (lo as number) >= 0 && (hi as number) > (lo as number)))
-          throw this.fail(path, 'number bounds other than integer minimum >= 0 and maximum above it')
-        // [lo, hi): the integer part in [lo, hi - 1] with any fraction; or hi itself.
-        return `((${naturalRange(lo as number, (hi as number) - 1)}) ("." [0-9]{1,${FRACTION_DIGITS}})? | ${literal(String(hi))})`
+        const { lo, hi } = this.bounds(s, path)
+        if (lo === null && hi === null) return 'json_number'
+        const g = numberRange(lo, hi)
+        if (g === null) throw this.fail(path, `number bounds that no number of at most ${FRACTION_DIGITS} fraction digits meets`)
+        return g
       }
       case 'array': {
         const item = s.items === undefined ? 'json_value' : this.value(s.items as Schema, `${path}.items`)
@@ -204,14 +254,127 @@ class Converter {
     }
   }
 
-  /** Properties in the schema's order, the required ones always there; nothing else (additional ones are never needed). */
+  /** minimum/maximum and their exclusive forms (numbers, or draft 4's booleans), the tighter of each side. */
+  private bounds(s: Record<string, unknown>, path: string): { lo: Bound | null; hi: Bound | null } {
+    const num = (k: string): number | null => {
+      const v = s[k]
+      if (v === undefined || typeof v === 'boolean') return null
+      if (typeof v !== 'number' || !Number.isFinite(v)) throw this.fail(`${path}.${k}`, `a ${k} that is not a number`)
+      return v
+    }
+    const side = (plain: string, strict: string, tighter: (a: number, b: number) => boolean): Bound | null => {
+      const p = num(plain)
+      const x = num(strict)
+      const a = p === null ? null : { v: p, strict: s[strict] === true }
+      const b = x === null ? null : { v: x, strict: true }
+      if (a === null || b === null) return a ?? b
+      return tighter(b.v, a.v) || b.v === a.v ? b : a
+    }
+    const lo = side('minimum', 'exclusiveMinimum', (x, y) => x > y)
+    const hi = side('maximum', 'exclusiveMaximum', (x, y) => x < y)
+    if (lo && hi && (lo.v > hi.v || (lo.v === hi.v && (lo.strict || hi.strict)))) throw this.fail(path, 'bounds that no number meets')
+    return { lo, hi }
+  }
+
+  /** A string: any characters within its lengths, or through the automaton of its pattern, format and lengths. */
+  private string(s: Record<string, unknown>, min: number, max: number | null, path: string): string {
+    if (max !== null && max < min) throw this.fail(path, 'maxLength below minLength')
+    if (s.pattern === undefined && s.format === undefined) {
+      const chars = min === 0 && max === null ? 'json_char*' : `json_char{${min},${max ?? ''}}`
+      return `("\\"" ${chars} "\\"")`
+    }
+    for (const k of ['pattern', 'format']) if (s[k] !== undefined && typeof s[k] !== 'string') throw this.fail(`${path}.${k}`, `a ${k} that is not a string`)
+    try {
+      const start = stringTextGrammar({ pattern: s.pattern as string | undefined, format: s.format as string | undefined, minLength: min, maxLength: max }, `s${this.n++}`, (name, body) => {
+        this.rules.push(`${name} ::= ${body}`)
+      })
+      return `("\\"" ${start} "\\"")`
+    } catch (e) {
+      if (e instanceof RegexRefusal) throw this.fail(`${path}.${e.keyword}`, e.message)
+      throw e
+    }
+  }
+
+  /** A schema behind its local $refs (a chain of them at most MAX_DEPTH long). */
+  private resolve(s: Schema): Schema {
+    for (let i = 0; i < MAX_DEPTH && typeof s === 'object' && typeof s.$ref === 'string'; i++) {
+      const m = /^#\/(\$defs|definitions)\/([^/]+)$/.exec(s.$ref)
+      const def = m ? (this.top[m[1]!] as Record<string, Schema> | undefined)?.[m[2]!] : undefined
+      if (def === undefined) return s
+      s = def
+    }
+    return s
+  }
+
+  /**
+   * A oneOf is a choice of its branches only where no value can match two of them: each branch an object that
+   * requires one same property, given by a const or an enum, their values disjoint (as z.discriminatedUnion writes).
+   */
+  private exclusive(branches: Schema[], path: string): void {
+    if (branches.length === 1) return
+    const objects = branches.map((b) => this.resolve(b))
+    const valuesOf = (o: Schema, name: string): string[] | null => {
+      if (typeof o !== 'object' || o.type !== 'object' || !Array.isArray(o.required) || !o.required.includes(name)) return null
+      const p = this.resolve(((o.properties ?? {}) as Record<string, Schema>)[name] ?? true)
+      if (typeof p !== 'object') return null
+      if (p.const !== undefined) return [JSON.stringify(p.const)]
+      return Array.isArray(p.enum) && p.enum.length > 0 ? p.enum.map((v) => JSON.stringify(v)) : null
+    }
+    const first = objects[0]
+    const names = typeof first === 'object' ? Object.keys((first.properties ?? {}) as object) : []
+    for (const name of names) {
+      const sets = objects.map((o) => valuesOf(o, name))
+      if (sets.some((v) => v === null)) continue
+      const seen = new Set<string>()
+      let disjoint = true
+      for (const v of sets.flat()) disjoint &&= !seen.has(v!) && Boolean(seen.add(v!))
+      if (disjoint) return
+    }
+    throw this.fail(path, 'a oneOf whose branches are not told apart by a required property with a const or enum of its own (what z.discriminatedUnion writes)')
+  }
+
+  /** The names a propertyNames schema allows, when it lists them (an enum or a const of strings); else null. */
+  private namesOf(pn: unknown): string[] | null {
+    if (typeof pn !== 'object' || pn === null) return null
+    const o = pn as Record<string, unknown>
+    const list = o.const !== undefined ? [o.const] : Array.isArray(o.enum) ? o.enum : null
+    return list && list.every((v) => typeof v === 'string') ? (list as string[]) : null
+  }
+
+  /**
+   * Properties in the schema's order, the required ones always there, declared ones only where there are some
+   * (additional ones are never needed); required names outside properties take additionalProperties' schema. Without
+   * declared properties, a record: the names propertyNames lists as optional properties, or entries whose keys are
+   * strings under propertyNames and whose values are under additionalProperties.
+   */
   private object(s: Record<string, unknown>, path: string): string {
-    const props = (s.properties ?? {}) as Record<string, Schema>
+    const declared = (s.properties ?? {}) as Record<string, Schema>
+    const props: Record<string, Schema> = { ...declared }
+    const where: Record<string, string> = Object.fromEntries(Object.keys(declared).map((k) => [k, `${path}.properties.${k}`]))
+    const extra: Schema | null = s.additionalProperties === false ? null : s.additionalProperties === undefined ? true : (s.additionalProperties as Schema)
     const required = new Set(Array.isArray(s.required) ? (s.required as string[]) : [])
-    for (const r of required) if (!(r in props)) throw this.fail(`${path}.required`, `a required property '${r}' without a schema in properties`)
+    const listed = this.namesOf(s.propertyNames)
+    const pnRule = s.propertyNames === undefined ? null : this.value({ type: 'string', ...(s.propertyNames as Record<string, unknown>) }, `${path}.propertyNames`)
+    if (listed) for (const k of [...Object.keys(declared), ...required]) if (!listed.includes(k)) throw this.fail(`${path}.propertyNames`, `a property '${k}' that propertyNames does not allow`)
+    const anyName = typeof s.propertyNames !== 'object' || Object.entries(s.propertyNames as object).every(([k, v]) => ANNOTATIONS.has(k) || (k === 'type' && v === 'string'))
+    if (!anyName && !listed && (Object.keys(declared).length > 0 || required.size > 0)) throw this.fail(`${path}.propertyNames`, 'propertyNames other than an enum beside named properties')
+    for (const r of required) {
+      if (r in props) continue
+      if (extra === null) throw this.fail(`${path}.required`, `a required property '${r}' without a schema in properties`)
+      props[r] = extra
+      where[r] = `${path}.additionalProperties`
+    }
+    if (Object.keys(declared).length === 0 && listed && extra !== null)
+      for (const k of listed) if (!(k in props)) [props[k], where[k]] = [extra, `${path}.additionalProperties`]
     const names = Object.keys(props)
-    if (names.length === 0) return s.additionalProperties === false ? '("{" "}")' : 'json_object'
-    const kv = names.map((k) => `${literal(JSON.stringify(k))} ":" ${this.value(props[k]!, `${path}.properties.${k}`)}`)
+    if (names.length === 0) {
+      if (extra === null || (listed && listed.length === 0)) return '("{" "}")'
+      if (extra === true && anyName) return 'json_object'
+      const value = extra === true ? 'json_value' : this.value(extra, `${path}.additionalProperties`)
+      const entry = this.rule(`${anyName ? 'json_string' : pnRule} ":" ${value}`)
+      return `("{" (${entry} ("," ${entry})*)? "}")`
+    }
+    const kv = names.map((k) => `${literal(JSON.stringify(k))} ":" ${this.value(props[k]!, where[k]!)}`)
     // rest(i, comma): properties i.. given that one was (comma) or was not written before them.
     const id = this.n++
     const name = (i: number, comma: boolean): string => `o${id}_${i}${comma ? 'c' : ''}`

@@ -65,3 +65,42 @@ describe('tool-call grammars', () => {
     expect((await walk(required, `Hi ${call}`, false)).accepted).toBe(0)
   })
 })
+
+describe('JSON Schema grammars hold exactly the values valid under their schema', () => {
+  /**
+   * Whether the grammar of `schema` takes `text` whole and ends there; as the value of an object's property (a value
+   * at the root ends as soon as it may: a number there would end at its first digit).
+   */
+  const takes = async (schema: Record<string, unknown>, text: string): Promise<boolean> => {
+    const r = await walk({ type: 'json_schema', schema: { type: 'object', properties: { v: schema }, required: ['v'] } }, `{"v":${text}}`, false)
+    return r.accepted === r.total && r.terminated
+  }
+  const branch = (kind: string, field: string, type: string): object => ({ type: 'object', properties: { kind: { type: 'string', const: kind }, [field]: { type } }, required: ['kind', field], additionalProperties: false })
+  const cases: [string, Record<string, unknown>, string[], string[]][] = [
+    // Issue #34: an unbounded number wrote {"x":2653143E81250995126550191209}, which parses to Infinity.
+    ['unbounded number: finite doubles', { type: 'number' }, ['1.5', '-0', '12e99', '1234567890123456', '0.1234567890123456'], ['2653143E81250995126550191209', '1e100', '12345678901234567', '1.12345678901234567']],
+    ['unbounded integer: within ±(2^53 - 1)', { type: 'integer' }, ['9007199254740991', '-9007199254740991', '0'], ['9007199254740992', '-9007199254740992', '1.0', '1e3']],
+    ['number bounds that are not integers', { type: 'number', minimum: 0.5, maximum: 2.5 }, ['0.5', '2.5', '1', '2.499999', '0.500001'], ['0.4', '2.500001', '3', '0.4999999']],
+    ['exclusive bounds', { type: 'number', exclusiveMinimum: 0, exclusiveMaximum: 1 }, ['0.5', '0.000001', '0.999999'], ['0', '1', '0.0', '1.0', '-0.1']],
+    ['negative bounds', { type: 'number', minimum: -1.25, maximum: -0.5 }, ['-1.25', '-0.5', '-1', '-0.75'], ['-0.4', '-1.26', '0', '1']],
+    ['one bound', { type: 'number', minimum: -3 }, ['-3', '0', '100.5'], ['-3.1', '-4']],
+    ['draft 4 exclusive integer bound', { type: 'integer', minimum: 3, exclusiveMinimum: true, maximum: 5 }, ['4', '5'], ['3', '6']],
+    ['anchored pattern', { type: 'string', pattern: '^[a-z]+$' }, ['"abc"'], ['""', '"aB"']],
+    ['unanchored pattern: a search, escapes as JSON writes them', { type: 'string', pattern: 'x' }, ['"x"', '"\\"x\\\\"', '"ax\\u00e9"'], ['"abc"', '"a"']],
+    ['any character is one JSON string character', { type: 'string', pattern: '^a.b$' }, ['"a\\"b"', '"a-b"', '"a\\u0001b"'], ['"a"b"', '"a\nb"', '"ab"', '"a\\u000ab"']],
+    ['pattern within lengths', { type: 'string', pattern: '^[ab]*$', minLength: 2, maxLength: 3 }, ['"ab"', '"bab"'], ['"a"', '"abab"']],
+    ['format email', { type: 'string', format: 'email' }, ['"a.b@x.io"', '"first+tag@mail.example.com"'], ['"a@b"', '"@x.io"', '"a..b@x.io"']],
+    ['format uuid', { type: 'string', format: 'uuid' }, ['"123e4567-e89b-12d3-a456-426614174000"'], ['"123"', '"123e4567e89b12d3a456426614174000"']],
+    ['format date', { type: 'string', format: 'date' }, ['"2024-02-28"', '"1999-12-31"'], ['"2024-02-30"', '"2024-13-01"', '"24-01-01"']],
+    ['format date-time', { type: 'string', format: 'date-time' }, ['"2024-02-28T10:00:00Z"', '"2024-02-28T10:00:00.5+01:00"'], ['"2024-02-30T10:00:00Z"', '"2024-02-28T10:00:00"']],
+    ['format uri', { type: 'string', format: 'uri' }, ['"https://example.com/a/b?q=1#top"', '"http://localhost:8080"'], ['"example.com"', '"https://"']],
+    ['record (z.record)', { type: 'object', propertyNames: { type: 'string' }, additionalProperties: { type: 'number' } }, ['{}', '{"a":1,"b":2}'], ['{"a":"x"}', '{"a":1,}']],
+    ['record with a key pattern', { type: 'object', propertyNames: { pattern: '^[a-z]{2}$' }, additionalProperties: { type: 'boolean' } }, ['{"ab":true}'], ['{"abc":true}', '{"A1":true}']],
+    ['record over an enum (every key required)', { type: 'object', propertyNames: { type: 'string', enum: ['a', 'b'] }, additionalProperties: { type: 'boolean' }, required: ['a', 'b'] }, ['{"a":true,"b":false}'], ['{"a":true}', '{"c":true}']],
+    ['oneOf told apart by a const (z.discriminatedUnion)', { oneOf: [branch('a', 'x', 'string'), branch('b', 'y', 'number')] }, ['{"kind":"a","x":"s"}', '{"kind":"b","y":1}'], ['{"kind":"a","y":1}', '{"kind":"c","x":"s"}']],
+  ]
+  it.each(cases)('%s', async (_, schema, good, bad) => {
+    for (const t of good) expect(await takes(schema, t), t).toBe(true)
+    for (const t of bad) expect(await takes(schema, t), t).toBe(false)
+  })
+})

@@ -13,6 +13,10 @@ describe('integerRange', () => {
     [0, 120], [1, 99999], [0, 0], [7, 7], [5, 10], [95, 1005], [-15, 123], [-1000, -3], [-9, 9], [null, -3], [42, null], [null, null], [0, 9], [10, 99], [100, 999],
   ]
   it.each(cases)('[%s, %s] holds exactly its integers, written as JSON writes them', (lo, hi) => {
+    // An unbounded side stops at ±(2^53 - 1): every integer written parses to itself.
+    const wide = asRegex(integerRange(lo, hi))
+    if (lo === null) expect([wide.test('-9007199254740991'), wide.test('-9007199254740992'), wide.test('-10000000000000000')]).toEqual([true, false, false])
+    if (hi === null) expect([wide.test('9007199254740991'), wide.test('9007199254740992'), wide.test('99999999999999999')]).toEqual([true, false, false])
     const re = asRegex(integerRange(lo, hi))
     const from = (lo ?? -2000) - 50
     const to = (hi ?? 2000) + 50
@@ -37,14 +41,24 @@ describe('jsonSchemaGrammar', () => {
   }
 
   it('refuses, naming the path, every constraint it cannot enforce', () => {
-    expect(refused({ type: 'string', pattern: '^a+$' })).toMatch(/`response_format\.json_schema\.schema\.pattern`: the keyword 'pattern' cannot be enforced/)
-    expect(refused({ type: 'object', properties: { d: { type: 'string', format: 'date-time' } } })).toMatch(/schema\.properties\.d\.format/)
+    expect(refused({ type: 'string', pattern: '^(a+)b\\1$' })).toMatch(/`response_format\.json_schema\.schema\.pattern`: the regular expression .* cannot be enforced/)
+    expect(refused({ type: 'string', pattern: '\\bword' })).toMatch(/schema\.pattern`: .*assertion/)
+    expect(refused({ type: 'object', properties: { d: { type: 'string', format: 'hostname' } } })).toMatch(/schema\.properties\.d\.format`: the format 'hostname'/)
+    expect(refused({ type: 'string', pattern: '^[a-z]+$', maxLength: 0, minLength: 0 })).toMatch(/no string onnxd can write/)
     expect(refused({ type: 'array', items: { type: 'integer' }, uniqueItems: true })).toMatch(/uniqueItems/)
-    expect(refused({ oneOf: [{ type: 'string' }, { type: 'integer' }] })).toMatch(/oneOf/)
-    expect(refused({ type: 'number', minimum: 0.5, maximum: 2 })).toMatch(/number bounds/)
-    expect(refused({ type: 'integer', exclusiveMinimum: 0 })).toMatch(/exclusiveMinimum/)
+    expect(refused({ oneOf: [{ type: 'string' }, { type: 'integer' }] })).toMatch(/schema\.oneOf`: a oneOf whose branches are not told apart/)
+    // A discriminator whose values overlap, or that one branch does not require, tells nothing apart.
+    const branch = (kind: unknown, req = true): object => ({ type: 'object', properties: { kind, x: { type: 'string' } }, required: req ? ['kind', 'x'] : ['x'] })
+    expect(refused({ oneOf: [branch({ enum: ['a', 'b'] }), branch({ const: 'b' })] })).toMatch(/oneOf/)
+    expect(refused({ oneOf: [branch({ const: 'a' }), branch({ const: 'b' }, false)] })).toMatch(/oneOf/)
+    expect(refused({ type: 'object', properties: { a: { oneOf: [branch({ const: 'a' }), branch({ const: 'a' })] } } })).toMatch(/schema\.properties\.a\.oneOf`/)
+    expect(refused({ type: 'number', exclusiveMinimum: 0.5, maximum: 0.5 })).toMatch(/bounds that no number meets/)
+    expect(refused({ type: 'number', exclusiveMinimum: 0, exclusiveMaximum: 0.0000001 })).toMatch(/no number of at most 6 fraction digits/)
+    expect(refused({ type: 'integer', minimum: 1.2, maximum: 1.8 })).toMatch(/integer bounds that no integer meets/)
+    expect(refused({ type: 'object', propertyNames: { pattern: '^a' }, properties: { b: { type: 'string' } } })).toMatch(/propertyNames/)
+    expect(refused({ type: 'object', propertyNames: { enum: ['a'] }, properties: { b: { type: 'string' } } })).toMatch(/property 'b' that propertyNames does not allow/)
     expect(refused({ $ref: 'http://example.com/s.json' })).toMatch(/\$ref other than #\/\$defs\/NAME/)
-    expect(refused({ type: 'object', properties: {}, required: ['a'] })).toMatch(/required property 'a' without a schema/)
+    expect(refused({ type: 'object', properties: {}, required: ['a'], additionalProperties: false })).toMatch(/required property 'a' without a schema/)
     expect(refused({ type: 'array', minItems: 3, maxItems: 2 })).toMatch(/maxItems below minItems/)
     // A hostile depth is a 422, not a stack overflow.
     let deep: Record<string, unknown> = { type: 'integer' }
