@@ -1,19 +1,24 @@
 // The docs pages cannot drift from the code: every option of the node and the facade is in configuration.md with
 // its variable, flag and default (and no row names an option that does not exist), every metric each server
 // registers is in metrics.md with its type and labels (and nothing else is), every error code is in errors.md with
-// its status and type, every field of the node's /health in node-api.md, every relative link of the
+// its status and type, every field of the node's /health in node-api.md, benchmarks.md shows the kept results (bench/results) as
+// generated and the bench's --help, every relative link of the
 // README and the docs resolves to a file and a heading.
-import { readdirSync } from 'node:fs'
+import { existsSync, readdirSync } from 'node:fs'
+import { join } from 'node:path'
 import type { Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
 import { FACADE_ARG_FLAGS } from '../../src/cli/operator.js'
+import { CONTEXT_USAGE } from '../../src/bench/context.js'
+import { USAGE } from '../../src/bench/options.js'
+import { chartFile, generatedResults, kindOf, readResults, resultsMarkdown } from '../../src/bench/results.js'
 import { HealthBody } from '../../src/contract/health.js'
 import { createFacadeMetrics } from '../../src/facade/metrics.js'
 import { FacadeOptions, FACADE_ENV, FACADE_FLAGS } from '../../src/facade/options.js'
 import { ERROR_CODES, errorStatus, errorType } from '../../src/shared/errors.js'
 import { NodeOptions, NODE_ENV, NODE_FLAGS } from '../../src/node/options.js'
 import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
-import { linkProblem, readDoc, relativeLinks, section, tableRows, unquote } from '../helpers/markdown.js'
+import { linkProblem, readDoc, ROOT, relativeLinks, section, tableRows, unquote } from '../helpers/markdown.js'
 
 /** How a default reads in a table: `8081`, `127.0.0.1`, `http://127.0.0.1:8081` (a list, comma-separated), `{}`. */
 const shown = (v: unknown): string => `\`${Array.isArray(v) ? v.join(',') : typeof v === 'object' ? JSON.stringify(v) : String(v)}\``
@@ -64,7 +69,7 @@ const registered = (registry: Registry): Map<string, { type: string; labels: str
   new Map(
     registry.getMetricsAsArray().map((m) => {
       const labels = ((m as unknown as { labelNames?: string[] }).labelNames ?? []).slice().sort()
-      return [m.name, { type: m.type, labels }]
+      return [m.name, { type: String(m.type), labels }]
     }),
   )
 
@@ -100,6 +105,20 @@ describe('docs/node-api.md', () => {
     const rows = tableRows(section(readDoc('docs/node-api.md'), 'GET /health'))
     const documented = rows.flatMap((r) => r[0]!.split(',').map((c) => unquote(c.trim())))
     expect(documented.sort()).toEqual(Object.keys(HealthBody.properties).sort())
+  })
+})
+
+describe('docs/benchmarks.md', () => {
+  const md = readDoc('docs/benchmarks.md')
+  it('shows every kept result in bench/results as scripts/bench-results.ts generates it, each serving run with its chart', () => {
+    const results = readResults(join(ROOT, 'bench/results'))
+    expect(results.length).toBeGreaterThan(0)
+    expect(generatedResults(md)).toBe(resultsMarkdown(results))
+    for (const k of results) if (kindOf(k.json) === 'serving') expect(existsSync(join(ROOT, 'bench/results', chartFile(k.file))), k.file).toBe(true)
+  })
+  it("prints the serving benchmark's and the context sweep's options as --help does", () => {
+    expect(md).toContain('```\n' + USAGE + '```')
+    expect(md).toContain('```\n' + CONTEXT_USAGE + '```')
   })
 })
 
