@@ -3,10 +3,9 @@
 // Markdown that docs/benchmarks.md shows of them: an index and a table per result, generated here from the JSON alone
 // (scripts/bench-results.ts writes it into the page and renders each serving run's chart; test/docs holds the page to
 // it). Runs write elsewhere (`onnxd-bench-<time>.json`, ...); a result is kept by copying its report under a dated
-// name. Imports: the report's types and chart (chart.ts loads vega only when a chart is rendered).
+// name. Imports: the report's types and chart.ts's spec (vega itself loads only where a chart is rendered).
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { TopLevelSpec } from 'vega-lite'
 import { chartSpec } from './chart.js'
 import { isSkipped, type BenchReport, type ScenarioResult } from './report.js'
 
@@ -186,7 +185,7 @@ export function resultsMarkdown(results: KeptResult[]): string {
 }
 
 /** The vega-lite spec of a serving result's chart (the matmul-peak bound is left out: the report keeps no model shape). */
-export function resultChartSpec(k: KeptResult): TopLevelSpec {
+export function resultChartSpec(k: KeptResult): ReturnType<typeof chartSpec> {
   const r = k.json as unknown as BenchReport
   return chartSpec(r, null, lengthsOf(r))
 }
