@@ -14,7 +14,7 @@ const USAGE = `usage: onnxd facade [--nodes URL|dns+http://NAME:PORT,...] [--por
                     [--prices JSON] [--default-price JSON] [--billing-flush-ms N] [--billing-flush-tokens N]
                     [--node-timeout-ms N] [--jwks-url URL | --jwks-file FILE] [--jwt-issuer S] [--jwt-audience S]
                     [--jwt-max-ttl-s S]
-Every option also has an ONNXD_* environment variable (see README); flags win over the environment.
+Every option also has an ONNXD_* environment variable (see docs/configuration.md); flags win over the environment.
 `
 
 export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {

@@ -15,7 +15,7 @@ const USAGE = `usage: onnxd serve [--model DIR] [--port N] [--host H] [--node-po
 
 Starts a worker node (default 127.0.0.1:8081) and the public /v1 facade (default 127.0.0.1:8080) in front of it.
 --port/--host (ONNXD_PORT/ONNXD_HOST) are the facade's; --node-port/--node-host (ONNXD_NODE_PORT/ONNXD_NODE_HOST)
-the node's. Every other flag of \`onnxd node\` and \`onnxd facade\` works here too; see README.
+the node's. Every other flag of \`onnxd node\` and \`onnxd facade\` works here too; see docs/configuration.md.
 `
 
 /** The facade's flags that are not also the node's: the shared names (--port, --host, --log-level, --body-limit) are set below. */
