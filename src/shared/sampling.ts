@@ -18,7 +18,7 @@ export interface SamplingField<S extends TSchema = TSchema, V = unknown, A exten
   readonly tokenIds?: true
   /** From the request's value to the sequence's (e.g. one stop string to a list). Default: the value itself. */
   normalise?(v: Static<S>): V
-  /** What the field does, for readers of this table (the README documents the same). */
+  /** What the field does, for readers of this table (docs/api.md documents the same). */
   readonly doc: string
 }
 

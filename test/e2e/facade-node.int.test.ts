@@ -175,7 +175,7 @@ describe('a client that leaves mid-stream', () => {
       messages: [{ role: 'user', content: 'Count to a thousand' }],
       max_tokens: maxTokens,
       stream: true,
-      // onnxd's own field (README: sampling fields): never stop early at an end-of-sequence token.
+      // onnxd's own field (docs/api.md, request fields): never stop early at an end-of-sequence token.
       ...({ ignore_eos: true } as object),
     })
     let read = 0

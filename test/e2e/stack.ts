@@ -186,7 +186,7 @@ export async function facadeHealth(s: Stack): Promise<{ status: number; nodes: {
   return { status: res.status, nodes: ((await res.json()) as { nodes: { url: string; status: string }[] }).nodes }
 }
 
-/** Micro-units a completion costs at the default price (README, Limits: 0.5 and 1.5 units per 1M prompt and
+/** Micro-units a completion costs at the default price (docs/api.md, "Limits, usage and billing": 0.5 and 1.5 units per 1M prompt and
  * completion tokens, i.e. micro-units per token), rounded up per completion. */
 export const defaultCostMicros = (u: { prompt_tokens: number; completion_tokens: number }): number =>
   Math.ceil(u.prompt_tokens * 0.5 + u.completion_tokens * 1.5)
