@@ -5,9 +5,11 @@ import { OnnxdError, fromErrorData } from '../shared/errors.js'
 import { DEFAULT_MODEL_DIR, PROVIDERS, type Dtype, type Provider } from '../shared/model.js'
 import { resolveModelDir } from './model-dir.js'
 
-const HELP = `usage: onnxd generate [--model DIR] [options] "prompt"
+const HELP = `usage: onnxd generate [--model DIR|OWNER/NAME] [options] "prompt"
 
-  --model DIR          model bundle (default: ${DEFAULT_MODEL_DIR}, built on first use)
+  --model DIR          model bundle (default: ${DEFAULT_MODEL_DIR}, built on first use), or a Hugging Face hub id
+                       (fetched into the hub cache for --dtype; HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE apply)
+  --revision R         the hub id's branch, tag or commit (default main)
   --chat               treat the prompt as one user message and apply the chat template
   --max-tokens N       (default 64)
   --temperature T      (default 0: greedy)
@@ -24,6 +26,7 @@ export async function run(argv: string[]): Promise<number> {
     allowPositionals: true,
     options: {
       model: { type: 'string' },
+      revision: { type: 'string' },
       chat: { type: 'boolean' },
       'max-tokens': { type: 'string' },
       temperature: { type: 'string' },
@@ -51,7 +54,7 @@ export async function run(argv: string[]): Promise<number> {
   }
   const provider = (values.provider ?? 'cpu') as Provider
   if (!PROVIDERS.includes(provider)) throw new OnnxdError('config', `--provider must be one of ${PROVIDERS.join(', ')}. Given: ${values.provider}`)
-  const modelDir = await resolveModelDir(values.model)
+  const modelDir = await resolveModelDir(values.model, { revision: values.revision, dtype: values.dtype as Dtype | undefined })
   const engine = await Engine.load({ modelDir, dtype: values.dtype as Dtype | undefined, provider })
   try {
     const prompt = positionals[0]

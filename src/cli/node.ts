@@ -10,7 +10,7 @@ import { openTracing } from '../shared/tracing.js'
 function usage(): string {
   const rows = (Object.keys(NODE_ENV) as (keyof NodeOptions)[]).map((f) => {
     const flag = NODE_FLAGS[f]
-    const arg = NodeOptions.properties[f].type === 'boolean' ? '' : ` ${flag === 'model' ? 'DIR' : 'V'}`
+    const arg = NodeOptions.properties[f].type === 'boolean' ? '' : ` ${flag === 'model' ? 'DIR|ID' : 'V'}`
     const def = NodeOptions.properties[f].default as unknown
     return `  --${`${flag}${arg}`.padEnd(26)} ${NODE_ENV[f].padEnd(28)} ${def === undefined ? '' : `default ${JSON.stringify(def)}`}`
   })
@@ -19,6 +19,8 @@ function usage(): string {
 Runs a worker node: the engine pool and GET /health, GET /metrics, POST /internal/v1/completions.
 Flags win over ONNXD_* environment variables, which win over the "node" section of onnxd.config.json.
 Without --model / ONNXD_MODEL, the embedded default model is built in ${DEFAULT_MODEL_DIR} on first use.
+--model also takes a Hugging Face hub id (owner/name, with --revision R): the files --dtype needs are fetched into
+the hub cache first, verified (HF_TOKEN, HF_ENDPOINT, HF_HUB_CACHE, HF_HUB_OFFLINE apply; see docs/configuration.md).
 
 ${rows.join('\n')}
   (kv-budget-mb default: a quarter of system memory, at most 4096)

@@ -9,6 +9,7 @@ import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
 import { flagInput, loadOptions, optionFlags, optionName, type Env, type OptionsSpec } from '../shared/options.js'
 import { DEFAULT_MODEL_DIR, DTYPES, modelIdFor, PROVIDERS } from '../shared/model.js'
 import { RUNTIME_CHOICES, type PoolOptions } from '../engine/index.js'
+import { hubModelId } from './hub-model.js'
 
 export { DEFAULT_MODEL_DIR }
 
@@ -18,8 +19,10 @@ export const NodeOptions = Type.Object(
   {
     port: Type.Integer({ minimum: 0, maximum: 65535, default: 8081 }),
     host: Type.String({ minLength: 1, default: '127.0.0.1' }),
-    /** Model bundle directory. */
+    /** Model bundle directory, or a Hugging Face hub id (`owner/name`) fetched into the hub cache before loading. */
     model: Type.String({ minLength: 1, default: DEFAULT_MODEL_DIR }),
+    /** The hub revision (branch, tag or commit) of a hub id --model; default `main`. */
+    revision: Type.Optional(Type.String({ minLength: 1, maxLength: 256 })),
     /** The id the model is served under (default: the bundle's folder name). */
     modelId: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
     /** Which ONNX variant of the bundle to load (`onnx/model_<dtype>.onnx`); absent: the bundle's default. */
@@ -78,6 +81,7 @@ export const NODE_ENV: Record<Field, string> = {
   port: 'ONNXD_NODE_PORT',
   host: 'ONNXD_NODE_HOST',
   model: 'ONNXD_MODEL',
+  revision: 'ONNXD_REVISION',
   modelId: 'ONNXD_MODEL_ID',
   dtype: 'ONNXD_DTYPE',
   chatTemplate: 'ONNXD_CHAT_TEMPLATE',
@@ -131,11 +135,16 @@ const SPEC: OptionsSpec<typeof NodeOptions> = {
   name: 'node',
   schema: NodeOptions,
   env: NODE_ENV,
-  check: (v) =>
+  check: (v) => [
     // Every running sequence decodes one token per step, so a step must fit one token per running sequence.
-    typeof v.maxBatchedTokens === 'number' && typeof v.maxRunning === 'number' && v.maxBatchedTokens < v.maxRunning
+    ...(typeof v.maxBatchedTokens === 'number' && typeof v.maxRunning === 'number' && v.maxBatchedTokens < v.maxRunning
       ? [`${optionName(NODE_ENV, 'maxBatchedTokens')} must be >= maxRunning (${NODE_ENV.maxRunning}). Given: ${v.maxBatchedTokens} and ${v.maxRunning}`]
-      : [],
+      : []),
+    // A revision picks a commit of a hub model: for a local bundle it would be silently ignored.
+    ...(typeof v.revision === 'string' && typeof v.model === 'string' && hubModelId(v.model) === null
+      ? [`${optionName(NODE_ENV, 'revision')} applies to a Hugging Face hub id --model (owner/name); ${v.model} is a local bundle`]
+      : []),
+  ],
 }
 
 /**
@@ -162,9 +171,9 @@ export function nodeFlags(values: Record<string, unknown>): Partial<Record<Field
   return flagInput(NODE_FLAGS, values)
 }
 
-/** The id the model is served under: `modelId`, else the bundle's folder name (as the engine does). */
+/** The id the model is served under: `modelId`, else the hub id (as vLLM does), else the bundle's folder name. */
 export function servedModelId(opts: Pick<NodeOptions, 'model' | 'modelId'>): string {
-  return modelIdFor(opts.model, opts.modelId)
+  return opts.modelId ?? hubModelId(opts.model) ?? modelIdFor(opts.model)
 }
 
 /** The text of a --chat-template file; a config error naming the file when it cannot be read. */

@@ -6,6 +6,7 @@ import { createEnginePool } from '../engine/index.js'
 import { buildNode } from './app.js'
 import { createMetrics, createRegistry } from './plugins/metrics.js'
 import { DEFAULT_MODEL_DIR, servedModelId, toPoolOptions, type NodeOptions } from './options.js'
+import { fetchHubModel, hubModelId } from './hub-model.js'
 import type { Tracing } from '../shared/tracing.js'
 
 export interface NodeHooks {
@@ -20,6 +21,8 @@ export interface NodeHooks {
 export interface ServeNodeDeps {
   /** Traces of the node's completions (off without); the caller shuts it down once serveNode has returned. */
   tracing?: Tracing | null
+  /** Where a hub model's HF_TOKEN, HF_ENDPOINT, HF_HUB_CACHE / HF_HOME and HF_HUB_OFFLINE come from; default process.env. */
+  env?: NodeJS.ProcessEnv
 }
 
 /**
@@ -29,9 +32,13 @@ export interface ServeNodeDeps {
  */
 export async function serveNode(opts: NodeOptions, shutdown: Promise<NodeJS.Signals>, hooks: NodeHooks = {}, deps: ServeNodeDeps = {}): Promise<number> {
   let modelDir = opts.model
+  const hubId = hubModelId(opts.model)
   if (opts.model === DEFAULT_MODEL_DIR) {
     const { ensureDefaultModel } = await import('../builder/index.js')
     modelDir = await ensureDefaultModel(opts.model)
+  } else if (hubId !== null) {
+    // A hub id: its files for this dtype, fetched into (or found in) the Hugging Face cache, before anything loads.
+    modelDir = await fetchHubModel(hubId, { revision: opts.revision, dtype: opts.dtype, env: deps.env })
   }
   const model = servedModelId(opts)
   const metrics = createMetrics(createRegistry(), model, opts.provider, opts.runtime)
