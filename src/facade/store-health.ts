@@ -32,6 +32,9 @@ const OPERATIONS: Record<StoreOperation, true> = {
   saveInFlight: true,
   settleStaleInFlight: true,
   usage: true,
+  saveResponse: true,
+  getResponse: true,
+  deleteResponse: true,
   ping: true,
 }
 

@@ -167,7 +167,35 @@ export interface UsageStore {
   usage(query: UsageQuery): Promise<UsageRow[]>
 }
 
-export interface Store extends AccountStore, KeyStore, UsageStore {
+/**
+ * A response kept for OpenAI's Responses API (`store: true`): its answer, the input items its request gave, and the
+ * conversation a response continuing it (`previous_response_id`) starts from. Visible only to its account. The
+ * items and the answer are opaque JSON to the store.
+ */
+export interface StoredResponse {
+  /** `resp_…`. */
+  id: string
+  accountId: string
+  /** Unix seconds. */
+  createdAt: number
+  /** The response object as answered (JSON text). */
+  response: string
+  /** The items this request gave as `input`, in order (JSON text of an array). */
+  inputItems: string
+  /** The conversation up to and including this response's output, for the next turn (JSON text of an array). */
+  conversation: string
+}
+
+export interface ResponseStore {
+  /** Saves a response; saving the same id again replaces it. */
+  saveResponse(r: StoredResponse): Promise<void>
+  /** The account's response with this id; null when there is none, or it is another account's. */
+  getResponse(accountId: string, id: string): Promise<StoredResponse | null>
+  /** Deletes the account's response with this id; false when there was none (another account's is left alone). */
+  deleteResponse(accountId: string, id: string): Promise<boolean>
+}
+
+export interface Store extends AccountStore, KeyStore, UsageStore, ResponseStore {
   /** Resolves once the store has answered a trivial query: how a caller learns that an outage is over. */
   ping(): Promise<void>
   /**

@@ -66,6 +66,18 @@ export const MIGRATIONS: readonly string[] = [
   ) STRICT;
   CREATE INDEX billed_age ON billed(billed_at);
   `,
+  // 4: responses kept for OpenAI's Responses API (store: true), each visible to its account only.
+  `
+  CREATE TABLE responses (
+    id           TEXT PRIMARY KEY,
+    account_id   TEXT NOT NULL REFERENCES accounts(id),
+    created_at   INTEGER NOT NULL,
+    response     TEXT NOT NULL,
+    input_items  TEXT NOT NULL,
+    conversation TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX responses_account ON responses(account_id);
+  `,
 ]
 
 /** The same schema in PostgreSQL: one entry per SQLite migration above (a test holds the two lists to one length). */
@@ -132,5 +144,17 @@ export const PG_MIGRATIONS: readonly string[] = [
     billed_at BIGINT NOT NULL
   );
   CREATE INDEX billed_age ON billed(billed_at);
+  `,
+  // 4: responses kept for OpenAI's Responses API (store: true), each visible to its account only.
+  `
+  CREATE TABLE responses (
+    id           TEXT PRIMARY KEY,
+    account_id   TEXT NOT NULL REFERENCES accounts(id),
+    created_at   BIGINT NOT NULL,
+    response     TEXT NOT NULL,
+    input_items  TEXT NOT NULL,
+    conversation TEXT NOT NULL
+  );
+  CREATE INDEX responses_account ON responses(account_id);
   `,
 ]

@@ -19,6 +19,7 @@ import type {
   ProfilePatch,
   SettledInFlight,
   Store,
+  StoredResponse,
   Subscription,
   UsageQuery,
   UsageRow,
@@ -30,16 +31,19 @@ import {
   INFLIGHT_SAVE_COLUMNS,
   INFLIGHT_SAVE_CONFLICT,
   nowS,
+  RESPONSE_UPSERT,
   SELECT_KEY_WITH_ACCOUNT,
   SETTLED_RETENTION_MS,
   toAccount,
   toKey,
   toKeyLookup,
+  toStoredResponse,
   toUsage,
   type AccountRow,
   type InFlightRow,
   type KeyRow,
   type KeyWithAccountRow,
+  type ResponseRow,
   type UsageDbRow,
 } from './rows.js'
 
@@ -510,6 +514,19 @@ export class PostgresStore implements Store {
       filters.map(([, value]) => value),
     )
     return rows.rows.map(toUsage)
+  }
+
+  async saveResponse(r: StoredResponse): Promise<void> {
+    await this.pool.query(RESPONSE_UPSERT(['$1', '$2', '$3', '$4', '$5', '$6']), [r.id, r.accountId, r.createdAt, r.response, r.inputItems, r.conversation])
+  }
+
+  async getResponse(accountId: string, id: string): Promise<StoredResponse | null> {
+    const r = await this.one<ResponseRow>('SELECT * FROM responses WHERE id = $1 AND account_id = $2', [id, accountId])
+    return r ? toStoredResponse(r) : null
+  }
+
+  async deleteResponse(accountId: string, id: string): Promise<boolean> {
+    return ((await this.pool.query('DELETE FROM responses WHERE id = $1 AND account_id = $2', [id, accountId])).rowCount ?? 0) > 0
   }
 
   async ping(): Promise<void> {

@@ -2,7 +2,7 @@
 // the store's objects, plus the bookkeeping both stores apply to in-flight rows. No driver here, and SQL only in the
 // fragments both dialects read alike; the queries, with their dialect differences, stay in sqlite.ts and postgres.ts.
 // Imports: store interfaces.
-import type { Account, ApiKey, KeyLookup, SettledInFlight, Subscription, UsageRow } from './interfaces.js'
+import type { Account, ApiKey, KeyLookup, SettledInFlight, StoredResponse, Subscription, UsageRow } from './interfaces.js'
 
 export interface AccountRow {
   id: string
@@ -114,6 +114,29 @@ export const toUsage = (r: UsageDbRow): UsageRow => ({
   promptTokens: r.prompt_tokens,
   completionTokens: r.completion_tokens,
   costMicros: r.cost_micros,
+})
+
+export interface ResponseRow {
+  id: string
+  account_id: string
+  created_at: number | string
+  response: string
+  input_items: string
+  conversation: string
+}
+
+/** Saves a response, replacing one of the same id (both dialects read `?` and `$n` differently: the caller numbers). */
+export const RESPONSE_UPSERT = (p: readonly string[]): string => `INSERT INTO responses (id, account_id, created_at, response, input_items, conversation)
+  VALUES (${p.join(', ')})
+  ON CONFLICT (id) DO UPDATE SET response = excluded.response, input_items = excluded.input_items, conversation = excluded.conversation`
+
+export const toStoredResponse = (r: ResponseRow): StoredResponse => ({
+  id: r.id,
+  accountId: r.account_id,
+  createdAt: Number(r.created_at),
+  response: r.response,
+  inputItems: r.input_items,
+  conversation: r.conversation,
 })
 
 export const nowS = (): number => Math.floor(Date.now() / 1000)

@@ -17,6 +17,7 @@ import type {
   ProfilePatch,
   SettledInFlight,
   Store,
+  StoredResponse,
   Subscription,
   UsageQuery,
   UsageRow,
@@ -28,17 +29,20 @@ import {
   INFLIGHT_SAVE_COLUMNS,
   INFLIGHT_SAVE_CONFLICT,
   nowS,
+  RESPONSE_UPSERT,
   SELECT_KEY_WITH_ACCOUNT,
   SETTLED_RETENTION_MS,
   toAccount,
   toKey,
   toKeyLookup,
+  toStoredResponse,
   toUsage,
   unsettledRest,
   type AccountRow,
   type InFlightRow,
   type KeyRow,
   type KeyWithAccountRow,
+  type ResponseRow,
   type UsageDbRow,
 } from './rows.js'
 
@@ -125,6 +129,9 @@ function prepareStatements(db: Database.Database) {
     ),
     markSettled: db.prepare<[number, string]>('UPDATE inflight SET settled_at = ? WHERE id = ?'),
     forgetSettled: db.prepare<[number]>('DELETE FROM inflight WHERE settled_at IS NOT NULL AND settled_at < ?'),
+    saveResponse: db.prepare<[string, string, number, string, string, string]>(RESPONSE_UPSERT(['?', '?', '?', '?', '?', '?'])),
+    getResponse: db.prepare<[string, string], ResponseRow>('SELECT * FROM responses WHERE id = ? AND account_id = ?'),
+    deleteResponse: db.prepare<[string, string]>('DELETE FROM responses WHERE id = ? AND account_id = ?'),
   }
 }
 
@@ -296,6 +303,19 @@ export class SqliteStore implements Store {
       )
       .all(...params)
     return rows.map(toUsage)
+  }
+
+  async saveResponse(r: StoredResponse): Promise<void> {
+    this.q.saveResponse.run(r.id, r.accountId, r.createdAt, r.response, r.inputItems, r.conversation)
+  }
+
+  async getResponse(accountId: string, id: string): Promise<StoredResponse | null> {
+    const r = this.q.getResponse.get(id, accountId)
+    return r ? toStoredResponse(r) : null
+  }
+
+  async deleteResponse(accountId: string, id: string): Promise<boolean> {
+    return this.q.deleteResponse.run(id, accountId).changes > 0
   }
 
   async ping(): Promise<void> {

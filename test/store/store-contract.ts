@@ -126,6 +126,23 @@ export function storeContract<S extends Store>(h: StoreHarness<S>): void {
     expect(await h.inflight(s)).toEqual([])
   })
 
+  it('keeps responses per account: saved, replaced, read and deleted by their own account only', async () => {
+    const s = await h.open()
+    const a = await s.createAccount({ name: 'a' })
+    const b = await s.createAccount({ name: 'b' })
+    const r = { id: 'resp_1', accountId: a.id, createdAt: 1_790_000_000, response: '{"id":"resp_1"}', inputItems: '[{"role":"user"}]', conversation: '[1,2]' }
+    await s.saveResponse(r)
+    expect(await s.getResponse(a.id, 'resp_1')).toEqual(r)
+    expect(await s.getResponse(b.id, 'resp_1')).toBeNull()
+    expect(await s.getResponse(a.id, 'resp_2')).toBeNull()
+    await s.saveResponse({ ...r, response: '{"id":"resp_1","status":"completed"}' })
+    expect((await s.getResponse(a.id, 'resp_1'))?.response).toBe('{"id":"resp_1","status":"completed"}')
+    expect(await s.deleteResponse(b.id, 'resp_1')).toBe(false)
+    expect(await s.deleteResponse(a.id, 'resp_1')).toBe(true)
+    expect(await s.deleteResponse(a.id, 'resp_1')).toBe(false)
+    expect(await s.getResponse(a.id, 'resp_1')).toBeNull()
+  })
+
   it('tells an outage from a refused operation, and answers a ping', async () => {
     const s = await h.open()
     await s.ping()

@@ -1,5 +1,6 @@
-// Which OpenAI request fields onnxd honours, which it accepts as information only, and which it refuses (422 naming
-// the field) because it cannot honour them: one table for /v1/chat/completions and /v1/completions. A field in no
+// Which request fields onnxd honours, which it accepts as information only, and which it refuses (422 naming the
+// field) because it cannot honour them: one table for every /v1 surface (OpenAI's chat completions, completions and
+// responses, Anthropic's messages). A field in no
 // list is refused as unrecognized, never dropped. Null values count as absent, as with OpenAI. Also what both routes
 // do with the fields they honour: the sampling fields under their node names, a value error as a 422.
 // Imports: shared errors and sampling field definitions, the contract's request type.
@@ -7,7 +8,7 @@ import type { CompletionRequest } from '../../contract/completions.js'
 import { clip, OnnxdError, quote } from '../../shared/errors.js'
 import { checkFieldCombinations, openAiNames, SAMPLING_FIELD_NAMES } from '../../shared/sampling.js'
 
-export type Endpoint = 'chat' | 'completions'
+export type Endpoint = 'chat' | 'completions' | 'responses' | 'messages'
 
 /** A field onnxd does not act on: the values it accepts anyway (honoured trivially, or information only). */
 interface Passive {
@@ -67,10 +68,54 @@ const COMPLETIONS: Readonly<Record<string, Passive>> = {
   suffix: { accepts: never, why: 'insertion (a suffix) is not supported' },
 }
 
-/** Per endpoint, the OpenAI fields onnxd does not act on. Sampling fields, `stream`, `model` and the prompt are the routes' own. */
+/** Only null values inside (a reasoning object that asks for nothing). */
+const allNull = (v: unknown): boolean => isObject(v) && Object.values(v).every((x) => x === null)
+
+/** OpenAI's responses request's own. */
+const RESPONSES: Readonly<Record<string, Passive>> = {
+  safety_identifier: CHAT.safety_identifier!,
+  prompt_cache_key: CHAT.prompt_cache_key!,
+  service_tier: CHAT.service_tier!,
+  prompt_cache_retention: { accepts: (v) => v === 'in_memory', why: "the prefix cache lives in the node's memory; only 'in_memory' is accepted" },
+  truncation: { accepts: (v) => v === 'disabled', why: "the input is never truncated (an input over the context is a 422); only 'disabled' is accepted" },
+  include: { accepts: emptyArray, why: 'no extra output data (reasoning, logprobs, tool results) is produced; only [] is accepted' },
+  background: { accepts: (v) => v === false, why: 'background responses are not supported; only false is accepted' },
+  reasoning: { accepts: allNull, why: 'reasoning controls are not supported by the models onnxd serves' },
+  stream_options: {
+    accepts: (v) => isObject(v) && Object.entries(v).every(([k, x]) => k === 'include_obfuscation' && (x === false || x === null)),
+    why: 'stream obfuscation is not supported; only {"include_obfuscation": false} is accepted',
+  },
+  top_logprobs: { accepts: (v) => v === 0, why: 'log-probabilities are not returned by /v1/responses; use /v1/chat/completions' },
+  max_tool_calls: { accepts: never, why: 'built-in tools are not supported, so there are no tool calls to limit' },
+  conversation: { accepts: never, why: 'conversations are not supported; continue a response with previous_response_id' },
+  prompt: { accepts: never, why: 'stored prompt templates are not supported; send input and instructions' },
+  context_management: { accepts: never, why: 'context management is not supported' },
+}
+
+/** Anthropic's messages request's own. */
+const MESSAGES: Readonly<Record<string, Passive>> = {
+  metadata: {
+    accepts: (v) => isObject(v) && Object.entries(v).every(([k, x]) => k === 'user_id' && (x === null || isString(x))),
+    why: 'it must be an object with an optional string user_id',
+    malformed: true,
+  },
+  service_tier: { accepts: (v) => v === 'auto' || v === 'standard_only', why: "there is one service tier; only 'auto' or 'standard_only' is accepted" },
+  thinking: { accepts: (v) => isObject(v) && v.type === 'disabled', why: 'extended thinking is not supported by the models onnxd serves; only {"type": "disabled"} is accepted' },
+  // Prompt caching is automatic (the node's prefix cache): a breakpoint asks for what happens anyway.
+  cache_control: { accepts: (v) => isObject(v) && v.type === 'ephemeral', why: 'only {"type": "ephemeral"} is accepted (prefix caching is automatic)' },
+  speed: { accepts: (v) => v === 'standard', why: "there is one speed; only 'standard' is accepted" },
+  container: { accepts: never, why: 'code execution containers are not supported' },
+  mcp_servers: { accepts: never, why: 'MCP servers are not supported' },
+  context_management: { accepts: never, why: 'context management is not supported' },
+  inference_geo: { accepts: never, why: 'inference geography cannot be chosen' },
+}
+
+/** Per endpoint, the fields onnxd does not act on. Sampling fields, `stream`, `model` and the prompt are the routes' own. */
 export const PASSIVE_FIELDS: Readonly<Record<Endpoint, Readonly<Record<string, Passive>>>> = {
   chat: { ...COMMON, ...CHAT },
   completions: { ...COMMON, ...COMPLETIONS },
+  responses: { ...COMMON, ...RESPONSES },
+  messages: MESSAGES,
 }
 
 /** The refusal of a field onnxd cannot honour: 422, naming the field (and a short form of the value). */
