@@ -13,6 +13,10 @@ import { run as generate } from '../../src/cli/generate.js'
 import { readBundle } from '../../src/engine/model/bundle.js'
 import { fetchHubModel, filesFor, hubModelId, type HubFile, type HubProgress } from '../../src/node/hub-model.js'
 import { loadNodeOptions, servedModelId } from '../../src/node/options.js'
+import { serveNode } from '../../src/node/server.js'
+import { freePort } from '../helpers/servers.js'
+import { deferred } from '../helpers/deferred.js'
+import { completionBody, post, testOptions } from './helpers.js'
 import { DEFAULT_MODEL_DIR } from '../../src/shared/model.js'
 
 const REPO_ID = 'onnxd-test/tiny-chat'
@@ -291,6 +295,26 @@ describe('models by Hugging Face hub id (issue #35)', () => {
     )
     await expect(fetchHubModel('onnxd-test/missing', { env: envFor(cache), ...quiet })).rejects.toThrow(/onnxd-test\/missing \(revision main\) on .*: no such model or revision \(404\)/)
   })
+
+  it('a node started with --model owner/name fetches it before loading and serves it under the hub id', async () => {
+    const cache = tmp()
+    const port = await freePort()
+    const opts = testOptions({ model: REPO_ID, dtype: 'q4', port, host: '127.0.0.1', workers: 1, intraOpThreads: 1 })
+    const shutdown = deferred<NodeJS.Signals>()
+    const url = `http://127.0.0.1:${port}`
+    const running = serveNode(opts, shutdown.promise, {}, { env: envFor(cache) })
+    let health: { status: string; models: string[] } = { status: '', models: [] }
+    for (let i = 0; i < 3000 && health.status !== 'ready'; i++) {
+      health = await fetch(`${url}/health`).then((r) => r.json() as Promise<typeof health>, () => health)
+      if (health.status !== 'ready') await new Promise((r) => setTimeout(r, 20))
+    }
+    expect(health).toMatchObject({ status: 'ready', models: [REPO_ID] })
+    const res = await post(url, completionBody({ model: REPO_ID, max_tokens: 2 }))
+    expect(res.status).toBe(200)
+    expect(existsSync(join(cache, 'models--onnxd-test--tiny-chat', 'snapshots', COMMIT, 'onnx', 'model_q4.onnx'))).toBe(true)
+    shutdown.resolve('SIGTERM')
+    await expect(running).resolves.toBe(0)
+  }, 60_000)
 
   it('onnxd generate --model owner/name --dtype q4 fetches the model and runs it', async () => {
     const cache = tmp()
