@@ -2,9 +2,9 @@
 // its variable, flag and default (and no row names an option that does not exist), every metric each server
 // registers is in metrics.md with its type and labels (and nothing else is), every error code is in errors.md with
 // its status and type, every field of the node's /health in node-api.md, benchmarks.md shows the kept results (bench/results) as
-// generated and the bench's --help, every relative link of the
+// generated and the bench's --help, every ONNXD_* variable the code names is documented, every relative link of the
 // README and the docs resolves to a file and a heading.
-import { existsSync, readdirSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
@@ -119,6 +119,19 @@ describe('docs/benchmarks.md', () => {
   it("prints the serving benchmark's and the context sweep's options as --help does", () => {
     expect(md).toContain('```\n' + USAGE + '```')
     expect(md).toContain('```\n' + CONTEXT_USAGE + '```')
+  })
+})
+
+describe('environment variables', () => {
+  /** Every file under `dir`, recursively. */
+  const files = (dir: string): string[] => readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? files(join(dir, e.name)) : [join(dir, e.name)]))
+  it('every ONNXD_* name the code uses is documented in docs/ (warning codes aside)', () => {
+    const code = files(join(ROOT, 'src')).filter((f) => f.endsWith('.ts')).map((f) => readFileSync(f, 'utf8'))
+    const warnings = new Set(code.flatMap((t) => [...t.matchAll(/code: '(ONNXD_[A-Z0-9_]+)'/g)].map((m) => m[1]!)))
+    const names = new Set(code.flatMap((t) => [...t.matchAll(/\bONNXD_[A-Z0-9_]+/g)].map((m) => m[0])))
+    const docs = readdirSync(join(ROOT, 'docs')).map((f) => readDoc(`docs/${f}`)).join('\n')
+    expect(names.size).toBeGreaterThan(40)
+    expect([...names].filter((n) => !warnings.has(n) && !docs.includes(n))).toEqual([])
   })
 })
 
