@@ -84,7 +84,7 @@ export interface SweepReport {
 }
 
 /** A KvCache of `rows` rows holding `len` random tokens each, without running the model. */
-function filledCache(m: LoadedModel, rows: number, len: number, chunk: number): KvCache {
+export function filledCache(m: LoadedModel, rows: number, len: number, chunk: number): KvCache {
   const sig = m.session.signature
   const kv = new KvCache(kvShapeOf(sig.kv), chunk)
   kv.reserve(rows, len + 1)
@@ -102,7 +102,7 @@ function filledCache(m: LoadedModel, rows: number, len: number, chunk: number): 
   return kv
 }
 
-interface Traffic {
+export interface Traffic {
   fed: Record<string, number>
   fetched: Record<string, number>
   /** Outputs bound onto a tensor also bound as an input (nothing crossed). */
@@ -167,7 +167,7 @@ function probeBindings(): { take(): Traffic; restore(): void } {
   }
 }
 
-interface StepResult {
+export interface StepResult {
   ms: number
   runMs: number
   fed: Record<string, number>
@@ -178,7 +178,7 @@ interface StepResult {
 const sum = (r: Record<string, number>): number => Object.values(r).reduce((a, b) => a + b, 0)
 
 /** One decode step as the batcher's decodeStep makes it, then the rows back to `len` tokens. */
-async function step(m: LoadedModel, kv: KvCache, len: number, probe: () => Traffic): Promise<StepResult> {
+export async function sweepStep(m: LoadedModel, kv: KvCache, len: number, probe: () => Traffic): Promise<StepResult> {
   const session = m.session
   const sig = session.signature
   const t0 = performance.now()
@@ -257,9 +257,9 @@ export async function runSweep(o: SweepOptions): Promise<SweepReport> {
             for (let round = 0; round < rounds; round++) {
               for (const rt of o.runtimes) {
                 const m = models.get(rt)!
-                await step(m, kv, len, probe(rt)) // warm-up (and the cache's layout settles)
+                await sweepStep(m, kv, len, probe(rt)) // warm-up (and the cache's layout settles)
                 const n = Math.ceil(steps / rounds)
-                for (let i = 0; i < n; i++) res.get(rt)!.push(await step(m, kv, len, probe(rt)))
+                for (let i = 0; i < n; i++) res.get(rt)!.push(await sweepStep(m, kv, len, probe(rt)))
               }
             }
             for (const rt of o.runtimes) {
