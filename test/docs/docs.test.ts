@@ -1,7 +1,8 @@
 // The docs pages cannot drift from the code: every option of the node and the facade is in configuration.md with
 // its variable, flag and default (and no row names an option that does not exist), every metric each server
 // registers is in metrics.md with its type and labels (and nothing else is), every error code is in errors.md with
-// its status and type, every field of the node's /health in node-api.md, benchmarks.md shows the kept results (bench/results) as
+// its status and type, every field of the node's /health and completion request in node-api.md, every
+// chat field in api.md, benchmarks.md shows the kept results (bench/results) as
 // generated and the bench's --help, every ONNXD_* variable the code names is documented, every relative link of the
 // README and the docs resolves to a file and a heading.
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
@@ -12,8 +13,10 @@ import { FACADE_ARG_FLAGS } from '../../src/cli/operator.js'
 import { CONTEXT_USAGE } from '../../src/bench/context.js'
 import { USAGE } from '../../src/bench/options.js'
 import { chartFile, generatedResults, kindOf, readResults, resultsMarkdown } from '../../src/bench/results.js'
+import { CompletionRequest } from '../../src/contract/completions.js'
 import { HealthBody } from '../../src/contract/health.js'
 import { createFacadeMetrics } from '../../src/facade/metrics.js'
+import { ChatParams } from '../../src/facade/routes/chat-completions/schema.js'
 import { FacadeOptions, FACADE_ENV, FACADE_FLAGS } from '../../src/facade/options.js'
 import { ERROR_CODES, errorStatus, errorType } from '../../src/shared/errors.js'
 import { NodeOptions, NODE_ENV, NODE_FLAGS } from '../../src/node/options.js'
@@ -119,6 +122,17 @@ describe('docs/benchmarks.md', () => {
   it("prints the serving benchmark's and the context sweep's options as --help does", () => {
     expect(md).toContain('```\n' + USAGE + '```')
     expect(md).toContain('```\n' + CONTEXT_USAGE + '```')
+  })
+})
+
+describe('request fields', () => {
+  it("node-api.md names every field of the node's completion request", () => {
+    const text = section(readDoc('docs/node-api.md'), 'Request')
+    expect(Object.keys(CompletionRequest.properties).filter((k) => !text.includes(`\`${k}\``))).toEqual([])
+  })
+  it('api.md names every field a chat completion honours', () => {
+    const text = section(readDoc('docs/api.md'), 'Chat completions')
+    expect(Object.keys(ChatParams.properties).filter((k) => !text.includes(`\`${k}\``))).toEqual([])
   })
 })
 
