@@ -72,6 +72,10 @@ const PACKAGE_OWNERS: { pkg: string; owners: string[]; exceptions?: { file: stri
   { pkg: 'redis', owners: ['src/store/redis-rate-limit.ts'] },
   { pkg: 'piscina', owners: ['src/engine/pool/pool.ts'] },
   { pkg: 'prom-client', owners: ['src/node/', 'src/facade/metrics.ts', 'src/shared/metrics.ts'] },
+  // The hub protocol (models by hub id) and the secret-strength estimator: one module each, loaded only when used.
+  { pkg: '@huggingface/hub', owners: ['src/node/hub-model.ts'] },
+  { pkg: '@zxcvbn-ts/core', owners: ['src/facade/auth/secret-strength.ts'] },
+  { pkg: '@zxcvbn-ts/language-common', owners: ['src/facade/auth/secret-strength.ts'] },
   // Tracing's SDK is loaded (dynamically, only when tracing is on) by one module; spans are made with @opentelemetry/api.
   { pkg: '@opentelemetry/sdk-trace', owners: ['src/shared/tracing.ts'] },
   { pkg: '@opentelemetry/exporter-trace-otlp-http', owners: ['src/shared/tracing.ts'] },
