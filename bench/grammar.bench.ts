@@ -31,13 +31,31 @@ export interface MaskCost {
   /** Median ms of the engine's decode step at batch B (temperature 1). */
   step_ms: number
   ratio: number
+  /** Mask steps timed, and decode steps of the engine at batch B timed: what each median is of. */
+  mask_steps: number
+  decode_steps: number
+  /** What the walk wrote under the masks: the values it completed, and each row's value in progress at the end. */
+  values: string[]
+  walking: string[]
 }
 
-/** Times `steps` mask steps of `batch` sequences walking the schema (random allowed tokens; a finished one restarts). */
-async function maskMs(grammars: Grammars, vocab: number, batch: number, steps: number): Promise<number> {
+interface MaskWalk {
+  ms: number
+  steps: number
+  values: string[]
+  walking: string[]
+}
+
+/**
+ * Times `steps` mask steps of `batch` sequences walking the schema (random allowed tokens; a finished one restarts),
+ * and keeps the text the walk wrote (`decode`: token ids to text) to show the masks are the schema's.
+ */
+async function maskMs(grammars: Grammars, vocab: number, batch: number, steps: number, decode: (ids: number[]) => string): Promise<MaskWalk> {
   const masks: TokenMask[] = await Promise.all(Array.from({ length: batch }, () => grammars.matcher({ type: 'json_schema', schema: SCHEMA })))
   const rows = Array.from({ length: batch }, () => new Float32Array(vocab))
   const times: number[] = []
+  const ids: number[][] = Array.from({ length: batch }, () => [])
+  const values: string[] = []
   let seed = 1
   for (let s = 0; s < steps; s++) {
     for (const r of rows) r.fill(0)
@@ -48,6 +66,8 @@ async function maskMs(grammars: Grammars, vocab: number, batch: number, steps: n
     for (const [i, m] of masks.entries()) {
       // The last pick completed the value (the thread says so with the next mask): this row starts again.
       if (m.terminated) {
+        values.push(decode(ids[i]!))
+        ids[i] = []
         m.dispose()
         masks[i] = await grammars.matcher({ type: 'json_schema', schema: SCHEMA })
         continue
@@ -55,15 +75,17 @@ async function maskMs(grammars: Grammars, vocab: number, batch: number, steps: n
       const allowed: number[] = []
       rows[i]!.forEach((x, id) => x === 0 && allowed.push(id))
       seed = (seed * 48271) % 2147483647
-      m.accept(allowed[seed % allowed.length]!)
+      const id = allowed[seed % allowed.length]!
+      m.accept(id)
+      ids[i]!.push(id)
     }
   }
   for (const m of masks) m.dispose()
-  return median(times)
+  return { ms: median(times), steps: times.length, values, walking: ids.map((x) => (x.length > 0 ? decode(x) : '')) }
 }
 
 /** The engine's median decode step at batch `batch`: that many requests at temperature 1, together. */
-async function stepMs(modelDir: string, batch: number, steps: number): Promise<number> {
+async function stepMs(modelDir: string, batch: number, steps: number): Promise<{ ms: number; steps: number }> {
   const decode: number[] = []
   const engine = await Engine.load({ modelDir }, { onStep: (s) => s.phase === 'decode' && s.batch === batch && decode.push(s.seconds * 1000) })
   try {
@@ -78,7 +100,7 @@ async function stepMs(modelDir: string, batch: number, steps: number): Promise<n
   } finally {
     await engine.close()
   }
-  return median(decode)
+  return { ms: median(decode), steps: decode.length }
 }
 
 /** Both figures at each batch. */
@@ -90,9 +112,9 @@ export async function measureMaskCost(modelDir: string, batches: number[], steps
   await probe.close()
   const out: MaskCost[] = []
   for (const batch of batches) {
-    const mask = await maskMs(grammars, vocab, batch, steps)
+    const mask = await maskMs(grammars, vocab, batch, steps, (ids) => tok.decode(ids))
     const step = await stepMs(modelDir, batch, steps)
-    out.push({ batch, mask_ms: mask, step_ms: step, ratio: mask / step })
+    out.push({ batch, mask_ms: mask.ms, step_ms: step.ms, ratio: mask.ms / step.ms, mask_steps: mask.steps, decode_steps: step.steps, values: mask.values, walking: mask.walking })
   }
   await grammars.close()
   return out
