@@ -105,11 +105,13 @@ export interface DecodeTotals {
   tokens: number
   /** Wall seconds from the call's dispatch to the last of its sequences' sampled tokens (decode and sampling). */
   seconds: number
+  /** CPU seconds of this process over the same steps (llama.cpp's threads and the peer's own work beside them). */
+  cpuSeconds: number
   /** Calls by rows, to tell a steady batch from a mean. */
   byRows: Record<number, number>
 }
 
-const emptyTotals = (): DecodeTotals => ({ calls: 0, rows: 0, tokens: 0, seconds: 0, byRows: {} })
+const emptyTotals = (): DecodeTotals => ({ calls: 0, rows: 0, tokens: 0, seconds: 0, cpuSeconds: 0, byRows: {} })
 
 /** The totals in the node's /metrics step families (engine-metrics.ts reads them: step seconds and count, rows, tokens,
  * per phase), so the bench's "where the time goes" shows llama.cpp's decode calls beside onnxd's steps, plus calls by
@@ -124,9 +126,13 @@ export function decodeMetricsText(t: Record<'prefill' | 'decode', DecodeTotals>)
   fam('onnxd_batch_step_seconds_count', 'llama.cpp: llama_decode calls.', (d) => d.calls)
   fam('onnxd_batch_size_sum', 'llama.cpp: sequences over the calls.', (d) => d.rows)
   fam('onnxd_iteration_tokens_sum', 'llama.cpp: tokens over the calls.', (d) => d.tokens)
+  fam('llama_decode_cpu_seconds_total', 'llama.cpp: CPU seconds of the peer process over its steps.', (d) => d.cpuSeconds)
   lines.push('# HELP llama_decode_calls_by_rows_total llama.cpp decode calls by the sequences they carried.', '# TYPE llama_decode_calls_by_rows_total counter')
   for (const phase of ['prefill', 'decode'] as const)
     for (const [rows, n] of Object.entries(t[phase].byRows)) lines.push(`llama_decode_calls_by_rows_total{phase="${phase}",rows="${rows}"} ${n}`)
+  // CPU seconds of this process (llama.cpp's threads included): on a shared host, a figure that load barely moves.
+  const cpu = process.cpuUsage()
+  lines.push('# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.', '# TYPE process_cpu_seconds_total counter', `process_cpu_seconds_total ${(cpu.user + cpu.system) / 1e6}`)
   return lines.join('\n') + '\n'
 }
 
@@ -270,6 +276,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
         sends = []
         flush = () => pendingSends.forEach((send) => send())
         const calls0 = callsSeen
+        const cpu0 = process.cpuUsage()
         const t0 = performance.now()
         const results = await Promise.all(
           rows.map(({ s, tokens, sample }) =>
@@ -277,6 +284,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
           ),
         )
         const seconds = (performance.now() - t0) / 1000
+        const cpu = process.cpuUsage(cpu0)
         if (flush) (flush as () => void)()
         flush = null
         const t = totals[prompt > 0 ? 'prefill' : 'decode']
@@ -285,6 +293,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
         t.rows += rows.length
         t.tokens += rows.reduce((n, r) => n + r.tokens.length, 0)
         t.seconds += seconds
+        t.cpuSeconds += (cpu.user + cpu.system) / 1e6
         if (calls === 1) t.byRows[rows.length] = (t.byRows[rows.length] ?? 0) + 1
         const ended: Slot[] = []
         rows.forEach(({ s, sample }, i) => {
@@ -389,6 +398,10 @@ export interface DirectRun {
   decodeTokens: number
   tokensPerDecodeCall: number
   msPerDecodeCall: number
+  /** CPU seconds of this process over the run (prompts and decode). */
+  cpuSeconds: number
+  /** CPU milliseconds of this process per decode call (llama.cpp's threads included). */
+  cpuMsPerDecodeCall: number
   /** Each stream's greedy tokens. */
   outputs: number[][]
 }
@@ -436,8 +449,10 @@ export async function driveDirect(o: { model: string; prompts: number[][]; maxTo
     const gens = seqs.map((seq, i) => seq.evaluate(o.prompts[i] as Token[], { temperature: 0, yieldEogToken: true }))
     const outputs: number[][] = o.prompts.map(() => [])
     const t0 = performance.now()
+    const cpuStart = process.cpuUsage()
     let first = await Promise.all(gens.map((g) => g.next()))
     const tDecode = performance.now()
+    const cpu0 = process.cpuUsage()
     const [calls0, tokens0] = [calls, tokens]
     for (let k = 1; ; k++) {
       first.forEach((r, i) => r.done || outputs[i].push(r.value))
@@ -445,6 +460,8 @@ export async function driveDirect(o: { model: string; prompts: number[][]; maxTo
       first = await Promise.all(gens.map((g) => g.next()))
     }
     const t1 = performance.now()
+    const cpu = process.cpuUsage(cpu0)
+    const cpuAll = process.cpuUsage(cpuStart)
     await Promise.all(gens.map((g) => g.return()))
     const decodeCalls = calls - calls0
     const decodeTokens = tokens - tokens0
@@ -460,6 +477,8 @@ export async function driveDirect(o: { model: string; prompts: number[][]; maxTo
       decodeTokens,
       tokensPerDecodeCall: decodeCalls ? decodeTokens / decodeCalls : 0,
       msPerDecodeCall: decodeCalls ? (t1 - tDecode) / decodeCalls : 0,
+      cpuSeconds: (cpuAll.user + cpuAll.system) / 1e6,
+      cpuMsPerDecodeCall: decodeCalls ? (cpu.user + cpu.system) / 1000 / decodeCalls : 0,
       outputs,
     }
   } finally {
