@@ -12,13 +12,15 @@
 // a revision fetched before is served from the cache. HF_TOKEN authenticates (private or gated models); HF_ENDPOINT
 // names another hub (a mirror). The hub protocol (model info, file listing, resolving and ranged reads) is
 // @huggingface/hub's, loaded only when a hub model is asked for. Progress: one line on stderr (redrawn on a
-// terminal, every 10% otherwise).
-// Imports: shared errors and model names; @huggingface/hub (lazily).
+// terminal, every 10% otherwise). Each file is downloaded under a lock (`<blob>.lock`, proper-lockfile), so nodes
+// that share a cache fetch it once.
+// Imports: shared errors and model names; proper-lockfile; @huggingface/hub (lazily).
 import { createHash, type Hash } from 'node:crypto'
 import { createReadStream, existsSync, statSync } from 'node:fs'
 import { mkdir, open, readFile, readlink, rename, rm, stat, symlink, writeFile } from 'node:fs/promises'
 import { homedir } from 'node:os'
 import { dirname, join, posix, relative } from 'node:path'
+import { lock } from 'proper-lockfile'
 import { OnnxdError } from '../shared/errors.js'
 import { DEFAULT_MODEL_DIR, DTYPE_FILES, type Dtype } from '../shared/model.js'
 
@@ -243,10 +245,21 @@ export async function fetchHubModel(repo: string, opts: HubFetchOptions = {}): P
   try {
     for (const p of plan) {
       if (!p.have) {
-        await downloadBlob(hub, { ...params, repo, commit, file: p.f, hash: p.h, blob: p.blob, attempts: opts.attempts ?? 4, note }, (n) => {
-          done += n
-          progress({ repo, file: p.f.path, done, total })
-        })
+        // One process at a time per file (nodes sharing a cache): a second waits, then finds the blob in place.
+        const release = await lock(p.blob, { realpath: false, stale: 30_000, update: 5_000, retries: { retries: 100_000, factor: 1, minTimeout: 200, maxTimeout: 200 } })
+        try {
+          if (!(existsSync(p.blob) && statSync(p.blob).size === p.h.size)) {
+            await downloadBlob(hub, { ...params, repo, commit, file: p.f, hash: p.h, blob: p.blob, attempts: opts.attempts ?? 4, note }, (n) => {
+              done += n
+              progress({ repo, file: p.f.path, done, total })
+            })
+          } else {
+            done += p.h.size // another process fetched it while this one waited
+            progress({ repo, file: p.f.path, done, total })
+          }
+        } finally {
+          await release()
+        }
       }
       await linkTo(join(snapshot, ...p.f.path.split(posix.sep)), p.blob)
     }

@@ -207,6 +207,16 @@ describe('models by Hugging Face hub id (issue #35)', () => {
     expect(await fetchHubModel(REPO_ID, { dtype: 'q4', revision: COMMIT, env: envFor(cache), ...quiet })).toBe(dir)
   })
 
+  it('fetches each file once when two processes share the cache at the same time', async () => {
+    const cache = tmp()
+    const [a, b] = await Promise.all([fetchHubModel(REPO_ID, { dtype: 'q4', env: envFor(cache), ...quiet }), fetchHubModel(REPO_ID, { dtype: 'q4', env: envFor(cache), ...quiet })])
+    expect(a).toBe(b)
+    expect(hub.fileReads('onnx/model_q4.onnx')).toHaveLength(1)
+    expect(hub.fileReads('config.json')).toHaveLength(1)
+    expect(readFileSync(join(a, 'onnx', 'model_q4.onnx')).equals(files.get('onnx/model_q4.onnx')!)).toBe(true)
+    expect(readdirSync(join(cache, 'models--onnxd-test--tiny-chat', 'blobs')).filter((f) => f.endsWith('.lock') || f.endsWith('.incomplete'))).toEqual([])
+  })
+
   it('works offline from the cache (HF_HUB_OFFLINE, or a hub that cannot be reached), and says when the cache lacks it', async () => {
     const cache = tmp()
     const dir = await fetchHubModel(REPO_ID, { dtype: 'q4', env: envFor(cache), ...quiet })
