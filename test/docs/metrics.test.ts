@@ -21,7 +21,7 @@ describe('docs/metrics.md', () => {
     const code = new Map(
       registries()
         .flatMap((r) => r.getMetricsAsArray())
-        .filter((m) => m.type === 'histogram')
+        .filter((m) => String(m.type) === 'histogram')
         .map((m) => [m.name, (m as unknown as { upperBounds: number[] }).upperBounds]),
     )
     expect(code.size).toBeGreaterThan(10)
