@@ -11,14 +11,15 @@ import { CharSet, DFA, JS, NFA, transform, Transformers, type CharacterClass, ty
 
 /**
  * The formats structured outputs write, each a regular expression for a subset of what the format allows (ajv-formats'
- * full mode accepts every string it matches): short host labels, no leap day, no IP literal hosts. Anchored.
+ * full mode, and zod's checks, accept every string it matches): short host labels in emails, no leap day, http(s)
+ * URIs on a named host and a port below 10000. Anchored.
  */
 export const STRING_FORMATS: Readonly<Record<string, string>> = {
   email: String.raw`^[A-Za-z0-9_+\-]+(?:\.[A-Za-z0-9_+\-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,14}[A-Za-z0-9])?\.)+[A-Za-z]{2,8}$`,
   uuid: String.raw`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`,
   date: String.raw`^\d{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)$`,
   'date-time': String.raw`^\d{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+\-](?:[01]\d|2[0-3]):[0-5]\d)$`,
-  uri: String.raw`^[a-z][a-z0-9+.\-]*://[a-z0-9](?:[a-z0-9\-]{0,14}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9\-]{0,14}[a-z0-9])?)*(?::\d{1,5})?(?:/[A-Za-z0-9._~\-]*)*(?:\?[A-Za-z0-9._~=&\-]*)?(?:#[A-Za-z0-9._~\-]*)?$`,
+  uri: String.raw`^https?://[a-z0-9]+(?:[.\-][a-z0-9]+)*(?::[1-9]\d{0,3})?(?:/[A-Za-z0-9._~\-]*)*(?:\?[A-Za-z0-9._~=&\-]*)?(?:#[A-Za-z0-9._~\-]*)?$`,
 }
 
 /** States of one string's automaton at most (each is a grammar rule). */
@@ -85,23 +86,6 @@ function automaton(source: string, search: boolean, keyword: RegexRefusal['keywo
   }
 }
 
-/** Strings of [min, max] writable characters. */
-function lengths(min: number, max: number | null): DFA {
-  const b = new DFA.Builder(new DFA.LimitedNodeFactory(MAX_STATES))
-  const top = max ?? min
-  let node = b.initial
-  const all = WRITABLE
-  for (let i = 0; i < top; i++) {
-    if (i >= min) b.makeFinal(node)
-    const next = b.createNode()
-    b.linkNodes(node, next, all)
-    node = next
-  }
-  b.makeFinal(node)
-  if (max === null) b.linkNodes(node, node, all)
-  return DFA.fromBuilder(b, { maxCharacter: MAX_CHAR })
-}
-
 const hex4 = (c: number): string => c.toString(16).padStart(4, '0')
 
 /** The fixed-length strings over `digits` (an ordered alphabet) from lo to hi, as EBNF: the classic range split. */
@@ -160,52 +144,94 @@ export function jsonCharsOf(set: CharSet): string | null {
 
 /**
  * The EBNF of a JSON string's text between its quotes under `c`, its states written as rules `${prefix}_N` through
- * `rule`. Throws a RegexRefusal for what it cannot enforce.
+ * `rule`. The lengths are counted beside the automaton's states (a state and the characters written so far, up to
+ * maxLength, or minLength when there is no maximum), leaving out pairs from which no end is within reach. Throws a
+ * RegexRefusal for what it cannot enforce.
  */
 export function stringTextGrammar(c: StringConstraints, prefix: string, rule: (name: string, body: string) => void): string {
-  const parts: DFA[] = []
+  const blame = c.pattern !== undefined ? 'pattern' : 'format'
+  const parts: DFA[] = [DFA.fromFA(NFA.fromRegex({ type: 'Quantifier', min: 0, max: Infinity, lazy: false, alternatives: [{ type: 'Concatenation', elements: [{ type: 'CharacterClass', characters: WRITABLE }] }] }, { maxCharacter: MAX_CHAR }))]
   if (c.pattern !== undefined) parts.push(automaton(c.pattern, true, 'pattern'))
   if (c.format !== undefined) {
     const re = STRING_FORMATS[c.format]
     if (re === undefined) throw new RegexRefusal('format', `the format '${c.format.slice(0, 40)}' (onnxd writes ${Object.keys(STRING_FORMATS).join(', ')})`)
     parts.push(automaton(re, false, 'format'))
   }
-  parts.push(lengths(c.minLength, c.maxLength))
-  let dfa = parts.reduce((a, b) => {
+  const dfa = parts.reduce((a, b) => {
     try {
       return DFA.fromIntersection(a, b, new DFA.LimitedNodeFactory(MAX_STATES))
     } catch {
-      throw new RegexRefusal(c.pattern !== undefined ? 'pattern' : 'format', `a string language of more than ${MAX_STATES} states (pattern, format and lengths together)`)
+      throw new RegexRefusal(blame, `a string language of more than ${MAX_STATES} states (pattern and format together)`)
     }
   })
   dfa.minimize()
-  if (dfa.isEmpty) throw new RegexRefusal(c.pattern !== undefined ? 'pattern' : 'format', 'constraints no string onnxd can write satisfies (pattern, format and lengths together)')
-  dfa = dfa.copy()
-  const ids = new Map<DFA.ReadonlyNode, number>()
-  const id = (n: DFA.ReadonlyNode): number => {
-    let i = ids.get(n)
-    if (i === undefined) ids.set(n, (i = ids.size))
-    return i
-  }
-  const name = (n: DFA.ReadonlyNode): string => `${prefix}_${id(n)}`
-  const seen = new Set<DFA.ReadonlyNode>()
-  const todo: DFA.ReadonlyNode[] = [dfa.initial]
-  while (todo.length > 0) {
-    const n = todo.pop()!
-    if (seen.has(n)) continue
-    seen.add(n)
-    const alts: string[] = []
-    // Transitions grouped by target: one class per target state.
-    const byTarget = new Map<DFA.ReadonlyNode, CharSet>()
-    for (const [range, to] of n.out) byTarget.set(to, (byTarget.get(to) ?? CharSet.empty(MAX_CHAR)).union([range]))
-    for (const [to, set] of byTarget) {
-      const chars = jsonCharsOf(set)
-      if (chars === null) continue
-      alts.push(`${chars} ${name(to)}`)
-      todo.push(to)
+  // Each state's transitions, one class per target state, and its shortest way to an end.
+  const nodes = [...dfa.nodes()]
+  const index = new Map(nodes.map((n, i) => [n as DFA.ReadonlyNode, i]))
+  const out = nodes.map((n) => {
+    const byTarget = new Map<number, CharSet>()
+    for (const [range, to] of n.out) {
+      const j = index.get(to)!
+      byTarget.set(j, (byTarget.get(j) ?? CharSet.empty(MAX_CHAR)).union([range]))
     }
-    if (dfa.finals.has(n as DFA.Node)) alts.push('""')
-    rule(name(n), alts.length === 0 ? '""' : alts.join(' | '))
+    return [...byTarget].flatMap(([j, set]) => {
+      const chars = jsonCharsOf(set)
+      return chars === null ? [] : [{ to: j, chars }]
+    })
+  })
+  const final = nodes.map((n) => dfa.finals.has(n))
+  const toEnd = nodes.map((_, i) => (final[i] ? 0 : Infinity))
+  for (let changed = true; changed; ) {
+    changed = false
+    for (let i = 0; i < nodes.length; i++)
+      for (const t of out[i]!)
+        if (toEnd[t.to]! + 1 < toEnd[i]!) {
+          toEnd[i] = toEnd[t.to]! + 1
+          changed = true
+        }
   }
-  return name(dfa.initial)
+  // (state, length so far): the length saturates at maxLength, or at minLength without a maximum.
+  const top = c.maxLength ?? c.minLength
+  // Whether an end can still be reached from (state, length): the shortest way there fits maxLength (lengths past
+  // the automaton's shortest are not tracked: a cycle may be needed to reach minLength, and the counter checks that).
+  const alive = (q: number, n: number): boolean => toEnd[q]! !== Infinity && (c.maxLength === null || n + toEnd[q]! <= c.maxLength)
+  const start = index.get(dfa.initial)!
+  if (!alive(start, 0)) throw new RegexRefusal(blame, 'constraints no string onnxd can write satisfies (pattern, format and lengths together)')
+  const name = (q: number, n: number): string => `${prefix}_${q}_${n}`
+  // The pairs reachable from the start, their moves and whether each may end there; then those from which an end
+  // is reachable (an end shorter than minLength with no cycle to lengthen it leads nowhere), and only they are written.
+  const pairs = new Map<string, { moves: { chars: string; to: string }[]; ends: boolean; live: boolean }>()
+  const todo: [number, number][] = [[start, 0]]
+  while (todo.length > 0) {
+    const [q, n] = todo.pop()!
+    const key = name(q, n)
+    if (pairs.has(key)) continue
+    if (pairs.size >= MAX_STATES) throw new RegexRefusal(blame, `a string language of more than ${MAX_STATES} states (pattern, format and lengths together)`)
+    const m = c.maxLength === null ? Math.min(n + 1, top) : n + 1
+    const moves: { chars: string; to: string }[] = []
+    if (c.maxLength === null || n < c.maxLength)
+      for (const t of out[q]!)
+        if (alive(t.to, m)) {
+          moves.push({ chars: t.chars, to: name(t.to, m) })
+          todo.push([t.to, m])
+        }
+    const ends = final[q]! && n >= c.minLength
+    pairs.set(key, { moves, ends, live: ends })
+  }
+  for (let changed = true; changed; ) {
+    changed = false
+    for (const p of pairs.values())
+      if (!p.live && p.moves.some((t) => pairs.get(t.to)!.live)) {
+        p.live = true
+        changed = true
+      }
+  }
+  if (!pairs.get(name(start, 0))!.live) throw new RegexRefusal(blame, 'constraints no string onnxd can write satisfies (pattern, format and lengths together)')
+  for (const [key, p] of pairs) {
+    if (!p.live) continue
+    const alts = p.moves.filter((t) => pairs.get(t.to)!.live).map((t) => `${t.chars} ${t.to}`)
+    if (p.ends) alts.push('""')
+    rule(key, alts.join(' | '))
+  }
+  return name(start, 0)
 }

@@ -45,6 +45,8 @@ describe('jsonSchemaGrammar', () => {
     expect(refused({ type: 'string', pattern: '\\bword' })).toMatch(/schema\.pattern`: .*assertion/)
     expect(refused({ type: 'object', properties: { d: { type: 'string', format: 'hostname' } } })).toMatch(/schema\.properties\.d\.format`: the format 'hostname'/)
     expect(refused({ type: 'string', pattern: '^[a-z]+$', maxLength: 0, minLength: 0 })).toMatch(/no string onnxd can write/)
+    expect(refused({ type: 'string', pattern: '^ab$', minLength: 5 })).toMatch(/no string onnxd can write/)
+    expect(refused({ type: 'string', pattern: '^[\\u{10000}-\\u{10FFFF}]$' })).toMatch(/no string onnxd can write/)
     expect(refused({ type: 'array', items: { type: 'integer' }, uniqueItems: true })).toMatch(/uniqueItems/)
     expect(refused({ oneOf: [{ type: 'string' }, { type: 'integer' }] })).toMatch(/schema\.oneOf`: a oneOf whose branches are not told apart/)
     // A discriminator whose values overlap, or that one branch does not require, tells nothing apart.
