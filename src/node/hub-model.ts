@@ -67,6 +67,9 @@ export function filesFor(listing: HubFile[], dtype: Dtype, repo: string): HubFil
   return [...small, ...data, onnx]
 }
 
+/** The Hugging Face variables a node reads for a hub model (the names huggingface_hub uses). */
+export const HUB_ENV = ['HF_TOKEN', 'HF_ENDPOINT', 'HF_HOME', 'HF_HUB_CACHE', 'HF_HUB_OFFLINE'] as const
+
 /** Where the Hugging Face cache is, as huggingface_hub finds it. */
 export function hubCacheDir(env: NodeJS.ProcessEnv): string {
   return env.HF_HUB_CACHE || join(env.HF_HOME || join(homedir(), '.cache', 'huggingface'), 'hub')

@@ -15,6 +15,7 @@ import { FACADE_ENV, loadFacadeOptions } from '../../src/facade/options.js'
 import { loadNodeOptions, NODE_ENV, type NodeOptions } from '../../src/node/options.js'
 import { createFacadeMetrics } from '../../src/facade/metrics.js'
 import { createMetrics, createRegistry, DEPRECATED_METRICS } from '../../src/node/plugins/metrics.js'
+import { HUB_ENV } from '../../src/node/hub-model.js'
 import { facadeFixture, type FacadeFixture } from '../helpers/facade.js'
 import { testNode, type TestNode } from '../node/helpers.js'
 
@@ -92,7 +93,8 @@ function envNameProblems(where: string, role: Role, names: string[], code: Code)
         const other = role === 'node' ? 'facade' : 'node'
         problems.push(`${where}: ${name} is not an option of the ${role}${code.env[other].has(name) ? ` (it is the ${other}'s)` : ''}`)
       }
-    } else if (name !== 'NODE_ENV') problems.push(`${where}: ${name} is read by nothing in onnxd`)
+    } else if (role === 'node' && (HUB_ENV as readonly string[]).includes(name)) continue // a hub model's token, cache, endpoint
+    else if (name !== 'NODE_ENV') problems.push(`${where}: ${name} is read by nothing in onnxd${(HUB_ENV as readonly string[]).includes(name) ? ' (a node reads it, not a facade)' : ''}`)
   }
   return problems
 }
@@ -608,6 +610,8 @@ describe('deployment files for a fleet (issue #15)', () => {
       const s = obj(bad.services)
       const env = (name: string) => obj(obj(s[name]).environment)
       env('node-1').ONNXD_NOT_AN_OPTION = '1'
+      env('node-1').HF_HOME = '/cache/hf' // read by a node (hub models): not a problem
+      env('facade-1').HF_TOKEN = 'hf_x'
       env('facade-1').ONNXD_DRAIN_TIMEOUT_MS = '5000'
       env('facade-1').ONNXD_NODES = 'http://node-1:8081,http://node-3:8081'
       env('node-2').ONNXD_NODE_PORT = '9000'
@@ -615,6 +619,8 @@ describe('deployment files for a fleet (issue #15)', () => {
       obj(s['facade-2']).command = ['node', 'bin/onnxd.js', 'gateway']
       const problems = composeProblems(bad, code).join('\n')
       expect(problems).toContain('node-1: ONNXD_NOT_AN_OPTION is not an option of the node')
+      expect(problems).toContain('facade-1: HF_TOKEN is read by nothing in onnxd (a node reads it, not a facade)')
+      expect(problems).not.toContain('HF_HOME')
       expect(problems).toContain("facade-1: ONNXD_DRAIN_TIMEOUT_MS is not an option of the facade (it is the node's)")
       expect(problems).toContain('ONNXD_NODES entry http://node-3:8081 names no node service')
       expect(problems).toContain('ONNXD_NODES does not list node node-2')
