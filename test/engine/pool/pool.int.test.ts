@@ -67,11 +67,22 @@ describe.skipIf(!haveFixtures)('engine pool', () => {
     expect(again[again.length - 1].type).toBe('done')
   })
 
-  it('a stalled step loop turns the pool unhealthy, and ready again when it recovers', async () => {
+  it('a stalled step loop turns the pool unhealthy, and ready again when it recovers, on the same worker', async () => {
+    const before = pool.health()
     const stall = pool.inject!({ kind: 'stall', ms: 2500 })
     await until(() => pool.health().status === 'unhealthy', 'unhealthy')
+    // Unhealthy because its one worker's step loop has shown no life past the heartbeat timeout (1 s here).
+    const stalled = pool.health()
+    expect(stalled.workers.map((w) => w.threadId)).toEqual(before.workers.map((w) => w.threadId))
+    expect(stalled.workers[0]!.heartbeatAgeMs).toBeGreaterThan(1000)
     await stall
     await until(() => pool.health().status === 'ready', 'ready again')
+    // Recovered, not replaced (a stall shorter than the stall timeout): the same thread, no restart, and it serves.
+    const after = pool.health()
+    expect(after.workers.map((w) => w.threadId)).toEqual(before.workers.map((w) => w.threadId))
+    expect(after.restarts).toBe(before.restarts)
+    const events = await collect(pool, { max_tokens: 3, temperature: 0 })
+    expect(events[events.length - 1]!.type).toBe('done')
   })
 
   it('a draining pool refuses new requests with not_ready', async () => {
