@@ -42,6 +42,8 @@ class FakeHub {
   cutOnce = new Set<string>()
   /** Paths the listing reports with another sha256. */
   wrongHash = new Set<string>()
+  /** Paths whose ranged reads (other than the probe of byte 0) are answered with the whole file, 200. */
+  ignoreRange = new Set<string>()
   /** When set, every route wants `Authorization: Bearer <token>` (a private repository). */
   token: string | null = null
   constructor(readonly files: Map<string, Buffer>) {}
@@ -97,7 +99,8 @@ class FakeHub {
         return void res.end()
       }
       const headers = { etag: `"${sha256(body)}"`, 'x-repo-commit': COMMIT, 'accept-ranges': 'bytes', 'content-type': 'application/octet-stream' }
-      const r = /^bytes=(\d+)-(\d*)$/.exec(req.headers.range ?? '')
+      const ranged = req.headers.range === 'bytes=0-0' || !this.ignoreRange.has(m[2]!)
+      const r = ranged ? /^bytes=(\d+)-(\d*)$/.exec(req.headers.range ?? '') : null
       const start = r ? Number(r[1]) : 0
       const end = r && r[2] ? Number(r[2]) : body.length - 1
       const slice = body.subarray(start, end + 1)
@@ -149,6 +152,7 @@ describe('models by Hugging Face hub id (issue #35)', () => {
     hub.requests = []
     hub.cutOnce.clear()
     hub.wrongHash.clear()
+    hub.ignoreRange.clear()
     hub.token = null
     vi.unstubAllEnvs()
     vi.restoreAllMocks()
@@ -265,6 +269,18 @@ describe('models by Hugging Face hub id (issue #35)', () => {
     expect(notes).toContain(`${REPO_ID}: onnx/model_q4.onnx: resuming at ${kept} of ${body.length} bytes`)
     expect(readFileSync(join(dir, 'onnx', 'model_q4.onnx')).equals(body)).toBe(true)
     expect(existsSync(join(blobs, `${sha256(body)}.incomplete`))).toBe(false)
+  })
+
+  it('starts a partial file over when the server ignores the range and sends the whole file', async () => {
+    const cache = tmp()
+    const body = files.get('onnx/model_q4.onnx')!
+    const blobs = join(cache, 'models--onnxd-test--tiny-chat', 'blobs')
+    mkdirSync(blobs, { recursive: true })
+    writeFileSync(join(blobs, `${sha256(body)}.incomplete`), body.subarray(0, 1000))
+    hub.ignoreRange.add('onnx/model_q4.onnx')
+    const dir = await fetchHubModel(REPO_ID, { dtype: 'q4', env: envFor(cache), ...quiet })
+    expect(hub.fileReads('onnx/model_q4.onnx').map((r) => r.range)).toEqual([`bytes=1000-${body.length - 1}`])
+    expect(readFileSync(join(dir, 'onnx', 'model_q4.onnx')).equals(body)).toBe(true)
   })
 
   it('refuses a file whose hash is not the one the hub reports, and keeps nothing of it', async () => {
