@@ -5,7 +5,9 @@
 // are views over the reused buffers: valid until the next step, which the batcher honours (it reads logits and
 // appends presents before it starts another step). Imports: ort-capi and engine model types only.
 import { OnnxdError } from '../../shared/errors.js'
-import { NativeBuffer, OrtCApi, type Binding, type CSession, type ElementType, type Tensor } from './ort-capi.js'
+import { NativeBuffer, OrtCApi, type Binding, type CSession, type DeviceTensor, type ElementType, type Tensor } from './ort-capi.js'
+import { DeviceCaches, DeviceKv } from './device-kv.js'
+import { DataType, encodeModel } from './onnx-proto.js'
 import type { ForwardInput, KvData, Signature, StepTraffic } from './step-io.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 
@@ -73,6 +75,35 @@ function narrowMask(x: ForwardInput, width: number): Uint8Array {
   return m
 }
 
+/**
+ * The graph that copies a staging row into a slot of the running pool (device-kv.ts): per past input i,
+ * out_i = ScatterND(cache_i, slot, row_i), with out_i bound to cache_i itself, which ORT's ScatterND updates in place
+ * (only the row's elements are written).
+ */
+function copyGraph(sig: Signature): Uint8Array {
+  const t = sig.kv.dtype === 'float16' ? DataType.FLOAT16 : DataType.FLOAT
+  const { heads: H, headDim: D } = sig.kv
+  const vi = (name: string, type: number, dims: Array<number | string>) => ({
+    name,
+    type: { tensor_type: { elem_type: type, shape: { dim: dims.map((d) => (typeof d === 'number' ? { dim_value: d } : { dim_param: d })) } } },
+  })
+  const n = sig.kv.pastNames.length
+  const ids = Array.from({ length: n }, (_, i) => i)
+  return encodeModel({
+    ir_version: 8,
+    opset_import: [{ domain: '', version: 18 }],
+    producer_name: 'onnxd',
+    producer_version: '1',
+    graph: {
+      name: 'onnxd_kv_copy',
+      node: ids.map((i) => ({ name: `copy_${i}`, op_type: 'ScatterND', input: [`cache_${i}`, 'slot', `row_${i}`], output: [`out_${i}`] })),
+      initializer: [],
+      input: [vi('slot', DataType.INT64, [1, 1]), ...ids.flatMap((i) => [vi(`cache_${i}`, t, ['slots', H, 'cap', D]), vi(`row_${i}`, t, [1, H, 'cap', D])])],
+      output: ids.map((i) => vi(`out_${i}`, t, ['slots', H, 'cap', D])),
+    },
+  })
+}
+
 const BYTES: Record<'int32' | 'int64' | 'float32' | 'float16', number> = { int32: 4, int64: 8, float32: 4, float16: 2 }
 
 const sameDims = (a: readonly number[], b: readonly number[]): boolean => a.length === b.length && a.every((d, i) => d === b[i])
@@ -98,25 +129,81 @@ export class CapiRunner {
   private readonly wrappers = new Map<ArrayBufferLike, NativeBuffer>()
   /** The address an empty past's tensors point at (a zero-sized tensor still needs one). */
   private empty: NativeBuffer | null = null
+  /** On a GPU provider: the KV cache's device tensors (device-kv.ts), shared by every cache this runner makes. */
+  readonly pool: DeviceCaches | null = null
+  /** The device tensors bound as past and present now, and the outputs bound beside them. */
+  private deviceBound: DeviceTensor[] | null = null
+  private deviceOutputs = ''
+  /** The session that copies a prefilled row into the running pool (copyGraph), and its slot input. */
+  private readonly copier: CSession | null = null
+  private copySlot: Tensor<'int64'> | null = null
 
   private constructor(
     private readonly session: CSession,
     private readonly sig: Signature,
-  ) {}
+    device?: { memory: string; copier: CSession },
+  ) {
+    if (device) {
+      const copier = (this.copier = device.copier)
+      let binding: Binding | null = null
+      this.pool = new DeviceCaches(session.deviceAllocator(device.memory), sig.kv, (from, to, slot) => {
+        const b = (binding ??= copier.binding())
+        this.copySlot ??= copier.alloc('int64', [1, 1])
+        this.copySlot.data[0] = BigInt(slot)
+        // Bound after it is written: ORT uploads a host input when it is bound.
+        b.bindInput('slot', this.copySlot)
+        from.forEach((t, i) => {
+          b.bindDeviceInput(`cache_${i}`, to[i])
+          b.bindDeviceInput(`row_${i}`, t)
+          b.bindDeviceOutput(`out_${i}`, to[i])
+        })
+        b.run()
+      })
+    }
+  }
 
   /**
    * A runner over `model` (the graph bytes the JS session runs), with the JS session's `config` entries. Null when
    * the C API cannot load here (the caller keeps the JS path); throws when it loads but refuses the model.
    */
-  static create(model: Uint8Array, sig: Signature, opts: { config: Readonly<Record<string, string>>; intraOpThreads?: number; libraryPath?: string }): CapiRunner | null {
+  static create(
+    model: Uint8Array,
+    sig: Signature,
+    opts: {
+      config: Readonly<Record<string, string>>
+      intraOpThreads?: number
+      libraryPath?: string
+      /** A GPU execution provider by its C-API name ('WebGPU'), with its options. */
+      ep?: { name: string; options?: Readonly<Record<string, string>> }
+      /** The provider's device memory (OrtMemoryInfo name, 'WebGPU_Buf'): the KV cache lives there (device-kv.ts). */
+      deviceMemory?: string
+    },
+  ): CapiRunner | null {
     const c = loadCApi(opts.libraryPath)
     if (!c) return null
     const session = c.createSession(model, {
       intraOpThreads: opts.intraOpThreads ?? 0,
       graphOptimization: 'all',
       config: opts.config,
+      ep: opts.ep,
     })
-    return new CapiRunner(session, sig)
+    let copier: CSession | null = null
+    try {
+      if (opts.deviceMemory) copier = c.createSession(copyGraph(sig), { graphOptimization: 'all', ep: opts.ep })
+      return new CapiRunner(session, sig, opts.deviceMemory && copier ? { memory: opts.deviceMemory, copier } : undefined)
+    } catch (e) {
+      copier?.dispose()
+      session.dispose()
+      throw e
+    }
+  }
+
+  /**
+   * A new cache of rows on this runner's device, in the running pool or (`prefill`) the staging pool; null on the CPU,
+   * where the scheduler keeps a host cache.
+   */
+  deviceKv(prefill: boolean): DeviceKv | null {
+    return this.pool ? new DeviceKv(prefill ? this.pool.staging : this.pool.running, this.pool) : null
   }
 
   private buffer(name: string, bytes: number): NativeBuffer {
@@ -206,6 +293,7 @@ export class CapiRunner {
     if (gate && !gate.enter()) throw new OnnxdError('not_ready', 'this engine replica is being stopped', { retryAfterS: 1 })
     try {
       const b = (this.binding ??= this.session.binding())
+      if (x.cache instanceof DeviceKv) return this.runDevice(b, x, x.cache, names.filter((n) => !sig.kv.presentNames.includes(n)))
       const traffic = { in: 0, out: 0 }
       const int = (name: string, dtype: 'int32' | 'int64', src: ArrayLike<number>, dims: number[]): void => {
         const n = src.length
@@ -285,6 +373,124 @@ export class CapiRunner {
   }
 
   /**
+   * A step over a device cache: slots [0, hi) of the pool, the step's rows in their slots and every other slot as a
+   * dummy row (its tokens written past its own length, never read). Past and present are the pool's tensors, bound
+   * once and written in place; only ids, positions, lengths (and the mask, for graphs that read one) go in, and the
+   * wanted outputs (next tokens, or logits) come out, in the step's row order.
+   */
+  private runDevice(b: Binding, x: ForwardInput, kv: DeviceKv, names: string[]): Record<string, StepValue> {
+    const sig = this.sig
+    // ORT copies a host input to the device when it is bound (IoBinding::BindInput), not at each run: every step
+    // binds its inputs again, so that this step's values are the ones uploaded.
+    const bindIn = (name: string, nb: NativeBuffer, type: ElementType, dims: number[]): void => {
+      const t = this.bindOver(b, 'in', name, nb, type, dims)
+      b.bindInput(name, t)
+    }
+    const pool = kv.pool
+    const hi = pool.hi
+    const seq = x.seq
+    const traffic = { in: 0, out: 0 }
+    const buf = (name: string, bytes: number): NativeBuffer => this.buffer(name, bytes)
+    const ids = buf(`in:${sig.ids.name}`, hi * seq * BYTES[sig.ids.dtype])
+    const posBuf = sig.positions ? buf(`in:${sig.positions.name}`, hi * seq * BYTES[sig.positions.dtype]) : null
+    const totals = new Int32Array(hi)
+    const idv = new Int32Array(hi * seq)
+    const pos = new Int32Array(hi * seq)
+    for (let s = 0; s < hi; s++) {
+      const len = pool.lenAt(s)
+      totals[s] = len + seq
+      for (let j = 0; j < seq; j++) pos[s * seq + j] = len + j
+    }
+    for (let r = 0; r < x.rows; r++) {
+      const s = kv.slotOf[r]
+      idv.set(x.ids.subarray(r * seq, (r + 1) * seq), s * seq)
+      pos.set(x.positions.subarray(r * seq, (r + 1) * seq), s * seq)
+      totals[s] = x.lengths ? x.lengths[r] : kv.lens[r] + seq
+    }
+    let total = 0
+    for (let s = 0; s < hi; s++) total = Math.max(total, totals[s])
+    if (total > pool.cap) throw new OnnxdError('internal', `a device step of ${total} tokens over slots of ${pool.cap}`)
+    const write = (nb: NativeBuffer, dtype: 'int32' | 'int64', src: Int32Array): void => {
+      if (dtype === 'int32') nb.view('int32', 0, src.length).set(src)
+      else {
+        const v = nb.view('int64', 0, src.length)
+        for (let i = 0; i < src.length; i++) v[i] = BigInt(src[i])
+      }
+      traffic.in += src.length * BYTES[dtype]
+    }
+    write(ids, sig.ids.dtype, idv)
+    bindIn(sig.ids.name, ids, sig.ids.dtype, [hi, seq])
+    if (sig.positions && posBuf) {
+      write(posBuf, sig.positions.dtype, pos)
+      bindIn(sig.positions.name, posBuf, sig.positions.dtype, [hi, seq])
+    }
+    if (!sig.lengths) throw new OnnxdError('internal', 'a device step needs a graph fed its GroupQueryAttention lengths')
+    const seqlens = buf(`in:${sig.lengths.seqlens}`, hi * 4)
+    const sv = seqlens.view('int32', 0, hi)
+    for (let s = 0; s < hi; s++) sv[s] = totals[s] - 1
+    traffic.in += hi * 4
+    bindIn(sig.lengths.seqlens, seqlens, 'int32', [hi])
+    const tot = buf(`in:${sig.lengths.total}`, 4)
+    tot.view('int32', 0, 1)[0] = total
+    traffic.in += 4
+    bindIn(sig.lengths.total, tot, 'int32', [])
+    if (sig.mask) {
+      const m = new Int32Array(hi * total)
+      for (let s = 0; s < hi; s++) m.fill(1, s * total, s * total + totals[s])
+      const mb = buf(`in:${sig.mask.name}`, m.length * BYTES[sig.mask.dtype])
+      write(mb, sig.mask.dtype, m)
+      bindIn(sig.mask.name, mb, sig.mask.dtype, [hi, total])
+    }
+    // Outputs: the wanted ones to host buffers, the presents onto the pool's tensors (bound again only when the
+    // slots a step covers change, or the wanted outputs do).
+    const key = names.join('\0')
+    const tensors = pool.bound(hi)
+    if (key !== this.deviceOutputs) {
+      b.clearOutputs()
+      const old = [...this.outs.values()]
+      this.outs.clear()
+      for (const t of old) this.releaseIfUnbound(t)
+      this.deviceOutputs = key
+      this.deviceBound = null
+    }
+    if (this.deviceBound === null || this.deviceBound.some((t, i) => t !== tensors[i])) {
+      sig.kv.pastNames.forEach((n, i) => {
+        b.bindDeviceInput(n, tensors[i])
+        b.bindDeviceOutput(sig.kv.presentNames[i], tensors[i])
+      })
+      this.deviceBound = [...tensors]
+    }
+    const outs: Array<{ name: string; buf: NativeBuffer; type: ElementType; per: number; dims: number[] }> = []
+    for (const name of names) {
+      const type: ElementType = name === sig.nextToken ? 'int64' : sig.logits.dtype
+      const per = name === sig.nextToken ? 1 : (sig.logits.lastOnly ? 1 : seq) * sig.logits.vocab
+      const dims = name === sig.nextToken ? [hi, 1] : [hi, sig.logits.lastOnly ? 1 : seq, sig.logits.vocab]
+      const nb = buf(`out:${name}`, hi * per * BYTES[type as keyof typeof BYTES])
+      this.bindOver(b, 'out', name, nb, type, dims)
+      traffic.out += hi * per * BYTES[type as keyof typeof BYTES]
+      outs.push({ name, buf: nb, type, per, dims: [x.rows, ...dims.slice(1)] })
+    }
+    this.sweep()
+    b.run()
+    this.traffic = traffic
+    const out: Record<string, StepValue> = {}
+    const inOrder = hi === x.rows && kv.slotOf.every((s, r) => s === r)
+    for (const o of outs) {
+      const all = o.buf.view(o.type, 0, hi * o.per) as KvData | BigInt64Array
+      if (inOrder) out[o.name] = { data: all, dims: o.dims }
+      else {
+        const rows = new (all.constructor as { new (n: number): KvData | BigInt64Array })(x.rows * o.per)
+        for (let r = 0; r < x.rows; r++) {
+          const s = kv.slotOf[r]
+          ;(rows as Float32Array).set((all as Float32Array).subarray(s * o.per, (s + 1) * o.per), r * o.per)
+        }
+        out[o.name] = { data: rows, dims: o.dims }
+      }
+    }
+    return out
+  }
+
+  /**
    * The step's total length when its presents can be bound onto its past tensors (ORT's past_present_share_buffer),
    * else 0. They can for a GroupQueryAttention graph ('in-place' layout) over a non-empty cache [rows, heads, cap,
    * headDim] where every row's length (its new tokens included) fits in cap; the total is then the longest row's.
@@ -318,6 +524,8 @@ export class CapiRunner {
       return
     }
     this.binding = null
+    this.deviceBound = null
+    this.deviceOutputs = ''
     const all = new Set([...this.ins.values(), ...this.outs.values()])
     this.ins.clear()
     this.outs.clear()
@@ -327,6 +535,9 @@ export class CapiRunner {
 
   dispose(): void {
     this.dropBinding()
+    this.pool?.close()
+    this.copier?.dispose()
+    this.copySlot?.dispose()
     this.session.dispose()
     for (const s of this.scratch.values()) s.dispose()
     this.scratch.clear()

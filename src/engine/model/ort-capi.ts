@@ -30,7 +30,9 @@ const koffi = (): typeof Koffi => (koffiModule ??= createRequire(import.meta.url
  * at 101, SetGlobalSpinControl at 149, SynchronizeBoundOutputs at 203). Counted from the `ort_api_1_to_17` table
  * in microsoft/onnxruntime onnxruntime/core/session/onnxruntime_c_api.cc (1.17.0, checked against the static
  * asserts there and the OrtApi struct of include/onnxruntime/core/session/onnxruntime_c_api.h); every entry used
- * here shipped in API version 5 or earlier, so the indices hold for 1.30.0 (ORT_API_VERSION 30), which we load.
+ * here shipped in API version 5 or earlier, so the indices hold for 1.30.0 (ORT_API_VERSION 30), which we load;
+ * except the device entries, counted in the 1.30 header: GetTensorMemoryInfo (194, API 8),
+ * SessionOptionsAppendExecutionProvider (216, API 12) and MemoryInfoGetDeviceType (225, API 13).
  */
 const API = {
   CreateStatus: 0,
@@ -43,16 +45,20 @@ const API = {
   SetSessionGraphOptimizationLevel: 23,
   SetIntraOpNumThreads: 24,
   AddSessionConfigEntry: 130,
+  CreateAllocator: 131,
+  ReleaseAllocator: 132,
   SessionGetInputCount: 30,
   SessionGetOutputCount: 31,
   SessionGetInputName: 36,
   SessionGetOutputName: 37,
+  CreateTensorAsOrtValue: 48,
   CreateTensorWithDataAsOrtValue: 49,
   GetTensorMutableData: 51,
   GetDimensionsCount: 61,
   GetDimensions: 62,
   GetTensorElementType: 60,
   GetTensorTypeAndShape: 65,
+  CreateMemoryInfo: 68,
   CreateCpuMemoryInfo: 69,
   AllocatorFree: 76,
   GetAllocatorWithDefaultOptions: 78,
@@ -72,6 +78,9 @@ const API = {
   GetBoundOutputValues: 140,
   ClearBoundInputs: 141,
   ClearBoundOutputs: 142,
+  GetTensorMemoryInfo: 194,
+  SessionOptionsAppendExecutionProvider: 216,
+  MemoryInfoGetDeviceType: 225,
 } as const
 /** The highest index used, to read that much of the table. */
 const API_LENGTH = Math.max(...Object.values(API)) + 1
@@ -184,11 +193,21 @@ export class OrtCApi {
         'CreateTensorWithDataAsOrtValue',
         `${S} f(void *info, void *data, size_t bytes, const int64_t *shape, size_t rank, int type, _Out_ void **out)`,
       ),
+      CreateTensorAsOrtValue: fn('CreateTensorAsOrtValue', `${S} f(void *allocator, const int64_t *shape, size_t rank, int type, _Out_ void **out)`),
       GetTensorMutableData: fn('GetTensorMutableData', `${S} f(void *value, _Out_ void **out)`),
       GetDimensionsCount: fn('GetDimensionsCount', `${S} f(void *info, _Out_ size_t *out)`),
       GetDimensions: fn('GetDimensions', `${S} f(void *info, _Out_ int64_t *dims, size_t n)`),
       GetTensorElementType: fn('GetTensorElementType', `${S} f(void *info, _Out_ int *out)`),
       GetTensorTypeAndShape: fn('GetTensorTypeAndShape', `${S} f(void *value, _Out_ void **out)`),
+      CreateMemoryInfo: fn('CreateMemoryInfo', `${S} f(const char *name, int allocatorType, int id, int memType, _Out_ void **out)`),
+      CreateAllocator: fn('CreateAllocator', `${S} f(void *session, void *info, _Out_ void **out)`),
+      ReleaseAllocator: fn('ReleaseAllocator', 'void f(void *p)'),
+      GetTensorMemoryInfo: fn('GetTensorMemoryInfo', `${S} f(void *value, _Out_ void **out)`),
+      MemoryInfoGetDeviceType: fn('MemoryInfoGetDeviceType', 'void f(void *info, _Out_ int *out)'),
+      SessionOptionsAppendExecutionProvider: fn(
+        'SessionOptionsAppendExecutionProvider',
+        `${S} f(void *options, const char *name, const char **keys, const char **values, size_t n)`,
+      ),
       CreateCpuMemoryInfo: fn('CreateCpuMemoryInfo', `${S} f(int allocatorType, int memType, _Out_ void **out)`),
       AllocatorFree: fn('AllocatorFree', `${S} f(void *allocator, void *p)`),
       GetAllocatorWithDefaultOptions: fn('GetAllocatorWithDefaultOptions', `${S} f(_Out_ void **out)`),
@@ -270,7 +289,13 @@ export class OrtCApi {
    */
   createSession(
     model: string | Uint8Array,
-    opts: { intraOpThreads?: number; graphOptimization?: GraphOptimization; config?: Readonly<Record<string, string>> } = {},
+    opts: {
+      intraOpThreads?: number
+      graphOptimization?: GraphOptimization
+      config?: Readonly<Record<string, string>>
+      /** An execution provider appended by name (SessionOptionsAppendExecutionProvider), e.g. 'WebGPU', with its options. */
+      ep?: { name: string; options?: Readonly<Record<string, string>> }
+    } = {},
   ): CSession {
     const env = this.live(this.env)
     const options = this.out('CreateSessionOptions', (o) => this.f.CreateSessionOptions(o))
@@ -280,6 +305,13 @@ export class OrtCApi {
       this.check('SetSessionGraphOptimizationLevel', this.f.SetSessionGraphOptimizationLevel(options, level))
       // Session config entries (AddSessionConfigEntry), e.g. session.model_external_initializers_file_folder_path.
       for (const [k, v] of Object.entries(opts.config ?? {})) this.check('AddSessionConfigEntry', this.f.AddSessionConfigEntry(options, k, v))
+      if (opts.ep) {
+        const entries = Object.entries(opts.ep.options ?? {})
+        const keys = entries.map(([k]) => k)
+        const values = entries.map(([, v]) => v)
+        const n = entries.length
+        this.check(`SessionOptionsAppendExecutionProvider(${opts.ep.name})`, this.f.SessionOptionsAppendExecutionProvider(options, opts.ep.name, n ? keys : null, n ? values : null, n))
+      }
       const session =
         typeof model === 'string'
           ? this.out('CreateSession', (o) => this.f.CreateSession(env, model, options, o))
@@ -510,6 +542,14 @@ export class CSession {
     return Tensor.alloc(this.api, type, dims)
   }
 
+  /**
+   * The session's allocator for device memory named `memory` (ORT's OrtMemoryInfo name: 'WebGPU_Buf', 'Cuda'),
+   * device 0: tensors made with it live on the device, and the session's kernels read and write them in place.
+   */
+  deviceAllocator(memory: string): DeviceAllocator {
+    return new DeviceAllocator(this.api, this, memory)
+  }
+
   binding(): Binding {
     const b = new Binding(this.api, this, () => this.bindings.delete(b))
     this.bindings.add(b)
@@ -578,6 +618,19 @@ export class Binding {
   bindOutput(name: string, t: Tensor): this {
     this.bind(`BindOutput(${name})`, () => this.api.fn.BindOutput(this.handle, name, t.ortValue))
     this.hold(this.heldOut, name, t)
+    return this
+  }
+
+  /** Binds a device tensor as an input (ORT keeps its own reference to the value while bound). */
+  bindDeviceInput(name: string, t: DeviceTensor): this {
+    this.bind(`BindInput(${name})`, () => this.api.fn.BindInput(this.handle, name, t.ortValue))
+    return this
+  }
+
+  /** Binds an output to a device tensor: the step writes it there, on the device (GroupQueryAttention's presents over its past). */
+  bindDeviceOutput(name: string, t: DeviceTensor): this {
+    this.bind(`BindOutput(${name})`, () => this.api.fn.BindOutput(this.handle, name, t.ortValue))
+    this.hold(this.heldOut, name, null)
     return this
   }
 
@@ -683,5 +736,110 @@ export class Binding {
     const copy = new ArrayBuffer(bytes)
     if (bytes > 0) new Uint8Array(copy).set(koffi().decode(data, 'uint8_t', bytes) as Uint8Array)
     return { type, dims, data: viewOf(type, copy, 0, bytes / ELEMENT_BYTES[type]) }
+  }
+}
+
+/** OrtMemoryInfoDeviceType values (MemoryInfoGetDeviceType). */
+export const DEVICE_TYPES = { 0: 'cpu', 1: 'gpu', 2: 'fpga', 3: 'npu' } as const
+
+/**
+ * A session's allocator on its device (CreateAllocator over a device OrtMemoryInfo). Its tensors are device memory:
+ * JS never reads them; the session's steps bind them as inputs and outputs.
+ */
+export class DeviceAllocator {
+  private info: Ptr
+  private allocator: Ptr
+
+  constructor(
+    private readonly api: OrtCApi,
+    session: CSession,
+    readonly memory: string,
+  ) {
+    // OrtDeviceAllocator (0), device 0, OrtMemTypeDefault (0).
+    this.info = api.out('CreateMemoryInfo', (o) => api.fn.CreateMemoryInfo(memory, 0, 0, 0, o))
+    try {
+      this.allocator = api.out(`CreateAllocator(${memory})`, (o) => api.fn.CreateAllocator(session.handle, this.info, o))
+    } catch (e) {
+      api.fn.ReleaseMemoryInfo(this.info)
+      throw e
+    }
+  }
+
+  /** A fresh device tensor (contents undefined). */
+  alloc(type: ElementType, dims: readonly number[]): DeviceTensor {
+    const shape = BigInt64Array.from(dims.map(BigInt))
+    const value = this.api.out('CreateTensorAsOrtValue', (o) => this.api.fn.CreateTensorAsOrtValue(this.live(this.allocator), shape, dims.length, ELEMENT_TYPES[type], o))
+    return new DeviceTensor(this.api, value, type, dims, null)
+  }
+
+  /**
+   * A tensor over the first elements of `t`'s device memory, with `dims` (a leading dimension cut short: the first
+   * rows of a [rows, ...] tensor). It does not own the memory: dispose it before `t`.
+   */
+  prefix(t: DeviceTensor, dims: readonly number[]): DeviceTensor {
+    const count = dims.reduce((a, b) => a * b, 1)
+    if (count > t.count) throw new RangeError(`a [${dims.join(', ')}] view does not fit in [${t.dims.join(', ')}]`)
+    const data = this.api.out('GetTensorMutableData', (o) => this.api.fn.GetTensorMutableData(t.ortValue, o))
+    const shape = BigInt64Array.from(dims.map(BigInt))
+    const bytes = count * ELEMENT_BYTES[t.type]
+    const value = this.api.out('CreateTensorWithDataAsOrtValue', (o) =>
+      this.api.fn.CreateTensorWithDataAsOrtValue(this.live(this.info), data, bytes, shape, dims.length, ELEMENT_TYPES[t.type], o),
+    )
+    return new DeviceTensor(this.api, value, t.type, dims, t)
+  }
+
+  dispose(): void {
+    if (this.allocator) this.api.fn.ReleaseAllocator(this.allocator)
+    if (this.info) this.api.fn.ReleaseMemoryInfo(this.info)
+    this.allocator = null
+    this.info = null
+  }
+
+  private live(p: Ptr): bigint {
+    if (!p) throw new Error('DeviceAllocator used after dispose()')
+    return p
+  }
+}
+
+/** An OrtValue in device memory (DeviceAllocator.alloc), or a view over one (prefix). */
+export class DeviceTensor {
+  private value: Ptr
+  readonly count: number
+
+  constructor(
+    private readonly api: OrtCApi,
+    value: bigint,
+    readonly type: ElementType,
+    readonly dims: readonly number[],
+    /** The tensor whose memory this one views, or null when it owns its memory. */
+    readonly of: DeviceTensor | null,
+  ) {
+    this.value = value
+    this.count = dims.reduce((a, b) => a * b, 1)
+    live.values++
+  }
+
+  get bytes(): number {
+    return this.count * ELEMENT_BYTES[this.type]
+  }
+
+  get ortValue(): bigint {
+    if (!this.value) throw new Error('DeviceTensor used after dispose()')
+    return this.value
+  }
+
+  /** Where the tensor's memory is, as ORT says (GetTensorMemoryInfo, MemoryInfoGetDeviceType): 'gpu' on a GPU. */
+  deviceType(): string {
+    const info = this.api.out('GetTensorMemoryInfo', (o) => this.api.fn.GetTensorMemoryInfo(this.ortValue, o))
+    const t: unknown[] = [0]
+    this.api.fn.MemoryInfoGetDeviceType(info, t)
+    return DEVICE_TYPES[t[0] as keyof typeof DEVICE_TYPES] ?? `device type ${String(t[0])}`
+  }
+
+  dispose(): void {
+    if (!this.value) return
+    this.api.fn.ReleaseValue(this.value)
+    this.value = null
+    live.values--
   }
 }

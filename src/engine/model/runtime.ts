@@ -15,19 +15,21 @@ export const RUNTIME_CHOICES: readonly RuntimeChoice[] = ['auto', ...RUNTIMES]
 
 /**
  * The production default on `provider`, what 'auto' means: 'capi' on the CPU provider (falling back to 'js' where the
- * C API cannot load), 'js' on GPU providers, where the C-API runner does not run yet (it keeps the cache in host
- * memory). The node, the pool, Engine.load, a session and the benchmark's standard target all take it from here.
+ * C API cannot load) and on WebGPU, where it keeps the KV cache on the device (device-kv.ts; a graph it cannot run
+ * there, a plain-op one, falls back to 'js' with a warning saying why); 'js' on cuda and tensorrt, whose C-API path
+ * was never run (their provider is not on the npm registry). The node, the pool, Engine.load, a session and the
+ * benchmark's standard target all take it from here.
  */
 export function defaultRuntime(provider: string): Runtime {
-  return provider === 'cpu' ? 'capi' : 'js'
+  return provider === 'cpu' || provider === 'webgpu' ? 'capi' : 'js'
 }
 
 /**
  * The runtime a choice asks for on `provider` (no choice is 'auto'), before the C API is tried: it may still fall back
- * to 'js'. 'capi' on a GPU provider is 'js' (the session warns).
+ * to 'js'. 'capi' on cuda or tensorrt is 'js' (the session warns).
  */
 export function intendedRuntime(choice: RuntimeChoice | undefined, provider: string): Runtime {
   const c = choice ?? 'auto'
   if (c === 'auto') return defaultRuntime(provider)
-  return provider === 'cpu' ? c : 'js'
+  return provider === 'cpu' || provider === 'webgpu' ? c : 'js'
 }

@@ -14,6 +14,7 @@ import type { ForwardInput, ForwardOutput, GreedyOutput, IntDtype, KvData, KvTen
 import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 import { CapiRunner } from './capi-session.js'
+import type { DeviceKv, DevicePoolLimits } from './device-kv.js'
 import { dropPastSlot, needsPastSlot, withPastSlot } from './empty-past.js'
 import { DataType, encodeModel } from './onnx-proto.js'
 import { intendedRuntime, type Runtime, type RuntimeChoice } from './runtime.js'
@@ -33,6 +34,19 @@ export interface SessionOptions {
   runtime?: RuntimeChoice
   /** The libonnxruntime runtime 'capi' loads (default: onnxruntime-node's own); tests point it elsewhere. */
   capiLibraryPath?: string
+  /** WebGPU provider options passed through on runtime 'capi' (SessionOptionsAppendExecutionProvider's keys). */
+  webgpuOptions?: Readonly<Record<string, string>>
+}
+
+/**
+ * Why a graph cannot keep its cache on a device through the C API (null when it can): the device cache is written in
+ * place by GroupQueryAttention, which needs its lengths fed (decoder-graph.ts feedAttentionLengths) and right padding.
+ */
+function deviceFormProblem(sig: Signature): string | null {
+  if (sig.kv.present !== 'in-place') return 'is a plain-op graph (build it with --attention gqa)'
+  if (sig.kv.stacked) return 'has a stacked cache'
+  if (!sig.lengths) return 'computes its attention lengths from the mask'
+  return null
 }
 
 /**
@@ -233,26 +247,57 @@ export class DecoderSession {
     sig.nextToken = g.nextToken
     if (bundle.padding === 'right') sig.kv.present = 'in-place'
     let capi: CapiRunner | null = null
-    if (opts.runtime === 'capi' && provider !== 'cpu') {
-      process.emitWarning(`runtime 'capi' runs on CPU only: provider ${provider} runs its steps through the JS API`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
+    const device = provider !== 'cpu'
+    const deviceForm = deviceFormProblem(sig)
+    if (opts.runtime === 'capi' && provider !== 'cpu' && provider !== 'webgpu') {
+      process.emitWarning(`runtime 'capi' runs on cpu and webgpu: provider ${provider} runs its steps through the JS API`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
+    } else if (intendedRuntime(opts.runtime, provider) === 'capi' && device && deviceForm) {
+      process.emitWarning(`runtime 'capi' keeps the KV cache on ${provider} for GroupQueryAttention graphs only: ${bundle.onnxPath} ${deviceForm}; its steps run through the JS API, which copies the cache to the host and back every step`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
     } else if (intendedRuntime(opts.runtime, provider) === 'capi') {
       try {
         capi = CapiRunner.create(g.model, sig, {
           config,
           intraOpThreads: opts.intraOpThreads,
           libraryPath: opts.capiLibraryPath,
+          ...(provider === 'webgpu' ? { ep: { name: 'WebGPU', options: opts.webgpuOptions }, deviceMemory: 'WebGPU_Buf' } : {}),
         })
       } catch (e) {
-        process.emitWarning(`runtime 'capi' cannot load ${bundle.onnxPath}, running steps through the JS API: ${(e as Error).message}`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
+        process.emitWarning(`runtime 'capi' cannot load ${bundle.onnxPath}${device ? ` on ${provider}` : ''}, running steps through the JS API: ${(e as Error).message}`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
       }
       if (capi) {
         await session.release()
       }
     }
     const s = new DecoderSession(capi ? null : session, sig, provider, capi)
-    s.chunkedPrefill = await s.probeChunkedPrefill()
+    // GroupQueryAttention takes new tokens on top of any cache; a device cache has no host past to probe with.
+    s.chunkedPrefill = capi?.pool ? true : await s.probeChunkedPrefill()
     s.idle()
     return s
+  }
+
+  /**
+   * The device cache as it stands (null where the cache is in host memory): the running pool's slots and slot length,
+   * its bytes, how many times it was allocated, and where ORT says its memory is ('gpu'; null while unallocated).
+   */
+  deviceCache(): { slots: number; cap: number; bytes: number; allocations: number; memory: string | null } | null {
+    const p = this.capi?.pool?.running
+    if (!p) return null
+    return { slots: p.slots, cap: p.cap, bytes: p.bytes(), allocations: p.allocations, memory: p.all[0]?.deviceType() ?? null }
+  }
+
+  /** Whether this session keeps its KV cache on the device (runtime 'capi' on a GPU provider). */
+  get deviceResident(): boolean {
+    return this.capi?.pool != null
+  }
+
+  /**
+   * A new cache for the scheduler's rows on this session's device (the running batch's, or with `prefill` a prompt's
+   * in the staging pool), sized within `limits` when allocated; null where the scheduler keeps the cache in host
+   * memory (scheduler/kv.ts).
+   */
+  deviceKv(limits: DevicePoolLimits, prefill = false): DeviceKv | null {
+    if (this.capi?.pool) this.capi.pool.limits = limits
+    return this.capi?.deviceKv(prefill) ?? null
   }
 
   /**
@@ -422,6 +467,8 @@ export class DecoderSession {
   }
 
   private present(out: StepOutputs): KvTensor[] {
+    // A device cache took the presents in place: none come back.
+    if (this.capi?.pool) return []
     return this.signature.kv.presentNames.map((n) => ({ data: out[n].data as KvData, dims: [...out[n].dims] }))
   }
 

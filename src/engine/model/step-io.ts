@@ -63,6 +63,8 @@ export interface ForwardInput {
   /** [rows * seq] position of each new token in its own sequence. */
   positions: Int32Array
   past: KvTensor[]
+  /** The cache the step runs over, when its runtime binds the cache itself (a device cache; `past` is then empty). */
+  cache?: KvRows
 }
 
 /**
@@ -87,4 +89,38 @@ export interface GreedyOutput {
   tokens: Int32Array
   present: KvTensor[]
   traffic: StepTraffic
+}
+
+/**
+ * The rows of a KV cache as the scheduler keeps them: each row one sequence, `lens[r]` its tokens in the cache. Two
+ * kinds hold them: the host cache (scheduler/kv.ts KvCache: typed arrays a step reads in place and appends to) and
+ * the device cache (model/device-kv.ts DeviceKv: tensors in GPU memory that a step writes in place and JS never
+ * reads). The step runtime that made a cache is the one that runs steps over it.
+ */
+export interface KvRows {
+  /** Each row's tokens in the cache (the scheduler may set a row back: a rollback to fewer tokens). */
+  readonly lens: number[]
+  readonly rows: number
+  /** Slots per row: the past length a step over this cache feeds. */
+  readonly cap: number
+  /** The cache's memory kept for its rows, in bytes. */
+  bytes(): number
+  /** Room for `rows` rows of `slots` tokens, and up to `maxRows` rows ahead. */
+  reserve(rows: number, slots: number, maxRows?: number): void
+  addRows(n: number): void
+  /** Room for each row's next `counts[r]` tokens before a step writes them in place. */
+  makeRoom(counts: readonly number[]): void
+  maskRow(mask: Uint8Array, r: number, seq: number, count: number): void
+  /** The step's past tensors, in host memory; empty for a device cache (its step runtime binds its own). */
+  past(): KvTensor[]
+  /** Row r gained `counts[r]` tokens in the step that returned `present`. */
+  append(present: KvTensor[], counts: readonly number[]): void
+  /** Appends row `r` of `src` (a cache of the same kind) as a new last row. */
+  takeRow(src: KvRows, r: number): void
+  /** Removes row `r` by moving the last row into its place. */
+  removeRow(r: number): void
+  /** Lets go of every row (the cache is dropped). */
+  clear(): void
+  /** Gives the memory back once no row is left. */
+  release(): void
 }

@@ -7,7 +7,8 @@
 // on top of a cache (see DecoderSession.chunkedPrefill) prefill a whole group at once: then the bound is one
 // group, whose rows x prompt width admit() keeps within maxBatchedTokens unless a single prompt is longer.
 import type { LoadedModel } from '../model/load.js'
-import type { ForwardInput } from '../model/step-io.js'
+import type { ForwardInput, KvRows } from '../model/step-io.js'
+import { DeviceKv } from '../model/device-kv.js'
 import { OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { EngineStats, FinishObservation, StepObservation } from '../types.js'
 import { KvCache, kvShapeOf, type KvShape } from './kv.js'
@@ -70,7 +71,7 @@ interface PrefillGroup {
   pads: number[]
   /** Each row's cached prefix, in tokens: the row's cache starts with it, and its positions after it. */
   cached: number[]
-  kv: KvCache
+  kv: KvRows
 }
 
 export class Batcher {
@@ -78,7 +79,7 @@ export class Batcher {
   private readonly waiting = new FairQueue<Sequence>()
   /** Row r of `kv` is running[r]. */
   private running: Sequence[] = []
-  private kv: KvCache
+  private kv: KvRows
   private group: PrefillGroup | null = null
   private wake: (() => void) | null = null
   private closed = false
@@ -94,9 +95,33 @@ export class Batcher {
     private readonly observer: BatcherObserver = {},
   ) {
     this.kvShape = kvShapeOf(model.session.signature.kv)
-    this.kv = new KvCache(this.kvShape)
-    this.prefix = opts.prefixCaching && model.session.chunkedPrefill ? new PrefixCache() : null
+    this.kv = this.newKv()
+    // A device cache is never read by the host: its prefix blocks would have to be copied on the device (not built).
+    this.prefix = opts.prefixCaching && model.session.chunkedPrefill && !model.session.deviceResident ? new PrefixCache() : null
     this.loopDone = this.loop()
+  }
+
+  /**
+   * A cache for rows: on the session's device when it keeps its cache there (a prefill group's in its staging pool),
+   * else in host memory.
+   */
+  private newKv(prefill = false): KvRows {
+    const limits = { budgetBytes: this.opts.kvBudgetBytes, maxRows: this.opts.maxRunning, contextLength: this.model.contextLength }
+    return this.model.session.deviceKv(limits, prefill) ?? new KvCache(this.kvShape)
+  }
+
+  /**
+   * Whether `s` can take a slot of the device cache now (true for a host cache): a device cache's rows never move,
+   * so a sequence longer than its slots waits until the cache is empty and sized again.
+   */
+  private fitsDevice(s: Sequence): boolean {
+    return !(this.kv instanceof DeviceKv) || this.kv.admits(s.promptIds.length + s.maxTokens)
+  }
+
+  /** Drops the prefill group, freeing its rows' cache (the rows the batch took stay). */
+  private dropGroup(): void {
+    this.group?.kv.clear()
+    this.group = null
   }
 
   /** Queues a sequence; throws queue_full when the waiting queue is at its bound. */
@@ -175,8 +200,9 @@ export class Batcher {
     for (const s of [...this.waiting, ...(this.group?.seqs ?? []), ...this.running]) s.fail(toErrorData(err))
     this.waiting.clear()
     this.running = []
-    this.group = null
-    this.kv = new KvCache(this.kvShape)
+    this.dropGroup()
+    this.kv.clear()
+    this.kv.release()
   }
 
   private failAll(message: string): void {
@@ -185,9 +211,10 @@ export class Batcher {
       s.fail(err)
       this.observer.onFinish?.(s.observation('error'))
     }
-    this.group = null
+    this.dropGroup()
     this.running = []
-    this.kv = new KvCache(this.kvShape)
+    this.kv.clear()
+    this.kv = this.newKv()
   }
 
   /** Ends a cancelled sequence: its sink hears an error (nobody is listening any more) and metrics count an abort. */
@@ -200,7 +227,7 @@ export class Batcher {
     for (const s of this.waiting.removeWhere((w) => w.cancelled)) this.abort(s)
     if (this.group && this.group.seqs.every((s) => s.cancelled)) {
       for (const s of this.group.seqs) this.abort(s)
-      this.group = null
+      this.dropGroup()
     }
     if (this.running.some((s) => s.cancelled)) this.keepRunning((s) => !s.cancelled)
   }
@@ -255,7 +282,8 @@ export class Batcher {
       this.waiting.length &&
       (take.length === 0 || (!oneAtATime && ((chunked && take.length < maxGroup) || fitsWhole()))) &&
       this.running.length + take.length < this.opts.maxRunning &&
-      this.reserveBytes([...take, this.waiting.peek()!]) <= this.opts.kvBudgetBytes
+      this.reserveBytes([...take, this.waiting.peek()!]) <= this.opts.kvBudgetBytes &&
+      this.fitsDevice(this.waiting.peek()!)
     ) {
       const s = this.waiting.shift()!
       const hit = this.prefix?.lookup(s.promptIds, s.promptIds.length - 1) ?? NO_HIT
@@ -278,10 +306,12 @@ export class Batcher {
       s.admitted(this.prefix ? cached[r] : null)
       return pad
     })
-    const kv = new KvCache(this.kvShape)
-    kv.reserve(take.length, take.reduce((m, s) => Math.max(m, s.promptIds.length), 0))
+    const kv = this.newKv(true)
+    // A device cache's rows keep their slot to the end: it is sized for the whole sequence from the start.
+    const longest = take.reduce((m, s) => Math.max(m, s.promptIds.length + (this.model.session.deviceResident ? s.maxTokens : 0)), 0)
+    kv.reserve(take.length, longest)
     kv.addRows(take.length)
-    hits.forEach((h, r) => h.tokens && kv.loadPrefix(r, h.blocks, PREFIX_BLOCK))
+    if (kv instanceof KvCache) hits.forEach((h, r) => h.tokens && kv.loadPrefix(r, h.blocks, PREFIX_BLOCK))
     this.group = { seqs: take, width, cursor: 0, ids, pads, cached, kv }
     this.reserveKv()
     this.fitPrefixCache()
@@ -315,9 +345,11 @@ export class Batcher {
   private async prefillChunk(): Promise<void> {
     const g = this.group!
     const rows = g.seqs.length
-    const seq = this.model.session.chunkedPrefill
+    let seq = this.model.session.chunkedPrefill
       ? Math.max(1, Math.min(g.width - g.cursor, Math.floor(this.opts.maxBatchedTokens / rows)))
       : g.width
+    // On a device cache every slot of the step takes that many tokens past its length (device-kv.ts).
+    if (g.kv instanceof DeviceKv) seq = Math.max(1, Math.min(seq, g.kv.room()))
     const total = g.cursor + seq
     const last = total === g.width
     // The last chunk samples each row's first token: constrained rows need their first masks. Behind a grammar
@@ -341,6 +373,7 @@ export class Batcher {
       lengths,
       positions: new Int32Array(rows * seq),
       past: g.kv.past(),
+      cache: g.kv,
     }
     for (let r = 0; r < rows; r++) {
       const pad = g.pads[r]
@@ -360,7 +393,8 @@ export class Batcher {
     // The whole prompt is in the cache: keep its blocks for later prompts, sample each row's first token, then move
     // the live rows into the batch.
     this.group = null
-    g.seqs.forEach((s, r) => this.prefix?.insert(s.promptIds, (from, n) => g.kv.readSlots(r, from, n)))
+    const host = g.kv instanceof KvCache ? g.kv : null
+    if (host) g.seqs.forEach((s, r) => this.prefix?.insert(s.promptIds, (from, n) => host.readSlots(r, from, n)))
     const V = this.model.vocab
     g.seqs.forEach((s, r) => {
       if (s.cancelled) {
@@ -378,6 +412,7 @@ export class Batcher {
         this.running.push(s)
       }
     })
+    g.kv.clear()
     this.fitPrefixCache()
   }
 
@@ -434,6 +469,7 @@ export class Batcher {
       lengths,
       positions: new Int32Array(rows),
       past: kv.past(),
+      cache: kv,
     }
     for (let r = 0; r < rows; r++) {
       x.ids[r] = this.running[r].pending

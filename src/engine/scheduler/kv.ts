@@ -4,7 +4,7 @@
 // (decoder-graph.ts), which append() copies into the slots after each row's length. Sequences join and leave by
 // copying one row. The slot stride follows the longest row (moving rows in place); the buffers are reallocated
 // only when the rows outgrow them, never shrink while the batcher is busy, and go back when it is idle.
-import type { KvData, KvDtype, KvTensor, PresentLayout, Signature } from '../model/step-io.js'
+import type { KvData, KvDtype, KvRows, KvTensor, PresentLayout, Signature } from '../model/step-io.js'
 
 /**
  * Slots grow in chunks, so rows are re-laid out once every `chunk` decode steps at most. Attention reads every slot,
@@ -48,7 +48,7 @@ function copy(dst: KvData, d: number, src: KvData, s: number, n: number): void {
   else for (let k = 0; k < n; k++) dst[d + k] = src[s + k]
 }
 
-export class KvCache {
+export class KvCache implements KvRows {
   /** Each row's tokens in the cache. */
   readonly lens: number[] = []
   private bufs: KvData[] = []
@@ -198,7 +198,9 @@ export class KvCache {
   }
 
   /** Appends row `r` of `src` as a new last row. */
-  takeRow(src: KvCache, r: number): void {
+  takeRow(from: KvRows, r: number): void {
+    if (!(from instanceof KvCache)) throw new Error('a host cache takes rows from host caches only')
+    const src = from
     const len = src.lens[r]
     this.fit(this.rows + 1, Math.max(this.maxLen(), len))
     this.lens.push(len)
@@ -233,6 +235,11 @@ export class KvCache {
         }
       }
     })
+  }
+
+  /** Drops every row (the memory goes with the object, or with release()). */
+  clear(): void {
+    this.lens.length = 0
   }
 
   /** Gives the buffers back once no row is left (the batcher calls it when idle). */

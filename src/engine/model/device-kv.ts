@@ -1,0 +1,321 @@
+// The KV cache in GPU memory, for the C-API runtime on a GPU provider: one device tensor per past input,
+// [slots, heads, cap, headDim], allocated with the session's device allocator and never read by JS. A GroupQueryAttention
+// step binds the first `hi` slots of each tensor as both its past and its present (ORT's past_present_share_buffer), so
+// ORT appends each row's new keys and values in place on the device; per step only ids, positions, lengths and the
+// next tokens (or the sampling rows' logits) cross between host and device.
+//
+// Two pools per session: the running batch's, and a one-slot staging pool where a prompt is prefilled (ORT's WebGPU
+// GroupQueryAttention takes several new tokens over a cache at batch 1 only). A prefilled row joins the batch by one
+// device-side copy into a free slot (DeviceCopier: ScatterND in place, on the same provider). Rows never move after
+// that: the scheduler's row order is a map onto slots (DeviceKv.slotOf), so that a row leaving is a change of the map.
+// A step runs over slots [0, hi) of its pool: free slots below hi ride along as dummy rows, which write past their
+// own (zero) length and are not read back. Imports: ort-capi and step-io types only.
+import { OnnxdError } from '../../shared/errors.js'
+import type { DeviceAllocator, DeviceTensor } from './ort-capi.js'
+import type { KvRows, KvTensor, Signature } from './step-io.js'
+
+/** The slot of a row another cache took. */
+const TAKEN = -1
+
+/** Slot strides are multiples of this (as the host cache's chunk). */
+const CAP_STEP = 64
+
+/** What sizes a pool when it is (re)allocated: the scheduler's KV budget and row limit, and the model's context. */
+export interface DevicePoolLimits {
+  budgetBytes: number
+  maxRows: number
+  contextLength: number
+}
+
+/** Copies the one slot of a staging pool's tensors into slot `slot` of a pool's, on the device. */
+export type DeviceCopier = (from: readonly DeviceTensor[], to: readonly DeviceTensor[], slot: number) => void
+
+/** The device tensors of one pool, and which cache owns each slot. */
+export class DevicePool {
+  private tensors: DeviceTensor[] = []
+  /** Views of the tensors' first `viewRows` slots, bound by steps over that many slots. */
+  private views: DeviceTensor[] = []
+  private viewRows = 0
+  private owners: Array<DeviceKv | null> = []
+  slots = 0
+  cap = 0
+  /** What the scheduler reserved last: rows and slots per row (the pool's size when next allocated). */
+  private want = { rows: 1, slots: CAP_STEP }
+  limits: DevicePoolLimits = { budgetBytes: Number.MAX_SAFE_INTEGER, maxRows: 64, contextLength: 4096 }
+  /** Allocations so far (what a test watches: steady serving allocates none). */
+  allocations = 0
+
+  constructor(
+    private readonly allocator: DeviceAllocator,
+    private readonly kv: Signature['kv'],
+    /** The running pool, for a staging pool: it takes that pool's slot length, and one slot. */
+    private readonly stagingFor: DevicePool | null = null,
+  ) {}
+
+  /** The tensors, [slots, heads, cap, headDim] each. */
+  get all(): readonly DeviceTensor[] {
+    return this.tensors
+  }
+
+  /** Bytes of one token of one row, over every past tensor. */
+  get bytesPerToken(): number {
+    return this.kv.pastNames.length * this.kv.heads * this.kv.headDim * (this.kv.dtype === 'float16' ? 2 : 4)
+  }
+
+  bytes(): number {
+    return this.slots * this.cap * this.bytesPerToken
+  }
+
+  /** One more than the highest occupied slot: a step runs over slots [0, hi). */
+  get hi(): number {
+    for (let s = this.owners.length - 1; s >= 0; s--) if (this.owners[s]) return s + 1
+    return 0
+  }
+
+  get occupied(): number {
+    return this.owners.reduce((n, o) => n + (o ? 1 : 0), 0)
+  }
+
+  /** The length of the row in slot `s` (0 for a free slot). */
+  lenAt(s: number): number {
+    const o = this.owners[s]
+    return o ? o.lens[o.rowOf(s)] : 0
+  }
+
+  ownerOf(s: number): DeviceKv | null {
+    return this.owners[s] ?? null
+  }
+
+  reserve(rows: number, slots: number): void {
+    this.want = { rows: Math.max(this.want.rows, rows), slots: Math.max(this.want.slots, slots) }
+  }
+
+  /**
+   * Whether a sequence of `tokens` tokens (prompt + max_tokens) can take a slot now: a free slot with room, or an
+   * empty pool (which is then reallocated at its size).
+   */
+  admits(tokens: number): boolean {
+    if (this.occupied === 0) return true
+    return this.occupied < this.slots && tokens <= this.cap
+  }
+
+  /** Takes the lowest free slot for `owner`, allocating the tensors when the pool is empty and too small or has none. */
+  take(owner: DeviceKv): number {
+    if (this.occupied === 0) this.size()
+    const s = this.owners.indexOf(null)
+    if (s < 0 || s >= this.slots) throw new OnnxdError('internal', `no free KV slot on the device (${this.slots} slots)`)
+    this.owners[s] = owner
+    return s
+  }
+
+  give(s: number, owner: DeviceKv): void {
+    this.owners[s] = owner
+  }
+
+  free(s: number): void {
+    this.owners[s] = null
+  }
+
+  /**
+   * (Re)allocates the tensors for what was reserved: `cap` slots per row (the longest reserved sequence, at least
+   * what the budget gives each of the rows when they are as long as the model's context allows), and as many rows as
+   * the budget holds at that cap, up to the row limit. Only while no slot is occupied.
+   */
+  private size(): void {
+    const per = this.bytesPerToken
+    const roundUp = (n: number): number => Math.ceil(n / CAP_STEP) * CAP_STEP
+    let slots: number
+    let cap: number
+    if (this.stagingFor) {
+      // A staging pool: one slot as long as the running pool's, which is sized first when it has none.
+      if (this.stagingFor.occupied === 0) this.stagingFor.size()
+      slots = 1
+      cap = this.stagingFor.cap
+    } else {
+      const { budgetBytes, maxRows, contextLength } = this.limits
+      const need = roundUp(this.want.slots)
+      // Big enough already (rows joining and leaving keep it): no reallocation.
+      if (this.tensors.length && this.cap >= need && this.slots >= this.want.rows) return
+      slots = Math.max(1, this.want.rows, Math.min(maxRows, Math.floor(budgetBytes / (need * per))))
+      cap = Math.max(need, Math.min(roundUp(contextLength), Math.floor(budgetBytes / (slots * per) / CAP_STEP) * CAP_STEP))
+      this.want = { rows: 1, slots: CAP_STEP }
+    }
+    if (this.tensors.length && cap === this.cap && slots === this.slots) return
+    this.dispose()
+    const { heads: H, headDim: D, dtype } = this.kv
+    this.tensors = this.kv.pastNames.map(() => this.allocator.alloc(dtype, [slots, H, cap, D]))
+    this.allocations++
+    this.slots = slots
+    this.cap = cap
+    this.owners = Array.from({ length: slots }, () => null)
+  }
+
+  /** Each past tensor's first `rows` slots, [rows, heads, cap, headDim]: what a step over those slots binds. */
+  bound(rows: number): DeviceTensor[] {
+    if (rows > this.slots) throw new OnnxdError('internal', `a step over ${rows} slots of ${this.slots}`)
+    if (rows !== this.viewRows) {
+      for (const v of this.views) v.dispose()
+      const { heads: H, headDim: D } = this.kv
+      this.views = rows === this.slots ? [] : this.tensors.map((t) => this.allocator.prefix(t, [rows, H, this.cap, D]))
+      this.viewRows = rows
+    }
+    return rows === this.slots ? this.tensors : this.views
+  }
+
+  /** Gives the device memory back when no slot is occupied (the scheduler is idle). */
+  release(): void {
+    if (this.occupied === 0) this.dispose()
+  }
+
+  /** Frees the tensors and the allocator: the session is going. */
+  close(): void {
+    this.dispose()
+    this.allocator.dispose()
+  }
+
+  dispose(): void {
+    for (const v of this.views) v.dispose()
+    for (const t of this.tensors) t.dispose()
+    this.views = []
+    this.viewRows = 0
+    this.tensors = []
+    this.owners = []
+    this.slots = 0
+    this.cap = 0
+  }
+}
+
+/** A session's device caches: the running pool, the staging pool, and the copy from one to the other. */
+export class DeviceCaches {
+  readonly running: DevicePool
+  readonly staging: DevicePool
+
+  constructor(
+    allocator: DeviceAllocator,
+    kv: Signature['kv'],
+    readonly copy: DeviceCopier,
+  ) {
+    this.running = new DevicePool(allocator, kv)
+    this.staging = new DevicePool(allocator, kv, this.running)
+  }
+
+  set limits(l: DevicePoolLimits) {
+    this.running.limits = l
+  }
+
+  close(): void {
+    this.staging.dispose()
+    this.running.close()
+  }
+}
+
+/** A cache of rows over a DevicePool: the running batch, or a prefill group in the staging pool. */
+export class DeviceKv implements KvRows {
+  readonly lens: number[] = []
+  /** Row r's slot in the pool. */
+  readonly slotOf: number[] = []
+
+  constructor(
+    readonly pool: DevicePool,
+    private readonly caches: DeviceCaches,
+  ) {}
+
+  get rows(): number {
+    return this.lens.length
+  }
+
+  get cap(): number {
+    return this.pool.cap
+  }
+
+  /** Row r's slot, or TAKEN when another cache took the row (takeRow). */
+  rowOf(slot: number): number {
+    return this.slotOf.indexOf(slot)
+  }
+
+  bytes(): number {
+    return this.pool.slots ? Math.round((this.pool.bytes() * this.rows) / this.pool.slots) : 0
+  }
+
+  /** Reserves in the running pool (a staging pool takes its slot length from it). */
+  reserve(rows: number, slots: number, maxRows = rows): void {
+    this.caches.running.reserve(this.pool === this.caches.running ? Math.max(rows, maxRows) : 1, slots)
+  }
+
+  addRows(n: number): void {
+    for (let i = 0; i < n; i++) {
+      this.slotOf.push(this.pool.take(this))
+      this.lens.push(0)
+    }
+  }
+
+  makeRoom(counts: readonly number[]): void {
+    for (let r = 0; r < this.rows; r++) {
+      if (this.lens[r] + counts[r] > this.cap) throw new OnnxdError('internal', `row ${r} would hold ${this.lens[r] + counts[r]} tokens; its device slot holds ${this.cap}`)
+    }
+  }
+
+  /** The device step builds its own mask from the rows' lengths. */
+  maskRow(): void {}
+
+  past(): KvTensor[] {
+    return []
+  }
+
+  /** The step wrote the new rows in place on the device: only the lengths move. */
+  append(_present: KvTensor[], counts: readonly number[]): void {
+    for (let r = 0; r < this.rows; r++) this.lens[r] += counts[r]
+  }
+
+  /**
+   * Appends row `r` of `src` as a new last row: its slot changes owner, nothing moves. The row stays in `src` (its
+   * row numbers do not change, as with a host cache), marked as taken: `src` no longer steps or frees it.
+   */
+  takeRow(src: KvRows, r: number): void {
+    if (!(src instanceof DeviceKv) || src.caches !== this.caches) throw new Error('a device cache takes rows from its own session only')
+    const from = src.slotOf[r]
+    if (from < 0) throw new Error(`row ${r} was taken already`)
+    let slot = from
+    if (src.pool === this.pool) this.pool.give(slot, this)
+    else {
+      // From the staging pool (one slot): copied on the device into a free slot here.
+      slot = this.pool.take(this)
+      this.caches.copy(src.pool.all, this.pool.all, slot)
+      src.pool.free(from)
+    }
+    this.slotOf.push(slot)
+    this.lens.push(src.lens[r])
+    src.slotOf[r] = TAKEN
+  }
+
+  removeRow(r: number): void {
+    if (this.slotOf[r] >= 0) this.pool.free(this.slotOf[r])
+    const last = this.rows - 1
+    this.slotOf[r] = this.slotOf[last]
+    this.lens[r] = this.lens[last]
+    this.slotOf.pop()
+    this.lens.pop()
+  }
+
+  clear(): void {
+    for (const s of this.slotOf) if (s >= 0) this.pool.free(s)
+    this.slotOf.length = 0
+    this.lens.length = 0
+  }
+
+  release(): void {
+    if (this.rows === 0) this.pool.release()
+  }
+
+  /** Whether a sequence of `tokens` tokens can join the running pool now (a free slot with room for it). */
+  admits(tokens: number): boolean {
+    return this.caches.running.admits(tokens)
+  }
+
+  /** The most new tokens per row a step can carry now: every slot below hi takes that many past its length. */
+  room(): number {
+    let longest = 0
+    for (let s = 0; s < this.pool.hi; s++) longest = Math.max(longest, this.pool.lenAt(s))
+    return this.cap - longest
+  }
+}

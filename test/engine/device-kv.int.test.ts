@@ -1,0 +1,82 @@
+// The KV cache on the device (issue #33): the C-API runtime on WebGPU keeps a GroupQueryAttention graph's cache in GPU
+// memory (model/device-kv.ts). Per decode step only ids, positions, lengths and the next tokens (or logits) cross,
+// whatever the context; the cache is allocated once while requests join and leave; sampled steps (logits leave the
+// device) give the CPU's tokens as greedy ones do. Lavapipe stands in for a GPU on CPU-only machines (.ci/lavapipe);
+// skipped, saying why, where no WebGPU adapter exists.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { Engine } from '../../src/engine/engine.js'
+import type { StepObservation } from '../../src/engine/types.js'
+import { tinyGqaModelDir } from '../helpers/fixtures.js'
+import { runRequest } from '../helpers/engine-run.js'
+import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
+
+const SLOW = { timeout: 300_000 }
+const prompt = (n: number, salt: number, vocab: number): number[] => Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 3) % vocab)
+
+describe.skipIf(noWebgpu !== null)(webgpuTitle('KV cache on the device (webgpu, runtime capi)'), () => {
+  let cpu: Engine
+  let gpu: Engine
+  const steps: StepObservation[] = []
+  beforeAll(async () => {
+    cpu = await Engine.load({ modelDir: tinyGqaModelDir() })
+    gpu = await Engine.load({ modelDir: tinyGqaModelDir(), provider: 'webgpu' }, { onStep: (s) => steps.push(s) })
+  }, 300_000)
+  afterAll(async () => {
+    await cpu?.close()
+    await gpu?.close()
+  })
+
+  it('keeps the cache in GPU memory, as ORT reports it', SLOW, async () => {
+    expect(gpu.model.session.deviceResident).toBe(true)
+    expect(cpu.model.session.deviceCache()).toBeNull()
+    const run = runRequest(gpu, { input_ids: prompt(6, 1, gpu.model.vocab), max_tokens: 30, temperature: 0, ignore_eos: true }, (n) => {
+      if (n === 2) {
+        const c = gpu.model.session.deviceCache()!
+        expect(c.memory).toBe('gpu')
+        expect(c.slots).toBeGreaterThanOrEqual(1)
+        expect(c.cap).toBeGreaterThanOrEqual(6 + 30)
+      }
+    })
+    expect((await run).end.type).toBe('done')
+  })
+
+  it('a decode step moves the same few bytes at any context: ids, positions and lengths in, next tokens out', SLOW, async () => {
+    const V = gpu.model.vocab
+    const at = async (n: number): Promise<StepObservation[]> => {
+      steps.length = 0
+      await runRequest(gpu, { input_ids: prompt(n, 2, V), max_tokens: 6, temperature: 0, ignore_eos: true })
+      return steps.filter((s) => s.phase === 'decode' && s.batch === 1)
+    }
+    const short = await at(4)
+    const long = await at(200)
+    expect(short.length).toBeGreaterThanOrEqual(4)
+    const bytes = new Set([...short, ...long].map((s) => `${s.bytesIn}/${s.bytesOut}`))
+    expect([...bytes]).toHaveLength(1)
+    // One row: an int64 id and position, an int32 length and the int32 total in; one int64 token out.
+    expect(short[0]!.bytesOut).toBe(8)
+    expect(short[0]!.bytesIn).toBeLessThanOrEqual(8 + 8 + 4 + 4)
+  })
+
+  it('allocates its cache once while requests join and leave', SLOW, async () => {
+    const V = gpu.model.vocab
+    const wave = (salt: number): Promise<unknown> =>
+      Promise.all([3, 7, 5].map((n, i) => runRequest(gpu, { input_ids: prompt(n, salt + i, V), max_tokens: 4 + 3 * i, temperature: 0, ignore_eos: true })))
+    await wave(10)
+    const first = gpu.model.session.deviceCache()!.allocations
+    for (let w = 0; w < 3; w++) await wave(20 + 10 * w)
+    expect(gpu.model.session.deviceCache()!.allocations).toBe(first)
+  })
+
+  it("steps that read logits (log-probabilities asked for) give the CPU's tokens, in a batch", SLOW, async () => {
+    const V = gpu.model.vocab
+    const reqs = [5, 9, 2].map((n, i) => ({ input_ids: prompt(n, 40 + i, V), max_tokens: 6, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 2 }))
+    const want = await Promise.all(reqs.map((r) => runRequest(cpu, r).then((x) => x.ids)))
+    steps.length = 0
+    const got = await Promise.all(reqs.map((r) => runRequest(gpu, r).then((x) => x.ids)))
+    expect(got).toEqual(want)
+    const decode = steps.filter((s) => s.phase === 'decode')
+    expect(Math.max(...decode.map((s) => s.batch))).toBeGreaterThanOrEqual(2)
+    // Logits leave the device: a row of vocab floats per row of the step (its slots), nothing of the cache.
+    for (const s of decode) expect(s.bytesOut % (V * 4)).toBe(0)
+  })
+})
