@@ -14,7 +14,7 @@ import { gqaGraph } from './gqa-graph.js'
 import { llamaGraph } from './graph.js'
 import { PRESETS, isPresetName, parameterCount, type Preset, type PresetName } from './presets.js'
 import { BOS_ID, EOS_ID, PAD_ID, specialTokensMap, tokenizerConfig, tokenizerJsonText, trainByteLevelBpe } from './tokenizer.js'
-import { variantGraph, WEIGHT_DTYPES, type WeightDtype } from './quantize.js'
+import { DEFAULT_NBITS, variantGraph, WEIGHT_DTYPES, type NBitsForm, type WeightDtype } from './quantize.js'
 import { writeOnnx } from './write-onnx.js'
 import { DTYPE_FILES, type Dtype } from '../shared/model.js'
 
@@ -39,6 +39,8 @@ export interface BuildOptions {
    * exports use: model_q4.onnx, model_int8.onnx and model_quantized.onnx (the same file), model_fp16.onnx.
    */
   dtypes?: WeightDtype[]
+  /** The q4 variant's MatMulNBits form (bits, block, accuracy_level); default onnx-community's (4, 32, 4). */
+  nbits?: Partial<NBitsForm>
 }
 
 export const ATTENTION_FORMS = ['plain', 'gqa'] as const
@@ -156,6 +158,9 @@ export async function buildModel(opts: BuildOptions): Promise<BuildResult> {
   const dtypes = [...new Set(opts.dtypes ?? [])]
   const badDtype = dtypes.find((d) => !WEIGHT_DTYPES.includes(d))
   if (badDtype !== undefined) throw new OnnxdError('config', `dtype must be one of ${WEIGHT_DTYPES.join(', ')}. Given: ${String(badDtype)}`)
+  const nbits = { ...DEFAULT_NBITS, ...opts.nbits }
+  if (![4, 8].includes(nbits.bits) || !(nbits.block >= 16 && (nbits.block & (nbits.block - 1)) === 0) || ![0, 1, 2, 3, 4].includes(nbits.accuracyLevel))
+    throw new OnnxdError('config', `nbits: bits 4 or 8, block a power of two >= 16, accuracy_level 0-4. Given: ${JSON.stringify(opts.nbits)}`)
   const dir = resolve(opts.outDir)
   const gqa = attention === 'gqa'
   await mkdir(gqa ? dir : join(dir, 'onnx'), { recursive: true })
@@ -187,7 +192,7 @@ export async function buildModel(opts: BuildOptions): Promise<BuildResult> {
   // onnxruntime-genai's builder names the external data model.onnx.data; optimum, model.onnx_data.
   const onnxPath = (dtype: Dtype): string => (gqa ? join(dir, DTYPE_FILES[dtype]) : join(dir, 'onnx', DTYPE_FILES[dtype]))
   const write = (dtype: 'fp32' | WeightDtype): Promise<number> =>
-    writeOnnx(onnxPath(dtype), dtype === 'fp32' ? graph : variantGraph(graph, dtype), {
+    writeOnnx(onnxPath(dtype), dtype === 'fp32' ? graph : variantGraph(graph, dtype, nbits), {
       seed,
       externalData: p.externalData,
       producerVersion: BUILDER_VERSION,

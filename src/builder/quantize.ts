@@ -61,8 +61,20 @@ function toHalfBytes(v: Float32Array, clamp = false): Uint8Array {
 
 const bytes = (a: Float32Array | Int8Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength)
 
+/** The MatMulNBits form of the q4 variant: bits per weight (4, or 8: one byte each), block length along K and
+ * accuracy_level (0: float32 activations, 4: activations quantized to int8 per block). The default is onnx-community's
+ * q4 (4 bits, blocks of 32, accuracy_level 4); others (BuildOptions.nbits) are for comparing ORT's kernels
+ * (docs/benchmarks.md, the CPU weight forms). Symmetric always: no zero points (the kernel's default, 2^(bits-1)). */
+export interface NBitsForm {
+  bits: 4 | 8
+  block: number
+  accuracyLevel: 0 | 1 | 2 | 3 | 4
+}
+export const DEFAULT_NBITS: NBitsForm = { bits: 4, block: Q4_BLOCK, accuracyLevel: Q4_ACCURACY_LEVEL }
+
 export interface Q4Weight {
-  /** [N, blocks, Q4_BLOCK / 2]: block b of column n, element 2j in byte j's low nibble, 2j + 1 in its high one. */
+  /** [N, blocks, block * bits / 8]: block b of column n; at 4 bits element 2j in byte j's low nibble, 2j + 1 in its
+   * high one; at 8 bits one byte each. */
   packed: Uint8Array
   /** [N * blocks]: column n's block b at n * blocks + b. */
   scales: Float32Array
@@ -73,17 +85,20 @@ export interface Q4Weight {
  * 4-bit symmetric block quantization of the K x N matrix `at(k, n)`, as ONNX Runtime's MLAS does it: per block of
  * 32 along K, scale = (the value of largest magnitude) / -8 and q = clamp(floor(v / scale + 8.5), 0, 15), so that
  * value maps to 0 exactly; dequantized value = (q - 8) * scale. K past the matrix (a last partial block) is zeros.
+ * `bits` 8 and another `block` do the same with 2^(bits-1) for 8 (-128, 128.5, 255).
  */
-export function quantizeQ4(K: number, N: number, at: (k: number, n: number) => number): Q4Weight {
-  const blocks = Math.ceil(K / Q4_BLOCK)
-  const blob = Q4_BLOCK / 2
+export function quantizeQ4(K: number, N: number, at: (k: number, n: number) => number, bits: 4 | 8 = 4, block = Q4_BLOCK): Q4Weight {
+  const blocks = Math.ceil(K / block)
+  const blob = (block * bits) / 8
+  const mid = 1 << (bits - 1)
+  const top = (1 << bits) - 1
   const packed = new Uint8Array(N * blocks * blob)
   const scales = new Float32Array(N * blocks)
-  const q = new Uint8Array(Q4_BLOCK)
+  const q = new Uint8Array(block)
   for (let n = 0; n < N; n++) {
     for (let b = 0; b < blocks; b++) {
-      const k0 = b * Q4_BLOCK
-      const len = Math.min(Q4_BLOCK, K - k0)
+      const k0 = b * block
+      const len = Math.min(block, K - k0)
       let amax = 0
       let max = 0
       for (let l = 0; l < len; l++) {
@@ -93,13 +108,14 @@ export function quantizeQ4(K: number, N: number, at: (k: number, n: number) => n
           max = v
         }
       }
-      const scale = max ? Math.fround(max / -8) : 0
+      const scale = max ? Math.fround(max / -mid) : 0
       const recip = scale ? Math.fround(1 / scale) : 0
-      q.fill(8)
-      for (let l = 0; l < len; l++) q[l] = Math.min(15, Math.max(0, Math.floor(Math.fround(at(k0 + l, n) * recip) + 8.5)))
+      q.fill(mid)
+      for (let l = 0; l < len; l++) q[l] = Math.min(top, Math.max(0, Math.floor(Math.fround(at(k0 + l, n) * recip) + mid + 0.5)))
       scales[n * blocks + b] = scale
       const base = (n * blocks + b) * blob
-      for (let j = 0; j < blob; j++) packed[base + j] = q[2 * j] | (q[2 * j + 1] << 4)
+      if (bits === 8) packed.set(q.subarray(0, block), base)
+      else for (let j = 0; j < blob; j++) packed[base + j] = q[2 * j] | (q[2 * j + 1] << 4)
     }
   }
   return { packed, scales, blocks }
@@ -120,18 +136,18 @@ export function quantizeInt8(v: Float32Array): { q: Int8Array; scale: number } {
   return { q, scale }
 }
 
-const q4Tensors = (name: string, N: number, w: Q4Weight): StoredTensor[] => [
-  { name: `${name}_Q4`, dims: [N, w.blocks, Q4_BLOCK / 2], dataType: DataType.UINT8, bytes: w.packed },
+const q4Tensors = (name: string, N: number, w: Q4Weight, f: NBitsForm): StoredTensor[] => [
+  { name: `${name}_Q4`, dims: [N, w.blocks, (f.block * f.bits) / 8], dataType: DataType.UINT8, bytes: w.packed },
   { name: `${name}_scales`, dims: [N * w.blocks], dataType: DataType.FLOAT, bytes: bytes(w.scales) },
 ]
 
-const matMulNBits = (node: Node, a: string, weight: string, K: number, N: number): Node => ({
+const matMulNBits = (node: Node, a: string, weight: string, K: number, N: number, f: NBitsForm): Node => ({
   name: `${node.name}_Q4`,
   op_type: 'MatMulNBits',
   domain: MS_DOMAIN,
   input: [a, `${weight}_Q4`, `${weight}_scales`],
   output: node.output,
-  attribute: [attrI('K', K), attrI('N', N), attrI('bits', 4), attrI('block_size', Q4_BLOCK), attrI('accuracy_level', Q4_ACCURACY_LEVEL)],
+  attribute: [attrI('K', K), attrI('N', N), attrI('bits', f.bits), attrI('block_size', f.block), attrI('accuracy_level', f.accuracyLevel)],
 })
 
 /** The graph's MatMuls whose second input is a 2-D weight ([K, N]), and the node producing `logits` (the LM head). */
@@ -140,7 +156,7 @@ function linearLayers(graph: DecoderGraph): { byWeight: Map<string, WeightSpec>;
   return { byWeight, head: graph.nodes.find((n) => n.output.includes('logits')) }
 }
 
-function q4Graph(graph: DecoderGraph): DecoderGraph {
+function q4Graph(graph: DecoderGraph, f: NBitsForm): DecoderGraph {
   const { byWeight, head } = linearLayers(graph)
   const producer = new Map(graph.nodes.flatMap((n) => n.output.map((o) => [o, n] as const)))
   const weights = new Map(graph.weights.map((w) => [w.name, { ...w }]))
@@ -151,8 +167,8 @@ function q4Graph(graph: DecoderGraph): DecoderGraph {
     const w = byWeight.get(b)
     if (w) {
       const [K, N] = w.dims
-      weights.get(b)!.store = (v) => q4Tensors(b, N, quantizeQ4(K, N, (k, n) => v[k * N + n]))
-      return matMulNBits(node, a, b, K, N)
+      weights.get(b)!.store = (v) => q4Tensors(b, N, quantizeQ4(K, N, (k, n) => v[k * N + n], f.bits, f.block), f)
+      return matMulNBits(node, a, b, K, N, f)
     }
     // A tied head: MatMul(hidden, Transpose(embedding)); the embedding [vocab, hidden] is already [N, K].
     const t = producer.get(b)
@@ -162,10 +178,10 @@ function q4Graph(graph: DecoderGraph): DecoderGraph {
       const spec = weights.get(embed.name)!
       spec.store = (v) => [
         { name: embed.name, dims: embed.dims, dataType: DataType.FLOAT, bytes: bytes(v) },
-        ...q4Tensors(`${embed.name}_head`, N, quantizeQ4(K, N, (k, n) => v[n * K + k])),
+        ...q4Tensors(`${embed.name}_head`, N, quantizeQ4(K, N, (k, n) => v[n * K + k], f.bits, f.block), f),
       ]
       dropped.add(t)
-      return matMulNBits(node, a, `${embed.name}_head`, K, N)
+      return matMulNBits(node, a, `${embed.name}_head`, K, N, f)
     }
     return node
   })
@@ -249,11 +265,12 @@ function fp16Graph(graph: DecoderGraph): DecoderGraph {
 const withMsOpset = (graph: DecoderGraph): { domain: string; version: number }[] =>
   graph.extraOpsets?.some((o) => o.domain === MS_DOMAIN) ? graph.extraOpsets : [...(graph.extraOpsets ?? []), { domain: MS_DOMAIN, version: 1 }]
 
-/** The decoder graph with its weights in `dtype`'s form (the float32 graph is the one its builder returns). */
-export function variantGraph(graph: DecoderGraph, dtype: WeightDtype): DecoderGraph {
+/** The decoder graph with its weights in `dtype`'s form (the float32 graph is the one its builder returns); `nbits`
+ * changes the q4 variant's MatMulNBits form (default DEFAULT_NBITS). */
+export function variantGraph(graph: DecoderGraph, dtype: WeightDtype, nbits: NBitsForm = DEFAULT_NBITS): DecoderGraph {
   switch (dtype) {
     case 'q4':
-      return q4Graph(graph)
+      return q4Graph(graph, nbits)
     case 'int8':
       return int8Graph(graph)
     case 'fp16':

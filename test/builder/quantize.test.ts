@@ -28,6 +28,17 @@ describe('floatToHalf', () => {
 })
 
 describe('quantizeQ4', () => {
+  it('at 8 bits, blocks of 64: one byte per value, scale = the largest-magnitude value / -128, within half a step', () => {
+    const K = 64
+    const v = Array.from({ length: K }, (_, k) => Math.sin(k) * (k === 5 ? 3 : 1))
+    const q = quantizeQ4(K, 1, (k) => v[k], 8, 64)
+    expect(q.blocks).toBe(1)
+    expect(q.packed.length).toBe(64)
+    expect(q.scales[0]).toBeCloseTo((Math.sin(5) * 3) / -128, 6)
+    expect(q.packed[5]).toBe(0)
+    for (let k = 0; k < K; k++) expect(Math.abs((q.packed[k] - 128) * q.scales[0] - v[k])).toBeLessThanOrEqual(Math.abs(q.scales[0]) / 2 + 1e-6)
+  })
+
   it('packs a block low nibble first with scale = the largest-magnitude value / -8', () => {
     // K = 32, N = 1: values k * 0.1 - 1.6 (largest magnitude -1.6 at k = 0).
     const v = Array.from({ length: Q4_BLOCK }, (_, k) => k * 0.1 - 1.6)
