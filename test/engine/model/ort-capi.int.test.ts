@@ -198,7 +198,7 @@ describe('ort-capi: the C API on the embedded tiny model (plain ops)', () => {
 })
 
 describe('ort-capi: one decode step on the embedded tiny model, C API vs JS API', () => {
-  it('times a decode step at contexts 32 and 256 (presents bound to buffers the runtime owns vs copied out)', async () => {
+  it('computes the same logits through a binding (presents bound to buffers the runtime owns) as the JS API, contexts 32 and 256; times both', async () => {
     const model = join(defaultModelDir(), 'onnx', 'model.onnx')
     const js = await ort.InferenceSession.create(model, { intraOpNumThreads: 1 })
     const s = api.createSession(model, { intraOpThreads: 1 })
@@ -218,14 +218,25 @@ describe('ort-capi: one decode step on the embedded tiny model, C API vs JS API'
       const b = s.binding()
       const ts: Tensor[] = []
       const keep = <T extends Tensor>(t: T): T => (ts.push(t), t)
-      b.bindInput('input_ids', keep(s.alloc('int64', [1, 1])))
+      // The same inputs as the JS feeds.
+      const ids = keep(s.alloc('int64', [1, 1]))
+      ids.data.fill(7n)
+      b.bindInput('input_ids', ids)
       const mask = keep(s.alloc('int64', [1, ctx + 1]))
       mask.data.fill(1n)
-      b.bindInput('attention_mask', mask).bindInput('position_ids', keep(s.alloc('int64', [1, 1])))
-      for (const n of pastNames) b.bindInput(n, keep(s.alloc('float32', [1, H, ctx, D])))
-      b.bindOutput('logits', keep(s.alloc('float32', [1, 1, V])))
+      const pos = keep(s.alloc('int64', [1, 1]))
+      pos.data.fill(BigInt(ctx))
+      b.bindInput('attention_mask', mask).bindInput('position_ids', pos)
+      for (const n of pastNames) {
+        const past = keep(s.alloc('float32', [1, H, ctx, D]))
+        past.data.fill(0.01)
+        b.bindInput(n, past)
+      }
+      const logits = keep(s.alloc('float32', [1, 1, V]))
+      b.bindOutput('logits', logits)
       for (const n of s.outputNames.slice(1)) b.bindOutput(n, keep(s.alloc('float32', [1, H, ctx + 1, D])))
       const cMs = await median(async () => b.run())
+      expectClose(logits.data as Float32Array, (await js.run(feeds)).logits!.data as Float32Array, `context ${ctx}`)
       rows.push({ context: String(ctx), 'JS API ms': jsMs.toFixed(3), 'C API ms': cMs.toFixed(3), 'JS/C': (jsMs / cMs).toFixed(2) })
       b.dispose()
       for (const t of ts) t.dispose()
@@ -414,7 +425,7 @@ describe.skipIf(!haveFixtures)('ort-capi: GroupQueryAttention with present bound
     for (const buf of kv.values()) buf.dispose()
   })
 
-  it('times one decode step at contexts 32 and 1,024: C API with the shared buffer vs the JS API', async () => {
+  it('computes the same logits with the shared past/present buffer as the JS API, contexts 32 and 1,024; times both', async () => {
     const rows: Record<string, string>[] = []
     for (const ctx of [32, 1024]) {
       const kvMax = ctx + 1
@@ -430,15 +441,18 @@ describe.skipIf(!haveFixtures)('ort-capi: GroupQueryAttention with present bound
       const b = s.binding()
       const kvT = bufs.map((buf, i) => {
         const t = s.tensor(buf, 'float32', [1, H, kvMax, D])
+        ;(t.data as Float32Array).fill(0.01) // the past the JS feeds hold; the step writes its own row in place
         b.bindInput(`past_key_values.${kvNames[i]}`, t).bindOutput(`present.${kvNames[i]}`, t)
         return t
       })
       const idT = s.alloc('int64', [1, 1])
+      idT.data.fill(7n)
       const maskT = s.alloc('int64', [1, ctx + 1])
       maskT.data.fill(1n)
       const logits = s.alloc('float32', [1, 1, V])
       b.bindInput('input_ids', idT).bindInput('attention_mask', maskT).bindOutput('logits', logits)
       const cMs = await median(async () => b.run())
+      expectClose(logits.data as Float32Array, (await js.run(feeds)).logits!.data as Float32Array, `context ${ctx}`)
       rows.push({ context: String(ctx), 'JS API ms': jsMs.toFixed(3), 'C API ms': cMs.toFixed(3), 'JS/C': (jsMs / cMs).toFixed(2) })
       b.dispose()
       for (const t of [...kvT, idT, maskT, logits]) t.dispose()
@@ -448,6 +462,14 @@ describe.skipIf(!haveFixtures)('ort-capi: GroupQueryAttention with present bound
     console.table(rows)
   })
 })
+
+/** Two logit rows agree to float32 rounding (one graph, one thread, the same inputs through two APIs). */
+function expectClose(got: Float32Array, want: Float32Array, what: string): void {
+  expect(got.length, what).toBe(want.length)
+  let worst = 0
+  for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!))
+  expect(worst, what).toBeLessThan(1e-4)
+}
 
 async function median(f: () => Promise<void>, n = 100): Promise<number> {
   for (let i = 0; i < 10; i++) await f()
