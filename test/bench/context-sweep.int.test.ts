@@ -40,7 +40,6 @@ describe('onnxd bench context (tiny preset)', () => {
             expect(Object.keys(c!.fedByName)).toContain('input_ids')
             expect(c!.mbPerStep).toBeGreaterThan(0)
             expect(c!.minMs).toBeGreaterThan(0)
-            expect(c!.minMs).toBeLessThanOrEqual(c!.msPerStep)
           }
     expect(report.growth).toHaveLength(FORMS.length * RUNTIMES.length * 2)
     expect(report.system.cores).toBeGreaterThan(0)
