@@ -1,6 +1,7 @@
 // End to end, issue #14: `n` choices through the official `openai` client → the real facade → a real node on the
 // tiny default model. Each choice is its own sequence (choice j seeded with seed + j, so it replays alone), usage
-// counts every choice's tokens, and the prompt is computed once: the other choices find it in the prefix cache.
+// counts every choice's completion and the prompt once (issue #34: as OpenAI and vLLM count it), the bill the same,
+// and the prompt is computed once: the other choices find it in the prefix cache.
 import type OpenAI from 'openai'
 import { UnprocessableEntityError } from 'openai'
 import { describe, expect, it } from 'vitest'
@@ -11,7 +12,7 @@ const LONG = 'The tide came in over the rocks and the gulls rose from the water.
 describe('n choices on the tiny default model', () => {
   const stack = suiteStack()
 
-  it('chat: n = 3 gives three choices, each the answer its own seed gives alone; usage counts all three; the prompt is prefilled once', async () => {
+  it('chat: n = 3 gives three choices, each the answer its own seed gives alone; usage counts all three completions and the prompt once', async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: LONG }]
     const r = await stack.client.chat.completions.create({ model: MODEL, messages, n: 3, max_tokens: 8, temperature: 1, seed: 40 })
     expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2])
@@ -20,10 +21,10 @@ describe('n choices on the tiny default model', () => {
     // Different seeds: at temperature 1 on this vocabulary the three texts are not all the same.
     expect(new Set(r.choices.map((c) => c.message.content)).size).toBeGreaterThan(1)
     const prompt = alone[0]!.usage!.prompt_tokens
-    expect(r.usage!.prompt_tokens).toBe(3 * prompt)
+    expect(r.usage!.prompt_tokens).toBe(prompt)
     expect(r.usage!.completion_tokens).toBe(alone.reduce((n, a) => n + a.usage!.completion_tokens, 0))
-    // Two of the three found every whole block of the prompt (16-token blocks, its last token computed) cached.
-    expect(r.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThanOrEqual(2 * Math.floor((prompt - 1) / 16) * 16)
+    // The prompt's cached tokens are counted once too: never more than the prompt.
+    expect(r.usage!.prompt_tokens_details!.cached_tokens).toBeLessThanOrEqual(prompt)
   })
 
   it('chat, streamed: every choice’s deltas under its index, each finished, one usage for all', async () => {
@@ -57,6 +58,42 @@ describe('n choices on the tiny default model', () => {
       [0, 1, 2, 3].map((i) => stack.client.completions.create({ model: MODEL, prompt: prompts[Math.floor(i / 2)]!, max_tokens: 5, temperature: 1, seed: 9 + (i % 2) })),
     )
     expect(r.choices.map((c) => c.text)).toEqual(alone.map((a) => a.choices[0]!.text))
+    // Each prompt once, every choice's completion.
+    expect(r.usage!.prompt_tokens).toBe(alone[0]!.usage!.prompt_tokens + alone[2]!.usage!.prompt_tokens)
+    expect(r.usage!.completion_tokens).toBe(alone.reduce((n, a) => n + a.usage!.completion_tokens, 0))
+  })
+
+  it('n = 2 on a 16-token prompt: 16 prompt tokens in the usage and in the bill, JSON and streamed, completions and chat', async () => {
+    const billed = async (): Promise<{ prompt: number; completion: number }> => {
+      const rows = await stack.s.f.store.usage({ accountId: stack.s.f.account.id })
+      return { prompt: rows.reduce((n, r) => n + r.promptTokens, 0), completion: rows.reduce((n, r) => n + r.completionTokens, 0) }
+    }
+    /** Runs `call`; returns its usage and what the store billed for it. */
+    const measure = async (call: () => Promise<{ prompt_tokens: number; completion_tokens: number }>): Promise<{ usage: { prompt_tokens: number; completion_tokens: number }; billed: { prompt: number; completion: number } }> => {
+      const before = await billed()
+      const usage = await call()
+      const after = await billed()
+      return { usage, billed: { prompt: after.prompt - before.prompt, completion: after.completion - before.completion } }
+    }
+    const ids = Array.from({ length: 16 }, (_, i) => 100 + i)
+    const legacy = (n: number) => async () => (await stack.client.completions.create({ model: MODEL, prompt: ids, n, max_tokens: 4, temperature: 1, seed: 5 })).usage!
+    const streamed = (n: number) => async () => {
+      let usage: OpenAI.CompletionUsage | undefined
+      for await (const c of await stack.client.completions.create({ model: MODEL, prompt: ids, n, max_tokens: 4, temperature: 1, seed: 5, stream: true, stream_options: { include_usage: true } })) usage = c.usage ?? usage
+      return usage!
+    }
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'Tell me about the sea.' }]
+    const chat = (n: number) => async () => (await stack.client.chat.completions.create({ model: MODEL, messages, n, max_tokens: 4, temperature: 1, seed: 5 })).usage!
+    for (const call of [legacy, streamed, chat]) {
+      const one = await measure(call(1))
+      const two = await measure(call(2))
+      if (call !== chat) expect(one.usage.prompt_tokens).toBe(16)
+      // The prompt once (it was 32 for 16 with n = 2), both completions; billed exactly as reported.
+      expect(two.usage.prompt_tokens).toBe(one.usage.prompt_tokens)
+      expect(two.usage.completion_tokens).toBe(8)
+      expect(two.billed).toEqual({ prompt: two.usage.prompt_tokens, completion: two.usage.completion_tokens })
+      expect(one.billed).toEqual({ prompt: one.usage.prompt_tokens, completion: one.usage.completion_tokens })
+    }
   })
 
   it('refuses more choices than it runs, and best_of, with a 422 naming the field', async () => {

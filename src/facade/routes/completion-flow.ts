@@ -18,6 +18,7 @@ import type { FacadeContext } from '../context.js'
 import { streamFailed } from '../metrics.js'
 import type { KeyPrincipal } from '../request.js'
 import type { Dispatched } from '../router.js'
+import { requestUsage } from './request-usage.js'
 
 /** OpenAI's usage object; `cached_tokens`: prompt tokens the node's prefix cache gave instead of computing them. */
 export const OpenAiUsage = Type.Object({
@@ -38,12 +39,6 @@ export const openAiUsage = (u: Usage): OpenAiUsage => ({
 /** How an OpenAI stream (chat, legacy completions) ends after a failure: the error object, then `[DONE]`. */
 export const openAiStreamFailed = (code: ErrorCode, message: string): string => sseFrame(JSON.stringify(errorBody(code, message))) + SSE_DONE
 
-/** The usage of several node answers (one per choice or prompt) as one. */
-export const sumUsage = (us: Usage[]): Usage => ({
-  prompt_tokens: us.reduce((n, u) => n + u.prompt_tokens, 0),
-  completion_tokens: us.reduce((n, u) => n + u.completion_tokens, 0),
-  prompt_tokens_details: { cached_tokens: us.reduce((n, u) => n + (u.prompt_tokens_details?.cached_tokens ?? 0), 0) },
-})
 
 /**
  * A surface's stream framing: the SSE frames of one streamed answer in its shape, from the first delta to the end
@@ -75,10 +70,18 @@ export interface CompletionJob<A> {
   principal: KeyPrincipal
   /** One node request per choice (request ids are set here); a stream interleaves their deltas. */
   requests: CompletionRequest[]
+  /**
+   * Each prompt's choices (n, default 1): `requests` are its prompts × choices in a row, as withChoices lays them.
+   * A prompt counts once in the usage and the bill, however many choices it has (request-usage.ts).
+   */
+  choices?: number
   /** Streams with these frames; JSON without. */
   chunks?: StreamFormat
-  /** The JSON answer from the node's answers, in request order (may wait: a stored answer is saved first). */
-  answer(results: CompletionResponse[]): A | Promise<A>
+  /**
+   * The JSON answer from the node's answers, in request order, and the request's usage (each prompt once, every
+   * choice's completion) (may wait: a stored answer is saved first).
+   */
+  answer(results: CompletionResponse[], usage: Usage): A | Promise<A>
 }
 
 /** Checks the model, the account and the key's concurrent sequences (422, 402, 429), then runs the job and answers (JSON or SSE). */
@@ -145,18 +148,18 @@ export async function runCompletion<A>(
     try {
       // What the nodes answered in full is billed, even when another choice of the request failed.
       const bodies = ok.flatMap((d) => (d.reply.kind === 'json' ? [d.reply.body] : []))
-      if (span && bodies.length > 0) setUsage(span, sumUsage(bodies.map((b) => b.usage)), bodies.map((b) => b.finish_reason))
+      // Each node request's answer in request order (null where it failed), so that choices of one prompt group.
+      const answered = settled.map((r) => (r.status === 'fulfilled' && r.value.reply.kind === 'json' ? r.value.reply.body.usage : null))
+      const usage = requestUsage(answered, job.choices)
+      if (span && bodies.length > 0) setUsage(span, usage, bodies.map((b) => b.finish_reason))
       if (bodies.length > 0) {
         // Under the answer's id: the store bills it once, however often it is sent (a spooled record is sent again).
-        const counts = {
-          promptTokens: bodies.reduce((n, b) => n + b.usage.prompt_tokens, 0),
-          completionTokens: bodies.reduce((n, b) => n + b.usage.completion_tokens, 0),
-        }
+        const counts = { promptTokens: usage.prompt_tokens, completionTokens: usage.completion_tokens }
         await ctx.meter.record(job.principal.account, job.principal.key, job.model, counts, job.id)
       }
       if (first.failed) throw first.reason
       if (bodies.length !== job.requests.length) throw new OnnxdError('internal', 'a node answered a JSON request with a stream')
-      return await job.answer(bodies)
+      return await job.answer(bodies, usage)
     } finally {
       for (const d of ok) d.release()
     }
@@ -186,8 +189,12 @@ interface ChoiceState {
   final: FinalEvent | null
 }
 
-const promptOf = (c: ChoiceState): number => c.final?.usage.prompt_tokens ?? c.seen?.prompt_tokens ?? 0
-const completionOf = (c: ChoiceState): number => c.final?.usage.completion_tokens ?? Math.max(c.seen?.completion_tokens ?? 0, c.deltas)
+/** What a choice's node stream delivered, as usage: its final usage, else the last it reported, else its deltas. */
+const usageOf = (c: ChoiceState): Partial<Usage> => ({
+  prompt_tokens: c.final?.usage.prompt_tokens ?? c.seen?.prompt_tokens ?? 0,
+  completion_tokens: c.final?.usage.completion_tokens ?? Math.max(c.seen?.completion_tokens ?? 0, c.deltas),
+  prompt_tokens_details: { cached_tokens: c.final?.usage.prompt_tokens_details?.cached_tokens ?? 0 },
+})
 
 /**
  * The node streams of one request as one SSE answer: each choice's deltas as they come, billed as they are
@@ -209,11 +216,10 @@ async function streamCompletion(
   const tab = ctx.meter.open(job.id, job.principal.account, job.principal.key, job.model)
   const choices: ChoiceState[] = ds.map(() => ({ deltas: 0, seen: null, final: null }))
   let failure: ErrorEvent['error'] | null = null
-  const progress = (): void =>
-    tab.progress({
-      promptTokens: choices.reduce((n, c) => n + (c.seen?.prompt_tokens ?? 0), 0),
-      completionTokens: choices.reduce((n, c) => n + Math.max(c.seen?.completion_tokens ?? 0, c.deltas), 0),
-    })
+  const progress = (): void => {
+    const u = requestUsage(choices.map((c) => ({ prompt_tokens: c.seen?.prompt_tokens ?? 0, completion_tokens: Math.max(c.seen?.completion_tokens ?? 0, c.deltas) })), job.choices)
+    tab.progress({ promptTokens: u.prompt_tokens, completionTokens: u.completion_tokens })
+  }
 
   const run = async (d: Dispatched, index: number): Promise<void> => {
     const c = choices[index]!
@@ -253,14 +259,10 @@ async function streamCompletion(
   await Promise.all(ds.map(run))
 
   // Bill what was produced: each node's final usage, else the last usage it reported, else what was streamed.
-  const promptTokens = choices.reduce((n, c) => n + promptOf(c), 0)
-  const completionTokens = choices.reduce((n, c) => n + completionOf(c), 0)
+  const usage = requestUsage(choices.map(usageOf), job.choices)
+  const { prompt_tokens: promptTokens, completion_tokens: completionTokens } = usage
   const traced = ctx.traces?.of(request)
-  if (traced) {
-    const cached = choices.reduce((n, c) => n + (c.final?.usage.prompt_tokens_details?.cached_tokens ?? 0), 0)
-    const reasons = choices.flatMap((c) => (c.final ? [c.final.finish_reason] : []))
-    setUsage(traced.span, { prompt_tokens: promptTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cached } }, reasons)
-  }
+  if (traced) setUsage(traced.span, usage, choices.flatMap((c) => (c.final ? [c.final.finish_reason] : [])))
   try {
     // A store that does not accept it (an outage) does not fail this: the record is kept in the spool and sent again.
     await tab.settle({ promptTokens, completionTokens })
@@ -272,8 +274,6 @@ async function streamCompletion(
     request.log.info({ id: job.id, promptTokens, completionTokens }, 'client left during the stream')
     return
   }
-  const cached = choices.reduce((n, c) => n + (c.final?.usage.prompt_tokens_details?.cached_tokens ?? 0), 0)
-  const usage: Usage = { prompt_tokens: promptTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cached } }
   if (failure === null && choices.every((c) => c.final !== null)) {
     for (const [i, c] of choices.entries()) await sse.write(out.finish(i, c.final!.finish_reason, c.final!.system_fingerprint))
     sse.end(await out.end(usage))

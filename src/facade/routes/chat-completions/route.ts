@@ -30,8 +30,9 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: FacadeContext): 
         chat: 'chat completions',
         principal,
         requests: toNodeRequests(params, id),
+        choices: params.n ?? 1,
         chunks: params.stream === true ? new ChunkWriter(id, created, params.model, params.stream_options?.include_usage === true, tools) : undefined,
-        answer: (rs) => toChatCompletion(id, created, params.model, rs, tools),
+        answer: (rs, usage) => toChatCompletion(id, created, params.model, rs, usage, tools),
       })
     },
   )

@@ -4,7 +4,7 @@ import type { ChatMessage, CompletionRequest, CompletionResponse, FinishReason, 
 import type { ChatCompletion, ChatLogprobs, ChatParams } from './schema.js'
 import { SSE_DONE, sseFrame } from '../../../shared/sse.js'
 import type { ErrorCode } from '../../../shared/errors.js'
-import { openAiUsage, sumUsage, type StreamFormat, openAiStreamFailed } from '../completion-flow.js'
+import { openAiUsage, type StreamFormat, openAiStreamFailed } from '../completion-flow.js'
 import { samplingFields, withChoices } from '../openai-fields.js'
 import { parseToolCalls, safeLength, type ToolCall } from '../tool-calls.js'
 
@@ -56,7 +56,7 @@ export const toolReading = (p: ChatParams): ToolReading | null => {
 const finishWith = (reason: FinishReason, calls: readonly ToolCall[]): string => (calls.length && reason === 'stop' ? 'tool_calls' : reason)
 
 /** The answer: one choice per node answer (`n`), in order; usage summed over them; tool calls parsed out of the text. */
-export function toChatCompletion(id: string, created: number, model: string, rs: CompletionResponse[], tools: ToolReading | null = null): ChatCompletion {
+export function toChatCompletion(id: string, created: number, model: string, rs: CompletionResponse[], usage: Usage, tools: ToolReading | null = null): ChatCompletion {
   return {
     id,
     object: 'chat.completion',
@@ -69,7 +69,7 @@ export function toChatCompletion(id: string, created: number, model: string, rs:
         : { role: 'assistant', content: r.text }
       return { index, message, finish_reason: finishWith(r.finish_reason, parsed?.calls ?? []), logprobs: chatLogprobs(r.logprobs) }
     }),
-    usage: openAiUsage(sumUsage(rs.map((r) => r.usage))),
+    usage: openAiUsage(usage),
     ...(rs[0]?.system_fingerprint ? { system_fingerprint: rs[0].system_fingerprint } : {}),
   }
 }

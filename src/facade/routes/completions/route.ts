@@ -31,11 +31,12 @@ export function completionsRoute(app: FastifyInstance, ctx: FacadeContext): void
         model: params.model,
         principal,
         requests,
+        choices: params.n ?? 1,
         chunks:
           params.stream === true
             ? new TextChunkWriter(id, created, params.model, params.stream_options?.include_usage === true, echo)
             : undefined,
-        answer: (rs) => toTextCompletion(id, created, params, prompts, rs),
+        answer: (rs, usage) => toTextCompletion(id, created, params, prompts, rs, usage),
       })
     },
   )

@@ -4,7 +4,7 @@
 import type { CompletionRequest, CompletionResponse, FinishReason, TokenLogprob, Usage } from '../../../contract/completions.js'
 import { SSE_DONE, sseFrame } from '../../../shared/sse.js'
 import type { ErrorCode } from '../../../shared/errors.js'
-import { openAiUsage, sumUsage, type StreamFormat, openAiStreamFailed } from '../completion-flow.js'
+import { openAiUsage, type StreamFormat, openAiStreamFailed } from '../completion-flow.js'
 import { samplingFields, withChoices } from '../openai-fields.js'
 import { COMPLETIONS_DEFAULT_MAX_TOKENS, promptsOf, type CompletionParams, type LegacyLogprobs, type Prompt, type TextCompletion } from './schema.js'
 
@@ -47,8 +47,7 @@ export function toNodeRequests(p: CompletionParams): { prompts: Prompt[]; reques
 }
 
 /** The answer: one choice per node answer, numbered as they are; with `echo`, each text starts with its prompt. */
-export function toTextCompletion(id: string, created: number, p: CompletionParams, prompts: Prompt[], rs: CompletionResponse[]): TextCompletion {
-  const usage = sumUsage(rs.map((r) => r.usage))
+export function toTextCompletion(id: string, created: number, p: CompletionParams, prompts: Prompt[], rs: CompletionResponse[], usage: Usage): TextCompletion {
   return {
     id,
     object: 'text_completion',
