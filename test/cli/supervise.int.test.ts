@@ -221,7 +221,7 @@ describe('the built server: the Dockerfile CMD and npm start', () => {
       [FACADE_ENV.port]: String(facadePort),
       [NODE_ENV.port]: String(nodePort),
       [NODE_ENV.model]: defaultModelDir(),
-      [FACADE_ENV.jwtSecret]: randomBytes(32).toString('base64url'),
+      [FACADE_ENV.jwtSecret]: randomBytes(48).toString('base64url'),
     }
     const cli = async (...args: string[]): Promise<Record<string, unknown>> => {
       const r = await run(['node', 'bin/onnxd.js', ...args], { cwd: app, env })

@@ -68,10 +68,14 @@ describe('JWT secret in production (issue #35)', () => {
     for (const weak of ['x'.repeat(64), 'abcdefghijklmnopqrstuvwxyz0123456789', 'passwordpasswordpasswordpassword12', 'correct horse battery staple extra words here', 'qwertyuiopasdfghjklzxcvbnm1234567890qwertyuiop']) {
       expect(await secretWeakness(weak), weak).toMatch(/^is too weak \(about 10\^\d+ guesses by zxcvbn's estimate, at least 10\^40 needed\)$/)
     }
-    // What the docs tell operators to run (48 random bytes), and 32 random bytes in any common encoding.
-    for (const strong of [randomBytes(48).toString('base64'), randomBytes(32).toString('base64'), randomBytes(32).toString('base64url'), randomBytes(32).toString('hex')]) {
+    // What the docs tell operators to run (48 random bytes, 64 characters: about 10^62 by the estimate, so far above
+    // the bar that a fresh one never fails), and 32 random bytes as hex. 32 random bytes in base64 (43 characters)
+    // land near 10^42-10^43, too close to the bar for a random draw in a test: fixed ones stand for them.
+    for (const strong of [randomBytes(48).toString('base64'), randomBytes(48).toString('base64url'), randomBytes(32).toString('hex'), 'VuU5N3Gqzj0Kk7tD8t2H1Ry9bq6oX4mWcLfEa0sPZiM', 'q5Jw0y-xL3dV8nR2cK7hT1bF9mZ4sA6gE0uQ_iP3oWk']) {
       expect(await secretWeakness(strong), strong).toBeNull()
     }
+    // 24 random bytes (32 characters) do not reach it: the estimate counts about 10 guesses a character.
+    expect(await secretWeakness('5S5nx2FJgMDsqIUD2qKU81zUkXbQ4YbC')).toMatch(/^is too weak/)
   })
 
   it('checks only in production, and only a configured secret', async () => {

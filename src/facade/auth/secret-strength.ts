@@ -1,7 +1,8 @@
 // What a production facade accepts as its HS256 session-token secret: not one of the placeholders this repository
 // ships or shipped (deploy/kubernetes/10-secret.yaml's value, compose.yaml's former default) nor anything marked as
 // one, and not guessable: zxcvbn's estimate (dictionary words, repeats, sequences, keyboard patterns, dates) must
-// reach 10^40 guesses. A random secret of 43 or more base64 characters (32 bytes) does; `openssl rand -base64 48` makes one of 64.
+// reach 10^40 guesses. It counts about 10 guesses per character of a random string: `openssl rand -base64 48` (64
+// characters) gives about 10^62; 32 random bytes in base64 (43 characters) about 10^41-10^43.
 // The estimator and its dictionaries (about 60 ms to load) are loaded only when a production facade checks a secret.
 // Imports: shared errors; @zxcvbn-ts (lazily).
 import { OnnxdError } from '../../shared/errors.js'
