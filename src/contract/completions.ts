@@ -64,6 +64,8 @@ export const CompletionResponse = Type.Object({
   model: Type.String(),
   text: Type.String(),
   finish_reason: FinishReason,
+  /** The stop string (of the request's `stop`) that ended the completion, when one did. */
+  stop_sequence: Type.Optional(Type.String()),
   usage: Usage,
   timings: Timings,
   /** Token ids of the completion (the same tokens as `text`), for callers that detokenize or audit themselves. */
@@ -82,6 +84,6 @@ export type CompletionResponse = Static<typeof CompletionResponse>
 export type StreamEvent =
   /** A delta. `usage` is the running count, so a stream cut short can still be billed for its prompt. */
   | { id: string; text: string; ids?: number[]; logprobs?: TokenLogprob[]; usage?: Usage }
-  | { id: string; text: ''; finish_reason: FinishReason; usage: Usage; timings: Timings; system_fingerprint?: string }
+  | { id: string; text: ''; finish_reason: FinishReason; stop_sequence?: string; usage: Usage; timings: Timings; system_fingerprint?: string }
   /** An error after the stream began; `usage` counts what was produced before it (billing a stream that ends early). */
   | { error: { message: string; type: string; code: number }; usage?: Usage }

@@ -61,7 +61,8 @@ export type SeqEvent =
   | { type: 'accepted'; promptTokens: number; queueMs?: number; /** The engine replica's thread (set by the pool's workers). */ threadId?: number }
   /** `marks`: on a sequence's first token only (queueing and prefill are over). */
   | { type: 'token'; text: string; tokens: number; ids: number[]; logprobs?: TokenLogprob[]; marks?: PhaseMarks }
-  | { type: 'done'; text: string; ids: number[]; logprobs?: TokenLogprob[]; finishReason: FinishReason; usage: Usage; timings: Timings; marks?: PhaseMarks }
+  /** `stopSequence`: the stop string that ended it, when one did. */
+  | { type: 'done'; text: string; ids: number[]; logprobs?: TokenLogprob[]; finishReason: FinishReason; stopSequence?: string; usage: Usage; timings: Timings; marks?: PhaseMarks }
   /** `marks`: when the sequence had reached a replica. */
   | { type: 'error'; error: ErrorData; marks?: PhaseMarks }
 

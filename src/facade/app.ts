@@ -2,7 +2,7 @@
 // auth + rate-limit hook; errors leave through one handler. Imports: facade parts, store; never engine or node.
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { RateLimitStore, Store } from '../store/interfaces.js'
-import { Authenticator } from './auth/authenticate.js'
+import { Authenticator, credentialHeader } from './auth/authenticate.js'
 import { SessionVerifier } from './auth/jwt.js'
 import { resolveJwtSecret } from './auth/secret.js'
 import { Meter, PriceTable } from './billing/meter.js'
@@ -26,6 +26,7 @@ import { accountRoutes } from './routes/account.js'
 import { chatCompletionsRoute } from './routes/chat-completions/route.js'
 import { completionsRoute } from './routes/completions/route.js'
 import { responsesRoutes } from './routes/responses/route.js'
+import { messagesRoutes } from './routes/messages/route.js'
 import { modelsRoutes } from './routes/models.js'
 import { usageRoute } from './routes/usage.js'
 
@@ -181,7 +182,7 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
       v1.addHook('onRequest', async (request, reply) => {
         const want = request.routeOptions.config.auth
         if (!want) return
-        const { principal, limit } = await ctx.admission.admit(request.headers.authorization, want)
+        const { principal, limit } = await ctx.admission.admit(credentialHeader(request.headers), want)
         request.principal = principal
         if (!limit) return
         reply.headers(rateLimitHeaders(limit, now()))
@@ -191,6 +192,7 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
       chatCompletionsRoute(v1, ctx)
       completionsRoute(v1, ctx)
       responsesRoutes(v1, ctx)
+      messagesRoutes(v1, ctx)
       usageRoute(v1, ctx)
       accountRoutes(v1, ctx)
     },

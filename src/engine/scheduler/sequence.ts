@@ -18,6 +18,8 @@ export class Sequence {
   pending = -1
   readonly generated: number[] = []
   private finishReason: FinishReason | null = null
+  /** The stop string that ended the sequence, when one did. */
+  private stopSequence: string | undefined
   private readonly sampler: Sampler
   private readonly stop: StopMatcher | null
   /** Ids that end the sequence as EOS does: the model's EOS (unless ignore_eos) and the request's stop_token_ids. */
@@ -189,6 +191,7 @@ export class Sequence {
         text = r.emit
         if (r.stopped) {
           this.finishReason = 'stop'
+          this.stopSequence = r.stop
           this.emitDone(text)
           return true
         }
@@ -227,6 +230,7 @@ export class Sequence {
         const r = this.stop.push(tail)
         text += r.emit
         if (r.stopped) {
+          this.stopSequence = r.stop
           this.emitDone(text)
           return
         }
@@ -249,6 +253,7 @@ export class Sequence {
       ids: this.generated.slice(-1),
       ...(this.lastLogprobs ? { logprobs: this.lastLogprobs } : {}),
       finishReason: this.finishReason!,
+      ...(this.stopSequence !== undefined ? { stopSequence: this.stopSequence } : {}),
       usage: { prompt_tokens: this.promptIds.length, completion_tokens: this.generated.length, prompt_tokens_details: { cached_tokens: this.cachedTokens ?? 0 } },
       timings: {
         queue_ms: round((this.admittedAt ?? now) - this.arrival),

@@ -1,5 +1,7 @@
-// Who is calling: the `Authorization: Bearer` credential turned into a principal, or a 401. API keys open the
-// inference routes, session tokens the account routes, never the other way round. Imports: store, shared errors.
+// Who is calling: the `Authorization: Bearer` credential (or Anthropic's `x-api-key`) turned into a principal, or a
+// 401. API keys open the inference routes, session tokens the account routes, never the other way round. Imports:
+// store, shared errors.
+import type { IncomingHttpHeaders } from 'node:http'
 import type { Account, ApiKey, Store } from '../../store/interfaces.js'
 import { OnnxdError } from '../../shared/errors.js'
 import { API_KEY_PREFIX, hashApiKey, hashesEqual, isApiKeyFormat } from './api-keys.js'
@@ -28,6 +30,16 @@ export function bearerCredential(header: string | undefined): string {
     throw unauthorized('Malformed Authorization header: expected `Bearer <credential>`')
   }
   return credential
+}
+
+/**
+ * The credential header of a request: `Authorization`, or else Anthropic's `x-api-key` (its clients send the key
+ * there, with `anthropic-version`), read as `Bearer <key>`: the same sk-svc- keys either way.
+ */
+export function credentialHeader(headers: IncomingHttpHeaders): string | undefined {
+  if (headers.authorization !== undefined) return headers.authorization
+  const key = headers['x-api-key']
+  return typeof key === 'string' && key.trim() !== '' ? `Bearer ${key.trim()}` : undefined
 }
 
 const looksLikeJwt = (c: string): boolean => c.split('.').length === 3

@@ -50,8 +50,8 @@ export interface StreamFormat {
   start(index: number): string[]
   /** A delta: its text, and with logprobs one entry per token it carries. */
   content(index: number, text: string, logprobs?: TokenLogprob[]): string
-  /** `fingerprint`: the node's system_fingerprint, from its final event. */
-  finish(index: number, reason: FinishReason, fingerprint?: string): string
+  /** `fingerprint`: the node's system_fingerprint, and `stopSequence` the stop string that ended it, from its final event. */
+  finish(index: number, reason: FinishReason, fingerprint?: string, stopSequence?: string): string
   /**
    * The frames closing a stream whose every choice finished, given its usage (chat: the usage chunk when asked for,
    * then `[DONE]`). May wait (a stored answer is saved before the client hears it is complete).
@@ -84,6 +84,16 @@ export interface CompletionJob<A> {
   answer(results: CompletionResponse[], usage: Usage): A | Promise<A>
 }
 
+/** 422 unless a node serves `model` and, for a message surface (`chat` names it), the model has a chat template. */
+export function checkModel(ctx: FacadeContext, model: string, chat?: string): void {
+  if (ctx.router.knowsModel(model) === false) {
+    throw new OnnxdError('invalid_value', `The model '${clip(model)}' does not exist`)
+  }
+  if (chat !== undefined && ctx.router.servesChat(model) === false) {
+    throw new OnnxdError('invalid_value', `The model '${clip(model)}' has no chat template, so it cannot serve ${chat}; use /v1/completions with a prompt`)
+  }
+}
+
 /** Checks the model, the account and the key's concurrent sequences (422, 402, 429), then runs the job and answers (JSON or SSE). */
 export async function runCompletion<A>(
   request: FastifyRequest,
@@ -91,12 +101,7 @@ export async function runCompletion<A>(
   ctx: FacadeContext,
   job: CompletionJob<A>,
 ): Promise<A | FastifyReply> {
-  if (ctx.router.knowsModel(job.model) === false) {
-    throw new OnnxdError('invalid_value', `The model '${clip(job.model)}' does not exist`)
-  }
-  if (job.chat !== undefined && ctx.router.servesChat(job.model) === false) {
-    throw new OnnxdError('invalid_value', `The model '${clip(job.model)}' has no chat template, so it cannot serve ${job.chat}; use /v1/completions with a prompt`)
-  }
+  checkModel(ctx, job.model, job.chat)
   ctx.meter.checkCanSpend(job.principal.account)
   // The key's share of the nodes (429 over its bound): one sequence per node request, until the answer or stream ends.
   const releaseSequences = ctx.sequences.acquire(job.principal.key.id, job.requests.length)
@@ -275,7 +280,7 @@ async function streamCompletion(
     return
   }
   if (failure === null && choices.every((c) => c.final !== null)) {
-    for (const [i, c] of choices.entries()) await sse.write(out.finish(i, c.final!.finish_reason, c.final!.system_fingerprint))
+    for (const [i, c] of choices.entries()) await sse.write(out.finish(i, c.final!.finish_reason, c.final!.system_fingerprint, c.final!.stop_sequence))
     sse.end(await out.end(usage))
   } else {
     const f: ErrorEvent['error'] = failure ?? errorBody('internal', 'The inference backend ended the stream early').error

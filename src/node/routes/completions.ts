@@ -135,6 +135,7 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
           model: body.model,
           text: text.join(''),
           finish_reason: e.finishReason,
+          ...(e.stopSequence !== undefined ? { stop_sequence: e.stopSequence } : {}),
           usage: e.usage,
           timings: e.timings,
           output_ids: ids,
@@ -196,7 +197,7 @@ async function streamSse(
     } else if (e.type === 'done') {
       // `done` is the last delta: the last sampled token, and text the detokenizer or stop matcher held back.
       if (e.text !== '' || e.ids.length > 0) await sse.data(JSON.stringify({ id, text: e.text, ids: e.ids, ...(e.logprobs ? { logprobs: e.logprobs } : {}), usage: e.usage } satisfies StreamEvent))
-      const last: StreamEvent = { id, text: '', finish_reason: e.finishReason, usage: e.usage, timings: e.timings, system_fingerprint: ctx.fingerprint }
+      const last: StreamEvent = { id, text: '', finish_reason: e.finishReason, ...(e.stopSequence !== undefined ? { stop_sequence: e.stopSequence } : {}), usage: e.usage, timings: e.timings, system_fingerprint: ctx.fingerprint }
       void sse.data(JSON.stringify(last))
       log.info({ prompt_tokens: e.usage.prompt_tokens, completion_tokens: e.usage.completion_tokens, finish_reason: e.finishReason }, 'completion finished')
       break
