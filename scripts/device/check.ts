@@ -356,7 +356,7 @@ async function greedyStep(c: Ctx, preset: string, dtypes: string[], tokens: numb
       if (!j || !Array.isArray(j.ids)) throw new StepError(`onnxd generate (${dtype}, ${provider}) printed no JSON with ids: ${tail(r.stdout, 300)}`)
       if (j.provider !== provider) throw new StepError(`onnxd generate asked for ${provider} ran on ${String(j.provider)}`)
       ids[provider] = j.ids as number[]
-      row[provider] = { tokens_per_second: j.tokens_per_second, seconds_with_load: round(r.seconds, 1) }
+      row[provider] = { tokens_per_second: j.tokens_per_second, seconds_with_load: round(r.seconds, 1), runtime: j.runtime, device_cache: j.device_cache }
     }
     const a = ids.cpu
     const b = ids.webgpu
@@ -392,7 +392,7 @@ async function contextStep(c: Ctx, preset: string, p: Plan['context'], timeoutS:
   const outDir = join(c.out, 'bench')
   const r = await must(
     c,
-    onnxd(c, ['bench', 'context', '--preset', preset, '--forms', 'gqa', '--runtimes', 'js', '--provider', 'webgpu', '--contexts', p.contexts, '--batches', p.batches, '--steps', p.steps, '--big-steps', p.bigSteps, '--models-dir', join(c.work, 'models'), '--out', outDir, '--quiet']),
+    onnxd(c, ['bench', 'context', '--preset', preset, '--forms', 'gqa', '--runtimes', 'capi,js', '--provider', 'webgpu', '--contexts', p.contexts, '--batches', p.batches, '--steps', p.steps, '--big-steps', p.bigSteps, '--models-dir', join(c.work, 'models'), '--out', outDir, '--quiet']),
     timeoutS,
     log,
     'onnxd bench context',

@@ -34,6 +34,21 @@ if [ -z "$out" ]; then
 fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# NVIDIA's Vulkan driver (libGLX_nvidia) needs the Vulkan loader and glvnd's libGLdispatch, which a bare CUDA image
+# may lack: Debian's libvulkan1 and libglvnd0 (.deb files in $DEVICE_GL, default .gl/ beside the archive: see
+# docs/runtimes-and-gpus.md, "The device check") are unpacked into / when missing, and Vulkan is pointed at NVIDIA's
+# ICD where it is mounted (found on the project's GPU machines: without both, Dawn reports "No supported adapters").
+gl=${DEVICE_GL:-$root/.gl}
+if ! ldconfig -p 2>/dev/null | grep -q 'libGLdispatch.so.0' || ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1'; then
+  if ls "$gl"/*.deb >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+    for f in "$gl"/*.deb; do dpkg -x "$f" / || echo "run.sh: could not unpack $f" >&2; done
+    ldconfig
+  fi
+fi
+nvidia_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$nvidia_icd" ]; then export VK_DRIVER_FILES=$nvidia_icd; fi
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+
 archive=${DEVICE_ARCHIVE:-$root/.device/onnxd-device.tar.xz}
 work=${DEVICE_WORK:-${TMPDIR:-/tmp}/onnxd-device}
 mkdir -p "$work"

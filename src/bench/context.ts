@@ -21,7 +21,7 @@ import { loadavg } from 'node:os'
 import { join, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
 import { ATTENTION_FORMS, BUILDER_VERSION, type Attention } from '../builder/index.js'
-import { Binding, KV_CHUNK, KvCache, kvShapeOf, loadModel, RUNTIMES, type ForwardInput, type KvTensor, type LoadedModel, type Runtime, type Tensor } from '../engine/bench-surface.js'
+import { Binding, KV_CHUNK, KvCache, kvShapeOf, loadModel, RUNTIMES, type ForwardInput, type KvRows, type KvTensor, type LoadedModel, type Runtime, type Tensor } from '../engine/bench-surface.js'
 import { OnnxdError } from '../shared/errors.js'
 import { PROVIDERS, type Provider } from '../shared/model.js'
 import { ensureBundle } from './bundles.js'
@@ -42,7 +42,7 @@ export interface SweepOptions {
   bigSteps?: number
   modelsDir: string
   intraOpThreads?: number
-  /** Execution provider of the sessions (default cpu; on a GPU provider the runtime is js only). */
+  /** Execution provider of the sessions (default cpu); capi on webgpu keeps the cache on the device (cuda, tensorrt: js only). */
   provider?: Provider
   log?: (line: string) => void
 }
@@ -99,6 +99,19 @@ export function filledCache(m: LoadedModel, rows: number, len: number, chunk: nu
   // (0), 'new' and 'appended' at P - n (0).
   const present: KvTensor[] = sig.kv.pastNames.map(() => ({ data, dims }))
   kv.append(present, Array.from({ length: rows }, () => len))
+  return kv
+}
+
+/**
+ * A device cache (runtime 'capi' on a GPU provider) of `rows` rows holding `len` tokens each: their lengths set, their
+ * device memory as allocated (contents undefined, which a step's time does not depend on).
+ */
+export function filledDeviceCache(m: LoadedModel, rows: number, len: number): KvRows {
+  const kv = m.session.deviceKv({ budgetBytes: rows * (len + 64) * m.kvBytesPerToken, maxRows: rows, contextLength: len + 1 })
+  if (!kv) throw new Error('this session keeps its cache in host memory')
+  kv.reserve(rows, len + 1)
+  kv.addRows(rows)
+  kv.append([], Array.from({ length: rows }, () => len))
   return kv
 }
 
@@ -178,7 +191,7 @@ export interface StepResult {
 const sum = (r: Record<string, number>): number => Object.values(r).reduce((a, b) => a + b, 0)
 
 /** One decode step as the batcher's decodeStep makes it, then the rows back to `len` tokens. */
-export async function sweepStep(m: LoadedModel, kv: KvCache, len: number, probe: () => Traffic): Promise<StepResult> {
+export async function sweepStep(m: LoadedModel, kv: KvRows, len: number, probe: () => Traffic): Promise<StepResult> {
   const session = m.session
   const sig = session.signature
   const t0 = performance.now()
@@ -188,7 +201,8 @@ export async function sweepStep(m: LoadedModel, kv: KvCache, len: number, probe:
   // reads one (a graph fed GroupQueryAttention's lengths may not).
   const masked = sig.mask !== null
   const lengths = new Int32Array(rows)
-  const x: ForwardInput = { rows, seq: 1, pastLen: P, ids: new Int32Array(rows), mask: new Uint8Array(masked ? rows * (P + 1) : 0), lengths, positions: new Int32Array(rows), past: kv.past() }
+  const device = session.deviceResident
+  const x: ForwardInput = { rows, seq: 1, pastLen: P, ids: new Int32Array(rows), mask: new Uint8Array(masked && !device ? rows * (P + 1) : 0), lengths, positions: new Int32Array(rows), past: kv.past(), cache: kv }
   for (let r = 0; r < rows; r++) {
     x.ids[r] = 3 + ((r * 7919 + len) % (m.vocab - 3))
     x.positions[r] = kv.lens[r]
@@ -199,8 +213,10 @@ export async function sweepStep(m: LoadedModel, kv: KvCache, len: number, probe:
   const t1 = performance.now()
   const out = greedy ? await session.forwardGreedy(x) : await session.forward(x, Array.from({ length: rows }, (_, r) => r))
   const t2 = performance.now()
-  const traffic = probe()
-  const shared = out.present.length > 0 && out.present.every((t, i) => t.data === x.past[i].data)
+  const probed = probe()
+  // A device cache: the step's own count of what crossed (its inputs, its outputs); the cache never leaves the device.
+  const traffic: Traffic = device ? { fed: { inputs: out.traffic.in }, fetched: { outputs: out.traffic.out }, shared: sig.kv.presentNames } : probed
+  const shared = device || (out.present.length > 0 && out.present.every((t, i) => t.data === x.past[i].data))
   kv.append(out.present, Array.from({ length: rows }, () => 1))
   for (let r = 0; r < rows; r++) kv.lens[r] = len
   const t3 = performance.now()
@@ -252,15 +268,22 @@ export async function runSweep(o: SweepOptions): Promise<SweepReport> {
             const chunk = context % KV_CHUNK === 0 ? KV_CHUNK : context
             const res = new Map<Runtime, StepResult[]>(o.runtimes.map((r) => [r, []]))
             const rounds = 2
-            // One cache for every runtime (the same graph, so the same signature): at 4,096 x 16 on 135m it is 3 GB.
-            const kv = filledCache(models.get(o.runtimes[0])!, batch, len, chunk)
+            // One host cache for every runtime that reads one (the same graph, so the same signature): at 4,096 x 16
+            // on 135m it is 3 GB. A runtime that keeps its cache on the device has its own there.
+            const host = o.runtimes.some((rt) => !models.get(rt)!.session.deviceResident) ? filledCache(models.get(o.runtimes[0])!, batch, len, chunk) : null
+            const caches = new Map<Runtime, KvRows>(o.runtimes.map((rt) => [rt, models.get(rt)!.session.deviceResident ? filledDeviceCache(models.get(rt)!, batch, len) : host!]))
             for (let round = 0; round < rounds; round++) {
               for (const rt of o.runtimes) {
                 const m = models.get(rt)!
+                const kv = caches.get(rt)!
                 await sweepStep(m, kv, len, probe(rt)) // warm-up (and the cache's layout settles)
                 const n = Math.ceil(steps / rounds)
                 for (let i = 0; i < n; i++) res.get(rt)!.push(await sweepStep(m, kv, len, probe(rt)))
               }
+            }
+            for (const kv of caches.values()) {
+              kv.clear()
+              kv.release()
             }
             for (const rt of o.runtimes) {
               const rs = res.get(rt)!
@@ -343,8 +366,9 @@ a table and writes bench/results/context-<time>.json (see docs/benchmarks.md).
 
   --preset NAME          builder preset (default 135m), built once per form into --models-dir
   --forms LIST           graph forms: plain, gqa (default plain,gqa)
-  --runtimes LIST        step runtimes: js, capi (default js,capi; js on a GPU provider)
-  --provider NAME        execution provider: cpu (default), webgpu, cuda, tensorrt (capi runs on cpu only)
+  --runtimes LIST        step runtimes: js, capi (default js,capi; js on cuda and tensorrt)
+  --provider NAME        execution provider: cpu (default), webgpu, cuda, tensorrt (capi runs on cpu and webgpu,
+                         where it keeps the cache on the device)
   --contexts LIST        contexts in tokens, each >= 2 (default 256,1024,4096)
   --batches LIST         batch sizes (default 1,16)
   --steps N              timed steps per runtime and cell (default 10)
@@ -396,8 +420,9 @@ export function contextOptions(argv: string[]): (SweepOptions & { outDir: string
   }
   const one = (flag: string, text: string | undefined, min: number): number | undefined => (text === undefined ? undefined : ints(flag, text, min)[0])
   const provider = names('provider', v.provider!, PROVIDERS)[0]
-  const runtimes = names('runtimes', v.runtimes ?? (provider === 'cpu' ? RUNTIMES.join(',') : 'js'), RUNTIMES)
-  if (provider !== 'cpu' && runtimes.includes('capi')) problems.push(`--runtimes capi runs on the CPU provider only (--provider ${provider} runs js)`)
+  const capiHere = provider === 'cpu' || provider === 'webgpu'
+  const runtimes = names('runtimes', v.runtimes ?? (capiHere ? RUNTIMES.join(',') : 'js'), RUNTIMES)
+  if (!capiHere && runtimes.includes('capi')) problems.push(`--runtimes capi runs on the cpu and webgpu providers only (--provider ${provider} runs js)`)
   const o = {
     preset: v.preset!,
     forms: names('forms', v.forms!, ATTENTION_FORMS),

@@ -151,8 +151,9 @@ targets (each a node the bench starts on the preset; at each level they run one 
   --baseline KEY         the target every target's output tok/s is divided by, as FORM/RT[/DTYPE][/no-prefix-cache]
                          (default plain/capi; long: gqa/js; chat: plain/capi/no-prefix-cache; js for capi on a GPU)
   --provider NAME        execution provider of the nodes it starts and of the ORT ceiling: cpu (default), webgpu,
-                         cuda, tensorrt. On a GPU provider the runtime is js (capi runs on CPU only), the ORT ceiling
-                         runs through onnxruntime-node on that provider, and the matmul peak (CPU) is not measured
+                         cuda, tensorrt. On webgpu the runtime is capi (the cache on the device) unless --runtime says
+                         js; on cuda and tensorrt it is js. The ORT ceiling runs on that provider (through the C API
+                         with its cache on the device on webgpu), and the matmul peak (CPU) is not measured
 
 target (default: start a node on --preset 135m):
   --model DIR            bundle to start a node on (with --url/--facade: the bundle it serves, for the references)
@@ -304,7 +305,8 @@ export function benchConfig(argv: string[]): BenchConfig {
   const defaults = DEFAULT_TARGETS[scenario] ?? DEFAULT_TARGETS.standard
   const provider = (v.provider ?? 'cpu') as Provider
   if (!PROVIDERS.includes(provider)) problems.push(`--provider must be one of ${PROVIDERS.join(', ')}. Given: ${v.provider!.slice(0, 32)}`)
-  // On a GPU provider every step runs through the JS API (the C-API runner is CPU only): the defaults say js.
+  // On a GPU provider the defaults are the node's there (capi on webgpu, with its cache on the device; js on cuda and
+  // tensorrt, which run js only).
   const gpuRuntime = provider === 'cpu' ? null : defaultRuntime(provider)
   const remote = Boolean(v.url || v.facade)
   if (remote && (v.attention || v.runtime || v.baseline || v['prefix-caching'] || v.dtype)) {
@@ -314,7 +316,7 @@ export function benchConfig(argv: string[]): BenchConfig {
   if (v.model && v.attention) problems.push('--attention builds the preset in each form: not with --model (pass --preset)')
   const forms = v.attention ? parseList('attention', v.attention, ATTENTION_FORMS, problems) : defaults.attention
   const runtimes = v.runtime ? parseList('runtime', v.runtime, RUNTIMES, problems) : gpuRuntime ? [gpuRuntime] : defaults.runtime
-  if (gpuRuntime && runtimes.some((r) => r !== gpuRuntime)) problems.push(`--runtime ${runtimes.filter((r) => r !== gpuRuntime).join(',')} runs on the CPU provider only; --provider ${provider} runs ${gpuRuntime}`)
+  if (gpuRuntime && provider !== 'webgpu' && runtimes.some((r) => r !== gpuRuntime)) problems.push(`--runtime ${runtimes.filter((r) => r !== gpuRuntime).join(',')} runs on the cpu and webgpu providers only; --provider ${provider} runs ${gpuRuntime}`)
   const caching = v['prefix-caching'] ? parseList('prefix-caching', v['prefix-caching'], ['on', 'off'] as const, problems).map((x) => x === 'on') : defaults.prefixCaching
   const dtypes: TargetDtype[] = v.dtype ? parseList('dtype', v.dtype, TARGET_DTYPES, problems) : ['fp32']
   const targets: TargetSpec[] = remote

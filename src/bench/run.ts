@@ -333,9 +333,10 @@ async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, dtype: Dtype
   try {
     // The file the node serves for that dtype, found by the engine's own rule.
     const onnxPath = dtype === 'fp32' ? model.onnxPath : readBundle(model.dir, { dtype }).onnxPath
-    // The C-API ceiling runs on the CPU provider only; on a GPU provider every graph goes through session.run there.
-    const capi = cfg.provider === 'cpu' && usesGroupQueryAttention(onnxPath)
-    const api = capi ? "ORT's C API, presents bound onto the past" : `onnxruntime-node session.run${cfg.provider === 'cpu' ? '' : ` on ${cfg.provider}`}`
+    // The C-API ceiling runs on cpu and webgpu (its cache on the device there); other graphs and providers go through
+    // onnxruntime-node's session.run.
+    const capi = (cfg.provider === 'cpu' || cfg.provider === 'webgpu') && usesGroupQueryAttention(onnxPath)
+    const api = capi ? `ORT's C API, presents bound onto the past${cfg.provider === 'webgpu' ? ' in device memory, on webgpu' : ''}` : `onnxruntime-node session.run${cfg.provider === 'cpu' ? '' : ` on ${cfg.provider}`}`
     log.step(`ORT ceiling of ${model.id}${dtype === 'fp32' ? '' : ` (${dtype})`} (${when} the sweep, ${api}): decode steps at batch ${cfg.concurrency.join(', ')} over a past of ${past}, prefill of ${prefillRows} x ${len.prompt}`)
     const o = { onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, provider: cfg.provider, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
     const c = capi ? await measureCapiCeiling(o) : await measureCeiling(o)

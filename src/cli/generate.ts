@@ -91,6 +91,8 @@ export async function run(argv: string[]): Promise<number> {
     const summary = {
       model: engine.model.id,
       provider: engine.model.session.provider,
+      runtime: engine.model.session.runtime,
+      device_cache: engine.model.session.deviceResident,
       finish_reason: last.finishReason,
       prompt_tokens: last.usage.prompt_tokens,
       completion_tokens: last.usage.completion_tokens,

@@ -18,7 +18,7 @@ export { loadModel, type LoadedModel } from './model/load.js'
 
 // A step's input and the engine's KV cache: the context sweep fills a cache to each context and times single steps
 // over it, without the scheduler.
-export type { ForwardInput, KvTensor } from './model/step-io.js'
+export type { ForwardInput, KvRows, KvTensor } from './model/step-io.js'
 export { KV_CHUNK, KvCache, kvShapeOf } from './scheduler/kv.js'
 
 // The structured-output kit, timed apart from the step loop (grammar.bench: mask time per token).
@@ -31,4 +31,4 @@ export { applyMask } from './generation/sampling.js'
 export { externalDataConfig, prepareDecoderGraph } from './model/decoder-graph.js'
 export { DataType, ModelProto, encodeModel, type ValueInfo } from './model/onnx-proto.js'
 export { loadCApi } from './model/capi-session.js'
-export { Binding, NativeBuffer, type CSession, type ElementType, type Tensor } from './model/ort-capi.js'
+export { Binding, NativeBuffer, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor } from './model/ort-capi.js'

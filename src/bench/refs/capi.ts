@@ -1,13 +1,15 @@
 // The decode ceiling of a GroupQueryAttention graph: ORT alone through its C API (src/engine/model/ort-capi.ts),
 // past and present bound to one buffer (onnxruntime-genai's past_present_share_buffer), so a step writes only its
-// new rows and nothing is copied out but the next tokens. That is the best ORT does on such a graph; timing it
+// new rows and nothing is copied out but the next tokens. On WebGPU that buffer is device memory from the session's
+// allocator, as the engine's device cache (its contents undefined: a step's time does not depend on them), and each
+// run binds its small inputs again, which is what uploads them. That is the best ORT does on such a graph; timing it
 // through onnxruntime-node would add the full-cache copies its JS API makes on every output. Same figures and
 // timing rules as refs/ort.ts. The inputs fed are the graph's own (read from its input list after
 // prepareDecoderGraph): whatever of input_ids, attention_mask, position_ids, seqlens_k, total_sequence_length and
 // past_key_values.* it takes. Imports: the engine's graph preparation, C API and runner (its per-thread API),
 // through its bench surface.
 import { readFileSync } from 'node:fs'
-import { externalDataConfig, loadCApi, ModelProto, NativeBuffer, prepareDecoderGraph, type CSession, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
+import { externalDataConfig, loadCApi, ModelProto, NativeBuffer, prepareDecoderGraph, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
 import { time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
 
 const ELEM: Record<number, ElementType> = { 1: 'float32', 6: 'int32', 7: 'int64', 10: 'float16' }
@@ -34,11 +36,14 @@ export function usesGroupQueryAttention(onnxPath: string): boolean {
 }
 
 /** One step's tensors: `batch` rows, `seq` new tokens each, over `past` cached positions in a cache `cap` wide. */
-function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: number; seq: number; past: number; nextToken: string | null; greedy: boolean }) {
+function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: number; seq: number; past: number; nextToken: string | null; greedy: boolean; device: DeviceAllocator | null }) {
   const { batch, seq, past } = o
   const shared = past > 0
   const cap = shared ? past + seq : 0
   const tensors: Tensor[] = []
+  const onDevice: DeviceTensor[] = []
+  /** The small inputs, bound again before each run on a device (binding is what uploads them). */
+  const small: Array<[string, Tensor]> = []
   const b = s.binding()
   const alloc = <T extends ElementType>(type: T, dims: number[]): Tensor<T> => {
     const t = s.alloc(type, dims)
@@ -66,7 +71,11 @@ function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: numbe
         const present = `present.${kv[1]}.${kv[2]}`
         if (!outputs.includes(present)) throw new Error(`${inp.name}: the graph has no output ${present}`)
         if (inp.type !== 'float32' && inp.type !== 'float16') throw new Error(`${inp.name}: cache type ${inp.type} is not supported`)
-        if (shared) {
+        if (shared && o.device) {
+          const t = o.device.alloc(inp.type, [batch, heads, cap, headDim])
+          onDevice.push(t)
+          b.bindDeviceInput(inp.name, t).bindDeviceOutput(present, t)
+        } else if (shared) {
           // One buffer for past and present: the step writes its new rows at each row's length (past).
           const t = alloc(inp.type, [batch, heads, cap, headDim])
           t.data.fill(inp.type === 'float32' ? 0.1 : 0x2e66) // 0.1 (fp16: its bit pattern)
@@ -79,13 +88,16 @@ function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: numbe
         }
         continue
       }
-      if (inp.name === 'input_ids') b.bindInput(inp.name, int(inp, [batch, seq], (i) => 3 + ((i * 7919) % 251)))
-      else if (inp.name === 'attention_mask') b.bindInput(inp.name, int(inp, [batch, past + seq], () => 1))
-      else if (inp.name === 'position_ids') b.bindInput(inp.name, int(inp, [batch, seq], (i) => past + (i % seq)))
+      let t: Tensor
+      if (inp.name === 'input_ids') t = int(inp, [batch, seq], (i) => 3 + ((i * 7919) % 251))
+      else if (inp.name === 'attention_mask') t = int(inp, [batch, past + seq], () => 1)
+      else if (inp.name === 'position_ids') t = int(inp, [batch, seq], (i) => past + (i % seq))
       // GroupQueryAttention's per-row length: the total (past + new) minus one.
-      else if (/(^|_)seqlens_k$/.test(inp.name)) b.bindInput(inp.name, int(inp, [batch], () => past + seq - 1))
-      else if (/(^|_)total_sequence_length$/.test(inp.name)) b.bindInput(inp.name, int(inp, inp.dims.length ? [1] : [], () => past + seq))
+      else if (/(^|_)seqlens_k$/.test(inp.name)) t = int(inp, [batch], () => past + seq - 1)
+      else if (/(^|_)total_sequence_length$/.test(inp.name)) t = int(inp, inp.dims.length ? [1] : [], () => past + seq)
       else throw new Error(`the graph's input ${inp.name} is not one a decoder step feeds`)
+      b.bindInput(inp.name, t)
+      small.push([inp.name, t])
     }
     // What the engine fetches: each row's next token when greedy and the graph has it, else the logits.
     const want = o.greedy && o.nextToken ? o.nextToken : 'logits'
@@ -95,13 +107,18 @@ function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: numbe
   } catch (e) {
     b.dispose()
     for (const t of tensors) t.dispose()
+    for (const t of onDevice) t.dispose()
     throw e
   }
   return {
-    run: () => b.run(),
+    run: () => {
+      if (o.device) for (const [n, t] of small) b.bindInput(n, t)
+      b.run()
+    },
     dispose: () => {
       b.dispose()
       for (const t of tensors) t.dispose()
+      for (const t of onDevice) t.dispose()
     },
   }
 }
@@ -112,14 +129,18 @@ export async function measureCapiCeiling(o: CeilingOptions): Promise<{ decode: D
   if (!api) throw new Error("ORT's C API cannot load here (see the warning above)")
   const g = prepareDecoderGraph(readFileSync(o.onnxPath))
   const inputs = inputsOf(g.model)
+  const webgpu = o.provider === 'webgpu'
+  if (o.provider !== 'cpu' && !webgpu) throw new Error(`the C-API ceiling runs on cpu and webgpu, not ${o.provider}`)
   const s = api.createSession(g.model, {
     intraOpThreads: o.threads,
     graphOptimization: 'all',
     config: externalDataConfig(o.onnxPath),
+    ...(webgpu ? { ep: { name: 'WebGPU' } } : {}),
   })
+  const device = webgpu ? s.deviceAllocator('WebGPU_Buf') : null
   try {
     const timed = async (batch: number, seq: number, past: number): Promise<StepTiming> => {
-      const st = step(s, inputs, s.outputNames, { batch, seq, past, nextToken: g.nextToken, greedy: o.greedy })
+      const st = step(s, inputs, s.outputNames, { batch, seq, past, nextToken: g.nextToken, greedy: o.greedy, device })
       try {
         return await time(async () => st.run(), o.budget)
       } finally {
@@ -137,6 +158,7 @@ export async function measureCapiCeiling(o: CeilingOptions): Promise<{ decode: D
     }
     return { decode, prefill }
   } finally {
+    device?.dispose()
     s.dispose()
   }
 }
