@@ -32,6 +32,9 @@ export const CompletionRequest = Type.Object(
     // Whose request this is, an opaque id (the facade sends the API key's): a node admits waiting requests tenant by
     // tenant in turn, so that one tenant's burst cannot hold everyone else's back. Absent: one shared tenant.
     tenant: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+    // Which choice of its client request this is, where that request asks several of one prompt (n > 1; 0 the
+    // first): a node counts the prompt in its prompt-token metrics with the first choice only, as usage counts it once.
+    choice: Type.Optional(Type.Integer({ minimum: 0, maximum: 63 })),
   },
   { additionalProperties: false },
 )

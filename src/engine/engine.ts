@@ -96,7 +96,7 @@ export class Engine {
       checkModel(req.model, this.model.id)
       const ids = this.promptIds(req)
       const params = validateSampling(req, { maxContext: this.model.contextLength, promptTokens: ids.length, vocab: this.model.vocab })
-      seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink, this.scratch, req.tenant)
+      seq = new Sequence(req.request_id || randomUUID(), ids, params, this.model, sink, this.scratch, req.tenant, req.choice)
       const format = toolCallFormat(req) ?? params.response_format
       if (format) {
         const s = seq

@@ -19,6 +19,8 @@ export interface EngineRequest extends PromptInput, SamplingInput {
   tool_choice?: ToolChoice
   /** Whose request this is, an opaque id (the facade's: the API key): waiting requests are admitted tenant by tenant in turn. */
   tenant?: string
+  /** Which choice of one client request's prompt this is (n > 1; 0 the first): later ones leave the prompt out of the metrics. */
+  choice?: number
 }
 
 /** `stop`: an EOS token, a token of `stop_token_ids` or a stop string; `length`: max_tokens or the context filled. */
@@ -97,6 +99,8 @@ export interface FinishObservation {
   prefixQueryTokens: number
   /** ... and those found there, whose KV rows were reused. */
   prefixHitTokens: number
+  /** A later choice of one client request (n > 1): its prompt was counted with the first choice. */
+  laterChoice?: boolean
   queueSeconds: number
   ttftSeconds: number | null
   e2eSeconds: number

@@ -1,7 +1,7 @@
 // End to end, issue #14: `n` choices through the official `openai` client → the real facade → a real node on the
 // tiny default model. Each choice is its own sequence (choice j seeded with seed + j, so it replays alone), usage
-// counts every choice's completion and the prompt once (issue #34: as OpenAI and vLLM count it), the bill the same,
-// and the prompt is computed once: the other choices find it in the prefix cache.
+// counts every choice's completion and the prompt once (issue #34: as OpenAI and vLLM count it), the bill and the
+// node's prompt-token metrics the same, and the prompt is computed once: the other choices find it in the prefix cache.
 import type OpenAI from 'openai'
 import { UnprocessableEntityError } from 'openai'
 import { describe, expect, it } from 'vitest'
@@ -63,17 +63,21 @@ describe('n choices on the tiny default model', () => {
     expect(r.usage!.completion_tokens).toBe(alone.reduce((n, a) => n + a.usage!.completion_tokens, 0))
   })
 
-  it('n = 2 on a 16-token prompt: 16 prompt tokens in the usage and in the bill, JSON and streamed, completions and chat', async () => {
-    const billed = async (): Promise<{ prompt: number; completion: number }> => {
+  it('n = 2 on a 16-token prompt: 16 prompt tokens in the usage, the bill and the node metrics, JSON and streamed, completions and chat', async () => {
+    const billed = async (): Promise<{ prompt: number; completion: number; metric: number }> => {
       const rows = await stack.s.f.store.usage({ accountId: stack.s.f.account.id })
-      return { prompt: rows.reduce((n, r) => n + r.promptTokens, 0), completion: rows.reduce((n, r) => n + r.completionTokens, 0) }
+      const text = await (await fetch(`${stack.s.node.url}/metrics`)).text()
+      const metric = text.split('\n').filter((l) => l.startsWith('onnxd_prompt_tokens_total{')).reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0)
+      return { prompt: rows.reduce((n, r) => n + r.promptTokens, 0), completion: rows.reduce((n, r) => n + r.completionTokens, 0), metric }
     }
     /** Runs `call`; returns its usage and what the store billed for it. */
-    const measure = async (call: () => Promise<{ prompt_tokens: number; completion_tokens: number }>): Promise<{ usage: { prompt_tokens: number; completion_tokens: number }; billed: { prompt: number; completion: number } }> => {
+    const measure = async (call: () => Promise<{ prompt_tokens: number; completion_tokens: number }>): Promise<{ usage: { prompt_tokens: number; completion_tokens: number }; billed: { prompt: number; completion: number }; metric: number }> => {
       const before = await billed()
       const usage = await call()
-      const after = await billed()
-      return { usage, billed: { prompt: after.prompt - before.prompt, completion: after.completion - before.completion } }
+      // The node counts a sequence as its answer ends; the last choice's count may trail the answer a moment.
+      let after = await billed()
+      for (let i = 0; i < 50 && after.metric - before.metric < usage.prompt_tokens; i++) after = await new Promise((r) => setTimeout(r, 20)).then(billed)
+      return { usage, billed: { prompt: after.prompt - before.prompt, completion: after.completion - before.completion }, metric: after.metric - before.metric }
     }
     const ids = Array.from({ length: 16 }, (_, i) => 100 + i)
     const legacy = (n: number) => async () => (await stack.client.completions.create({ model: MODEL, prompt: ids, n, max_tokens: 4, temperature: 1, seed: 5 })).usage!
@@ -93,6 +97,9 @@ describe('n choices on the tiny default model', () => {
       expect(two.usage.completion_tokens).toBe(8)
       expect(two.billed).toEqual({ prompt: two.usage.prompt_tokens, completion: two.usage.completion_tokens })
       expect(one.billed).toEqual({ prompt: one.usage.prompt_tokens, completion: one.usage.completion_tokens })
+      // The node's onnxd_prompt_tokens_total: the prompt once for both choices.
+      expect(two.metric).toBe(two.usage.prompt_tokens)
+      expect(one.metric).toBe(one.usage.prompt_tokens)
     }
   })
 

@@ -53,6 +53,8 @@ export class Sequence {
     scratch?: SamplerScratch,
     /** Whose request this is (an opaque id; '' for none): the batcher admits tenants in turn (fair-queue.ts). */
     readonly tenant = '',
+    /** Which choice of one client request's prompt this is (0: the first, or the only one). */
+    readonly choice = 0,
   ) {
     this.stopIds = new Set([...(params.ignore_eos ? [] : model.eos), ...params.stop_token_ids])
     // The sampler masks them itself until min_tokens. Samplers of one thread share scratch space.
@@ -289,6 +291,7 @@ export class Sequence {
       completionTokens: this.generated.length,
       prefixQueryTokens: this.cachedTokens === null ? 0 : this.promptIds.length,
       prefixHitTokens: this.cachedTokens ?? 0,
+      ...(this.choice > 0 ? { laterChoice: true } : {}),
       queueSeconds: ((this.admittedAt ?? now) - this.arrival) / 1000,
       ttftSeconds: t.length ? (t[0] - this.arrival) / 1000 : null,
       e2eSeconds: (now - this.arrival) / 1000,

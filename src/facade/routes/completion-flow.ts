@@ -109,6 +109,8 @@ export async function runCompletion<A>(
     r.request_id = job.requests.length === 1 ? job.id : `${job.id}-${i}`
     // The node takes waiting requests key by key in turn: one key's burst waits behind its own requests.
     r.tenant = job.principal.key.id
+    // Choices of one prompt: the node counts the prompt in its metrics with the first only.
+    if ((job.choices ?? 1) > 1) r.choice = i % job.choices!
   })
 
   reply.header('x-request-id', job.id)

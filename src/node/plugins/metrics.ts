@@ -196,11 +196,12 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
     },
     onFinish(f: FinishObservation) {
       success.inc({ ...m, finished_reason: f.finishReason })
-      promptTokens.inc(m, f.promptTokens)
+      // A prompt shared by a request's n choices counts once, with its first choice (as its usage does).
+      if (!f.laterChoice) promptTokens.inc(m, f.promptTokens)
       genTokens.inc(m, f.completionTokens)
       prefixQueries.inc(m, f.prefixQueryTokens)
       prefixHits.inc(m, f.prefixHitTokens)
-      promptHist.observe(m, f.promptTokens)
+      if (!f.laterChoice) promptHist.observe(m, f.promptTokens)
       genHist.observe(m, f.completionTokens)
       queue.observe(m, f.queueSeconds)
       e2e.observe(m, f.e2eSeconds)
