@@ -12,7 +12,8 @@ import { alphabetRange, RegexRefusal, stringTextGrammar } from './regex-grammar.
 type Schema = Record<string, unknown> | boolean
 
 const ANNOTATIONS = new Set(['title', 'description', 'default', 'examples', '$schema', '$id', '$comment', 'deprecated', 'readOnly', 'writeOnly'])
-const HANDLED = new Set([
+/** The keywords the converter enforces (docs/api.md lists them, held to this by its test). */
+export const HONOURED_KEYWORDS: ReadonlySet<string> = new Set([
   'type', 'enum', 'const', 'properties', 'required', 'additionalProperties', 'items', 'minItems', 'maxItems',
   'minLength', 'maxLength', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'anyOf', 'oneOf', '$ref',
   '$defs', 'definitions', 'propertyNames', 'pattern', 'format',
@@ -179,7 +180,7 @@ class Converter {
   private valueAt(s: Schema, path: string): string {
     if (s === true) return 'json_value'
     if (s === false || typeof s !== 'object' || s === null || Array.isArray(s)) throw this.fail(path, 'a schema that allows nothing (or is not an object)')
-    for (const k of Object.keys(s)) if (!HANDLED.has(k) && !ANNOTATIONS.has(k)) throw this.fail(`${path}.${k}`, `the keyword '${k}'`)
+    for (const k of Object.keys(s)) if (!HONOURED_KEYWORDS.has(k) && !ANNOTATIONS.has(k)) throw this.fail(`${path}.${k}`, `the keyword '${k}'`)
     if (s.$ref !== undefined) {
       if (Object.keys(s).some((k) => k !== '$ref' && !ANNOTATIONS.has(k))) throw this.fail(path, '$ref beside other keywords')
       return this.ref(String(s.$ref), path)

@@ -1,8 +1,10 @@
 // The JSON Schema converter of structured outputs (json-schema-grammar.ts): integer ranges exact on every value near
 // their bounds (the EBNF of a range read as a regular expression), and every keyword it cannot enforce refused with
 // a 422 naming its path.
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { integerRange, jsonSchemaGrammar } from '../../../src/engine/generation/json-schema-grammar.js'
+import { HONOURED_KEYWORDS, integerRange, jsonSchemaGrammar } from '../../../src/engine/generation/json-schema-grammar.js'
 import { isOnnxdError } from '../../../src/shared/errors.js'
 
 /** A range's EBNF (quoted digits, classes, {n}, {n,}, groups, |) as an anchored regular expression. */
@@ -29,16 +31,18 @@ describe('integerRange', () => {
   })
 })
 
-describe('jsonSchemaGrammar', () => {
-  const refused = (schema: Record<string, unknown>): string => {
-    try {
-      jsonSchemaGrammar(schema)
-    } catch (e) {
-      if (isOnnxdError(e) && e.code === 'invalid_value') return e.message
-      throw e
-    }
-    throw new Error(`accepted ${JSON.stringify(schema)}`)
+/** The 422's message for `schema`; fails the test when it is accepted. */
+const refused = (schema: Record<string, unknown>): string => {
+  try {
+    jsonSchemaGrammar(schema)
+  } catch (e) {
+    if (isOnnxdError(e) && e.code === 'invalid_value') return e.message
+    throw e
   }
+  throw new Error(`accepted ${JSON.stringify(schema)}`)
+}
+
+describe('jsonSchemaGrammar', () => {
 
   it('refuses, naming the path, every constraint it cannot enforce', () => {
     expect(refused({ type: 'string', pattern: '^(a+)b\\1$' })).toMatch(/`response_format\.json_schema\.schema\.pattern`: the regular expression .* cannot be enforced/)
@@ -77,5 +81,25 @@ describe('jsonSchemaGrammar', () => {
     })
     expect(g).toMatch(/^root ::= /)
     expect(g).toContain('"\\"none\\""')
+  })
+})
+
+describe("docs/api.md's structured-output tables", () => {
+  const doc = readFileSync(join(import.meta.dirname, '../../../docs/api.md'), 'utf8')
+  const section = doc.slice(doc.indexOf('### Structured outputs'), doc.indexOf('### Tool calls'))
+  /** The first-column keywords of the table under `header`. */
+  const keywords = (header: string): string[] => {
+    const rows = section.slice(section.indexOf(header) + header.length).split('\n').slice(2)
+    return rows.slice(0, rows.findIndex((l) => !l.startsWith('|'))).map((l) => /^\| `([^`]+)`/.exec(l)![1]!)
+  }
+
+  it('lists exactly the keywords the converter honours', () => {
+    expect(new Set(keywords('| Keyword | Honoured as |'))).toEqual(HONOURED_KEYWORDS)
+  })
+
+  it('lists keywords the converter refuses with a 422 naming them', () => {
+    const refusedKeywords = keywords('| Keyword | Why |')
+    expect(refusedKeywords.length).toBeGreaterThan(5)
+    for (const k of refusedKeywords) expect(refused({ type: 'object', properties: { a: { type: 'string', [k]: {} } } }), k).toContain(`schema.properties.a.${k}\`: the keyword '${k}'`)
   })
 })
