@@ -11,7 +11,7 @@ import { checkProductionSecret } from '../facade/auth/secret-strength.js'
 import { withShutdownSignals } from '../shared/signals.js'
 import { openTracing } from '../shared/tracing.js'
 
-const USAGE = `usage: onnxd serve [--model DIR] [--port N] [--host H] [--node-port N] [--node-host H] [node options]
+const USAGE = `usage: onnxd serve [--model DIR|OWNER/NAME] [--port N] [--host H] [--node-port N] [--node-host H] [node options]
 
 Starts a worker node (default 127.0.0.1:8081) and the public /v1 facade (default 127.0.0.1:8080) in front of it.
 --port/--host (ONNXD_PORT/ONNXD_HOST) are the facade's; --node-port/--node-host (ONNXD_NODE_PORT/ONNXD_NODE_HOST)
