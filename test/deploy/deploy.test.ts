@@ -15,6 +15,7 @@ import { FACADE_ENV, loadFacadeOptions } from '../../src/facade/options.js'
 import { loadNodeOptions, NODE_ENV, type NodeOptions } from '../../src/node/options.js'
 import { createFacadeMetrics } from '../../src/facade/metrics.js'
 import { createMetrics, createRegistry, DEPRECATED_METRICS } from '../../src/node/plugins/metrics.js'
+import { processMetrics } from '../../src/shared/metrics.js'
 import { HUB_ENV } from '../../src/node/hub-model.js'
 import { facadeFixture, type FacadeFixture } from '../helpers/facade.js'
 import { testNode, type TestNode } from '../node/helpers.js'
@@ -447,8 +448,8 @@ interface MetricInfo {
 }
 
 /**
- * Every metric the node and the facade register, with the labels their series carry (exercised once so every label
- * appears).
+ * Every metric the node and the facade register, and the process metrics both add (prom-client's process_* and
+ * nodejs_*), with the labels their series carry (exercised once so every label appears).
  */
 async function nodeMetricCatalog(): Promise<Map<string, MetricInfo>> {
   const registry = createRegistry()
@@ -458,7 +459,7 @@ async function nodeMetricCatalog(): Promise<Map<string, MetricInfo>> {
   const facade = createFacadeMetrics({ router: { snapshot: () => [node] }, rateLimitFailures: () => 0 })
   facade.requestDone({ endpoint: '/v1/chat/completions', status: '200', outcome: 'ok', seconds: 0.01 })
   const out = new Map<string, MetricInfo>()
-  for (const m of [...(await registry.getMetricsAsJSON()), ...(await facade.registry.getMetricsAsJSON())]) {
+  for (const m of [...(await registry.getMetricsAsJSON()), ...(await facade.registry.getMetricsAsJSON()), ...(await processMetrics().getMetricsAsJSON())]) {
     const labels = new Set<string>()
     for (const v of m.values) for (const k of Object.keys(v.labels)) if (k !== 'le') labels.add(k)
     out.set(m.name, { type: String(m.type), labels })
@@ -484,8 +485,8 @@ function promqlProblems(exprs: Query[], catalog: Map<string, MetricInfo>): strin
   const problems: string[] = []
   for (const { where, expr, legend } of exprs) {
     const allowed = new Set(TARGET_LABELS)
-    const refs = [...expr.matchAll(/\b(onnxd_[a-z0-9_]+)\s*(\{[^}]*\})?/g)]
-    if (refs.length === 0) problems.push(`${where}: queries no onnxd_ metric`)
+    const refs = [...expr.matchAll(/\b((?:onnxd|process|nodejs)_[a-z0-9_]+)\s*(\{[^}]*\})?/g)]
+    if (refs.length === 0) problems.push(`${where}: queries no metric of onnxd's servers`)
     for (const [, name, selector] of refs) {
       const stripped = name!.replace(/_(bucket|sum|count)$/, '')
       const direct = catalog.get(name!)
@@ -690,6 +691,8 @@ describe('deployment files for a fleet (issue #15)', () => {
       has(/onnxd_prefix_cache_hits_total\b.*\/.*onnxd_prefix_cache_queries_total\b/)
       has(/by \(outcome, code\) \(rate\(onnxd_request_failures_total\b/)
       has(/ceil\(histogram_quantile\(0\.5, .*onnxd_batch_size_bucket/)
+      has(/rate\(process_cpu_seconds_total\b.*\) and on \(instance\) \(onnxd_info or onnxd_facade_store_up\)/)
+      has(/nodejs_eventloop_lag_p99_seconds\b/)
     })
 
     it('counts errors of the service apart from clients that hung up, and queries no deprecated name', () => {
@@ -723,6 +726,7 @@ describe('deployment files for a fleet (issue #15)', () => {
       const problems = promqlProblems(
         [
           { where: 'made-up', expr: 'sum(rate(onnxd_made_up_tokens_total[5m]))' },
+          { where: 'made-up process metric', expr: 'rate(process_made_up_seconds_total[5m])' },
           { where: 'bare histogram', expr: 'rate(onnxd_time_to_first_token_seconds[5m])' },
           { where: 'suffix on a counter', expr: 'onnxd_generation_tokens_total_bucket' },
           { where: 'bad selector', expr: 'onnxd_num_requests_running{finished_reason="stop"}' },
@@ -732,6 +736,7 @@ describe('deployment files for a fleet (issue #15)', () => {
       )
       expect(problems).toEqual([
         'made-up: onnxd_made_up_tokens_total is not a series the node exports',
+        'made-up process metric: process_made_up_seconds_total is not a series the node exports',
         'bare histogram: onnxd_time_to_first_token_seconds is not a series the node exports (a histogram: query _bucket, _sum or _count)',
         'suffix on a counter: onnxd_generation_tokens_total_bucket is not a series the node exports',
         'bad selector: onnxd_num_requests_running has no label finished_reason',
