@@ -21,11 +21,14 @@ COPY src ./src
 RUN npm run build && npm prune --omit=dev --no-audit --no-fund
 
 # Runtime: production dependencies and the compiled code only, as the unprivileged `node` user.
-# NODE_ENV=production makes the facade require ONNXD_JWT_SECRET (or a JWKS). The drain grace (8 s) fits within
-# `docker stop`'s default 10 s before SIGKILL; raise both together (ONNXD_DRAIN_TIMEOUT_MS, `docker run --stop-timeout`).
+# NODE_ENV=production makes the facade require ONNXD_JWT_SECRET (or a JWKS), and refuse a placeholder or guessable
+# one. The drain grace (8 s) fits within `docker stop`'s default 10 s before SIGKILL; raise both together
+# (ONNXD_DRAIN_TIMEOUT_MS, `docker run --stop-timeout`). HF_HOME puts the cache of hub models (ONNXD_MODEL=owner/name)
+# in the models volume, so a model is downloaded once, not at every start.
 FROM node:20-bookworm-slim
 ENV NODE_ENV=production \
     ONNXRUNTIME_NODE_INSTALL=skip \
+    HF_HOME=/app/models/huggingface \
     ONNXD_HOST=0.0.0.0 \
     ONNXD_NODE_HOST=0.0.0.0 \
     ONNXD_DRAIN_TIMEOUT_MS=8000
