@@ -318,6 +318,8 @@ async function downloadBlob(hub: HubLib, job: BlobJob, onBytes: (n: number) => v
     hubUrl: job.hubUrl,
     ...(job.accessToken ? { accessToken: job.accessToken } : {}),
     fetch: fetchWatching,
+    // Plain ranged HTTP reads of the resolve URL (the hub serves Xet-backed files there too): the path the tests run.
+    xet: false,
   })
   if (remote === null) throw new OnnxdError('bad_bundle', `${job.repo}@${job.commit}: ${job.file.path} is listed but cannot be downloaded (404)`)
 
