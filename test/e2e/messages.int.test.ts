@@ -7,7 +7,7 @@ import Anthropic from '@anthropic-ai/sdk'
 import { Ajv } from 'ajv'
 import { Agent, fetch as undiciFetch, type RequestInit as UndiciInit } from 'undici'
 import { afterAll, describe, expect, it } from 'vitest'
-import { defaultCostMicros, MODEL, nodeCompletion, suiteStack, waitFor } from './stack.js'
+import { abortCount, defaultCostMicros, expectBilledForWhatWasRead, MODEL, nodeCompletion, suiteStack } from './stack.js'
 
 interface NodeAnswer {
   text: string
@@ -143,23 +143,14 @@ describe('POST /v1/messages through the Anthropic SDK', () => {
     )
 
     const leaverKey = await stack.s.f.newKey((await stack.s.f.newAccount(1_000_000)).id)
-    const aborts = stack.s.node.finishes.filter((x) => x.finishReason === 'abort').length
+    const aborts = abortCount(stack.s)
     const stream = await anthropic(leaverKey).messages.create({ model: MODEL, messages: [{ role: 'user', content: 'Count to a thousand' }], max_tokens: 1500, stream: true, ...({ ignore_eos: true } as object) })
     let read = 0
     for await (const e of stream) {
       if (e.type === 'content_block_delta') read++
       if (read === 5) break
     }
-    await waitFor(() => stack.s.node.finishes.filter((x) => x.finishReason === 'abort').length > aborts, 'the node to abort the sequence')
-    const aborted = stack.s.node.finishes.filter((x) => x.finishReason === 'abort').at(-1)!
-    let billed: Usage = { total: { requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0 } }
-    await waitFor(async () => {
-      billed = (await stack.s.client(leaverKey).get('/usage')) as Usage
-      return billed.total.requests === 1
-    }, 'the stream to be billed')
-    expect(billed.total.prompt_tokens).toBe(aborted.promptTokens)
-    expect(billed.total.completion_tokens).toBeGreaterThanOrEqual(read)
-    expect(billed.total.completion_tokens).toBeLessThanOrEqual(aborted.completionTokens)
+    await expectBilledForWhatWasRead(stack.s, leaverKey, read, aborts)
   })
 
   it('errors keep the spec’s error object: a bad key (x-api-key) 401, a missing max_tokens 400, a server tool 422 naming it', async () => {

@@ -11,7 +11,7 @@ import { generateObject, generateText, jsonSchema, streamText, tool } from 'ai'
 import { ChatOpenAI } from '@langchain/openai'
 import { z } from 'zod'
 import { describe, expect, it } from 'vitest'
-import { apiError, defaultCostMicros, MODEL, nodeCompletion, suiteStack, waitFor } from './stack.js'
+import { abortCount, apiError, defaultCostMicros, expectBilledForWhatWasRead, MODEL, nodeCompletion, suiteStack } from './stack.js'
 
 interface NodeAnswer {
   text: string
@@ -214,23 +214,14 @@ describe('POST /v1/responses through the openai client', () => {
       }),
     )
 
-    const leaver = stack.s.client(await stack.s.f.newKey((await stack.s.f.newAccount(1_000_000)).id))
-    const aborts = stack.s.node.finishes.filter((x) => x.finishReason === 'abort').length
+    const leaverKey = await stack.s.f.newKey((await stack.s.f.newAccount(1_000_000)).id)
+    const aborts = abortCount(stack.s)
     let read = 0
-    for await (const e of await leaver.responses.create({ model: MODEL, input: 'Count to a thousand', max_output_tokens: 1500, stream: true, ...({ ignore_eos: true } as object) })) {
+    for await (const e of await stack.s.client(leaverKey).responses.create({ model: MODEL, input: 'Count to a thousand', max_output_tokens: 1500, stream: true, ...({ ignore_eos: true } as object) })) {
       if (e.type === 'response.output_text.delta') read++
       if (read === 5) break
     }
-    await waitFor(() => stack.s.node.finishes.filter((x) => x.finishReason === 'abort').length > aborts, 'the node to abort the sequence')
-    const aborted = stack.s.node.finishes.filter((x) => x.finishReason === 'abort').at(-1)!
-    let billed: Usage = { total: { requests: 0, prompt_tokens: 0, completion_tokens: 0, cost_micros: 0 } }
-    await waitFor(async () => {
-      billed = (await leaver.get('/usage')) as Usage
-      return billed.total.requests === 1
-    }, 'the stream to be billed')
-    expect(billed.total.prompt_tokens).toBe(aborted.promptTokens)
-    expect(billed.total.completion_tokens).toBeGreaterThanOrEqual(read)
-    expect(billed.total.completion_tokens).toBeLessThanOrEqual(aborted.completionTokens)
+    await expectBilledForWhatWasRead(stack.s, leaverKey, read, aborts)
   })
 })
 

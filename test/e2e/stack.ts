@@ -2,7 +2,7 @@
 // node's HTTP app) listening on 127.0.0.1, and the real facade in front of it, polling its /health, reached through
 // the official `openai` client. Owns only test wiring; imports the node, the engine pool and the facade fixture.
 import OpenAI, { APIError } from 'openai'
-import { afterAll, beforeAll } from 'vitest'
+import { afterAll, beforeAll, expect } from 'vitest'
 import type { FastifyInstance } from 'fastify'
 import { Agent, fetch as undiciFetch, type RequestInit as UndiciInit } from 'undici'
 import { createEnginePool } from '../../src/engine/pool/pool.js'
@@ -190,3 +190,23 @@ export async function facadeHealth(s: Stack): Promise<{ status: number; nodes: {
  * completion tokens, i.e. micro-units per token), rounded up per completion. */
 export const defaultCostMicros = (u: { prompt_tokens: number; completion_tokens: number }): number =>
   Math.ceil(u.prompt_tokens * 0.5 + u.completion_tokens * 1.5)
+
+/** The node's sequences aborted so far (take it before a client leaves a stream). */
+export const abortCount = (s: Stack): number => s.node.finishes.filter((x) => x.finishReason === 'abort').length
+
+/**
+ * After a client of `key` read `read` deltas of one stream and left: waits for the node to abort the sequence and the
+ * facade to bill the stream, then checks the bill: the node's prompt, no less than was read, no more than it generated.
+ */
+export async function expectBilledForWhatWasRead(s: Stack, key: string, read: number, abortsBefore: number): Promise<void> {
+  await waitFor(() => abortCount(s) > abortsBefore, 'the node to abort the sequence')
+  const aborted = s.node.finishes.filter((x) => x.finishReason === 'abort').at(-1)!
+  let billed = { total: { requests: 0, prompt_tokens: 0, completion_tokens: 0 } }
+  await waitFor(async () => {
+    billed = (await s.client(key).get('/usage')) as typeof billed
+    return billed.total.requests === 1
+  }, 'the stream to be billed')
+  expect(billed.total.prompt_tokens).toBe(aborted.promptTokens)
+  expect(billed.total.completion_tokens).toBeGreaterThanOrEqual(read)
+  expect(billed.total.completion_tokens).toBeLessThanOrEqual(aborted.completionTokens)
+}

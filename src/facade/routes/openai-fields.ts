@@ -24,6 +24,8 @@ const isString = (v: unknown): boolean => typeof v === 'string'
 const emptyArray = (v: unknown): boolean => Array.isArray(v) && v.length === 0
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
 const never = (): boolean => false
+/** The `type` of an item, part, block or tool a client sent (undefined when it is not an object). */
+export const typeOf = (v: unknown): unknown => (typeof v === 'object' && v !== null ? (v as { type?: unknown }).type : undefined)
 
 const NO_TOOLS = "functions and function_call are OpenAI's deprecated forms; send tools and tool_choice"
 

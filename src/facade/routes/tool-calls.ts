@@ -13,6 +13,12 @@ export interface ToolCall {
   function: { name: string; arguments: string }
 }
 
+/** How a request's answers are read for calls: the callable functions, and whether one answer may hold several. */
+export interface ToolReading {
+  names: ReadonlySet<string>
+  parallel: boolean
+}
+
 /** The text around the calls (null when only whitespace), and the calls. */
 export interface ParsedAnswer {
   content: string | null

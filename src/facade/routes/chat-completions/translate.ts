@@ -6,7 +6,7 @@ import { SSE_DONE, sseFrame } from '../../../shared/sse.js'
 import type { ErrorCode } from '../../../shared/errors.js'
 import { openAiUsage, type StreamFormat, openAiStreamFailed } from '../completion-flow.js'
 import { samplingFields, withChoices } from '../openai-fields.js'
-import { parseToolCalls, safeLength, type ToolCall } from '../tool-calls.js'
+import { parseToolCalls, safeLength, type ToolCall, type ToolReading } from '../tool-calls.js'
 
 function contentText(content: ChatParams['messages'][number]['content']): string {
   return content === null ? '' : typeof content === 'string' ? content : content.map((p) => p.text).join('')
@@ -39,12 +39,6 @@ export function toNodeRequest(p: ChatParams, requestId: string): CompletionReque
   if (p.tool_choice !== undefined && p.tools?.length) req.tool_choice = p.tool_choice
   if (p.stream === true) req.stream = true
   return req
-}
-
-/** How a tools request's answers are read: the callable functions, and whether one answer may hold several calls. */
-export interface ToolReading {
-  names: ReadonlySet<string>
-  parallel: boolean
 }
 
 export const toolReading = (p: ChatParams): ToolReading | null => {

@@ -8,7 +8,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { clip, OnnxdError } from '../../../shared/errors.js'
 import { MAX_STOP_STRINGS, samplingOpenAiProperties } from '../../../shared/sampling.js'
 import { MAX_TOOLS, TOOL_NAME } from '../../../shared/tools.js'
-import { checkCombinations, firstInvalid, honouredFields, samplingFields, unsupported } from '../openai-fields.js'
+import { checkCombinations, firstInvalid, honouredFields, samplingFields, typeOf, unsupported } from '../openai-fields.js'
 
 /** 400-level: what a body must have to be a messages request at all (`max_tokens` is required there, as Anthropic's). */
 export const MessagesBody = Type.Object({ model: Type.String(), messages: Type.Array(Type.Unknown()), max_tokens: Type.Unknown() }, { additionalProperties: true })
@@ -100,8 +100,6 @@ export type MessageParams = Static<typeof MessageParams>
 export const HONOURED_FIELDS: ReadonlySet<string> = new Set(Object.keys(MessageParams.properties))
 
 const checker = TypeCompiler.Compile(MessageParams)
-
-const typeOf = (v: unknown): unknown => (typeof v === 'object' && v !== null ? (v as { type?: unknown }).type : undefined)
 
 /** Blocks, tools and output settings onnxd cannot give the model: 422 naming the place and what it is. */
 function checkRefused(value: Record<string, unknown>): void {

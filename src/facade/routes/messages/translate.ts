@@ -9,7 +9,7 @@ import type { ToolChoice } from '../../../shared/tools.js'
 import { randomBase62 } from '../../../store/ids.js'
 import type { StreamFormat } from '../completion-flow.js'
 import { samplingFields } from '../openai-fields.js'
-import { parseToolCalls, safeLength, type ToolCall } from '../tool-calls.js'
+import { parseToolCalls, safeLength, type ToolCall, type ToolReading } from '../tool-calls.js'
 import type { MessageObject, MessageParams, MessagesUsage, OutputBlock, StopReason } from './schema.js'
 
 const blocksText = (c: string | { text: string }[] | undefined): string => (c === undefined ? '' : typeof c === 'string' ? c : c.map((b) => b.text).join(''))
@@ -54,12 +54,6 @@ export function toNodeRequest(p: MessageParams): CompletionRequest {
   }
   if (p.stream === true) req.stream = true
   return req
-}
-
-/** How answers are read for calls: the callable tools (none with tool_choice none), one call or several. */
-export interface ToolReading {
-  names: ReadonlySet<string>
-  parallel: boolean
 }
 
 export const toolReading = (p: MessageParams): ToolReading | null =>

@@ -7,7 +7,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { clip, OnnxdError, quote } from '../../../shared/errors.js'
 import { samplingOpenAiProperties } from '../../../shared/sampling.js'
 import { MAX_TOOLS, TOOL_NAME } from '../../../shared/tools.js'
-import { checkCombinations, firstInvalid, honouredFields, samplingFields, unsupported } from '../openai-fields.js'
+import { checkCombinations, firstInvalid, honouredFields, samplingFields, typeOf, unsupported } from '../openai-fields.js'
 
 /** 400-level: what a body must have to be a responses request at all. */
 export const ResponsesBody = Type.Object({ model: Type.String() }, { additionalProperties: true })
@@ -135,8 +135,6 @@ export type ResponseParams = Static<typeof ResponseParams>
 export const HONOURED_FIELDS: ReadonlySet<string> = new Set(Object.keys(ResponseParams.properties))
 
 const checker = TypeCompiler.Compile(ResponseParams)
-
-const typeOf = (v: unknown): unknown => (typeof v === 'object' && v !== null ? (v as { type?: unknown }).type : undefined)
 
 /** Items, content parts and tools onnxd cannot give the model: 422 naming the place and what it is. */
 function checkRefused(value: Record<string, unknown>): void {

@@ -9,7 +9,7 @@ import type { FunctionTool, ToolChoice } from '../../../shared/tools.js'
 import { randomBase62 } from '../../../store/ids.js'
 import type { StreamFormat } from '../completion-flow.js'
 import { samplingFields } from '../openai-fields.js'
-import { parseToolCalls, safeLength } from '../tool-calls.js'
+import { parseToolCalls, safeLength, type ToolReading } from '../tool-calls.js'
 import type { InputItem, OutputFunctionCall, OutputItem, OutputMessage, OutputText, ResponseObject, ResponseParams, ResponseUsage } from './schema.js'
 
 /** An item as kept: every input item with its id and status, text content as parts. */
@@ -82,12 +82,6 @@ export function toNodeRequest(p: ResponseParams, messages: ChatMessage[]): Compl
   }
   if (p.stream === true) req.stream = true
   return req
-}
-
-/** How answers are read for calls: the callable functions (none with tool_choice none), one call or several. */
-export interface ToolReading {
-  names: ReadonlySet<string>
-  parallel: boolean
 }
 
 export const toolReading = (p: ResponseParams): ToolReading | null =>
