@@ -141,7 +141,7 @@ async function hashPrefix(file: string, bytes: number, hash: Hash): Promise<void
 }
 
 /** The progress line: redrawn in place on a terminal, else printed at every 10%. */
-function progressLine(out: NodeJS.WriteStream = process.stderr): { step: (p: HubProgress) => void; end: () => void } {
+export function progressLine(out: Pick<NodeJS.WriteStream, 'write' | 'isTTY' | 'columns'> = process.stderr): { step: (p: HubProgress) => void; end: () => void } {
   const started = Date.now()
   let lastDecile = -1
   let drawn = false

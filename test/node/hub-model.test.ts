@@ -11,7 +11,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { buildModel } from '../../src/builder/index.js'
 import { run as generate } from '../../src/cli/generate.js'
 import { readBundle } from '../../src/engine/model/bundle.js'
-import { fetchHubModel, filesFor, hubModelId, type HubFile, type HubProgress } from '../../src/node/hub-model.js'
+import { fetchHubModel, filesFor, hubModelId, progressLine, type HubFile, type HubProgress } from '../../src/node/hub-model.js'
 import { loadNodeOptions, servedModelId } from '../../src/node/options.js'
 import { serveNode } from '../../src/node/server.js'
 import { freePort } from '../helpers/servers.js'
@@ -179,6 +179,24 @@ describe('models by Hugging Face hub id (issue #35)', () => {
     expect(filesFor(listing, 'q4', 'o/m').map((x) => x.path)).toEqual(['config.json', 'tokenizer.json', 'chat_template.jinja', 'onnx/model_q4.onnx_data', 'onnx/model_q4.onnx_data_1', 'onnx/model_q4.onnx'])
     expect(filesFor(listing, 'fp32', 'o/m').map((x) => x.path).at(-1)).toBe('onnx/model.onnx')
     expect(() => filesFor(listing, 'int8', 'o/m')).toThrow('o/m has no model_int8.onnx (dtype int8) under onnx/ or at its top; its ONNX variants: fp32, fp16, q4')
+  })
+
+  it('draws the progress line in place on a terminal, and every 10% in a log', () => {
+    const steps = [0, 5, 12, 50, 99, 100].map((pct) => ({ repo: 'o/m', file: 'onnx/model_q4.onnx', done: pct * 1e6, total: 100e6 }))
+    let tty = ''
+    const term = progressLine({ isTTY: true, columns: 100, write: (s: string) => ((tty += s), true) } as never)
+    for (const p of steps) term.step(p)
+    term.end()
+    const frames = tty.split('\r').filter(Boolean)
+    expect(frames).toHaveLength(6)
+    for (const f of frames) expect(f.replace(/\n$/, '').length).toBe(99) // padded to the width, so a shorter frame wipes a longer one
+    expect(frames[3]).toMatch(/^o\/m \[#{12}\.{12}\]  50% 50\.0\/100\.0 MB [\d.]+ MB\/s onnx\/model_q4\.onnx/)
+    expect(tty.endsWith('\n')).toBe(true)
+    let log = ''
+    const file = progressLine({ isTTY: false, columns: 0, write: (s: string) => ((log += s), true) } as never)
+    for (const p of steps) file.step(p)
+    file.end()
+    expect(log.split('\n').filter(Boolean).map((l) => /\]\s+(\d+)%/.exec(l)?.[1])).toEqual(['0', '12', '50', '99', '100'])
   })
 
   it('fetches the variant into the Hugging Face cache, verified, and serves it from there the next time', async () => {
