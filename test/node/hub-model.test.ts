@@ -190,7 +190,7 @@ describe('models by Hugging Face hub id (issue #35)', () => {
     const frames = tty.split('\r').filter(Boolean)
     expect(frames).toHaveLength(6)
     for (const f of frames) expect(f.replace(/\n$/, '').length).toBe(99) // padded to the width, so a shorter frame wipes a longer one
-    expect(frames[3]).toMatch(/^o\/m \[#{12}\.{12}\]  50% 50\.0\/100\.0 MB [\d.]+ MB\/s onnx\/model_q4\.onnx/)
+    expect(frames[3]).toMatch(/^o\/m \[#{12}\.{12}\] {2}50% 50\.0\/100\.0 MB [\d.]+ MB\/s onnx\/model_q4\.onnx/)
     expect(tty.endsWith('\n')).toBe(true)
     let log = ''
     const file = progressLine({ isTTY: false, columns: 0, write: (s: string) => ((log += s), true) } as never)
