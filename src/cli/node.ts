@@ -23,7 +23,7 @@ Without --model / ONNXD_MODEL, the embedded default model is built in ${DEFAULT_
 the hub cache first, verified (HF_TOKEN, HF_ENDPOINT, HF_HUB_CACHE, HF_HUB_OFFLINE apply; see docs/configuration.md).
 
 ${rows.join('\n')}
-  (kv-budget-mb default: a quarter of system memory, at most 4096)
+  (kv-budget-mb default: a quarter of the memory this process may use, the container's limit or else the host's, at most 4096)
 `
 }
 

@@ -48,7 +48,7 @@ export const NodeOptions = Type.Object(
     maxRunning: Type.Integer({ minimum: 1, default: 64 }),
     maxWaiting: Type.Integer({ minimum: 0, default: 256 }),
     maxBatchedTokens: Type.Integer({ minimum: 1, default: 512 }),
-    /** KV-cache budget of the whole node, MiB, split evenly between workers. Default: a quarter of system memory, at most 4096. */
+    /** KV-cache budget of the whole node, MiB, split evenly between workers. Default: a quarter of the memory the process may use (the container's limit, else the host's), at most 4096. */
     kvBudgetMb: Type.Integer({ minimum: 1 }),
     /** Turns automatic prefix caching off: every prompt is computed whole (it is on by default). */
     noPrefixCaching: Type.Boolean({ default: false }),
