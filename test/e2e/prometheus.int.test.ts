@@ -188,11 +188,15 @@ describe.skipIf(promtool.version === null && prometheus.version === null)('both 
       expect(exprs.length).toBeGreaterThan(40)
       const grafana = (e: string): string => e.replaceAll('$__rate_interval', '1m').replaceAll('$model_name', '.*').replaceAll('$instance', '.*')
       const problems: string[] = []
+      const shown: string[] = []
       for (const { where, expr } of exprs) {
         const result = await query(grafana(expr))
         if (result.length === 0) problems.push(`${where}: no series: ${expr}`)
         else if (!result.some((r) => Number.isFinite(Number(r.value[1])))) problems.push(`${where}: only NaN: ${expr}`)
+        // What the latency and batch panels read on the tiny model (printed, not asserted).
+        if (/End-to-end|Batch size|Facade request duration/.test(where)) shown.push(`${where}: ${result.map((r) => `${r.metric.phase ?? ''} ${Number(r.value[1]).toPrecision(3)}`.trim()).join(', ')}`)
       }
+      console.log(`[prometheus] what the dashboard reads on the tiny model:\n  ${shown.join('\n  ')}`)
       // The variables: Grafana's label_values(selector, label), as Prometheus's label-values API answers it.
       for (const v of dashboard.templating.list.filter((x) => x.type === 'query')) {
         const m = /^label_values\((.*), *(\w+)\)$/.exec(v.definition ?? '')
