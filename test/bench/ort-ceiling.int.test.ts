@@ -18,9 +18,15 @@ const graphs = () => [
 const check = async (provider: string): Promise<void> => {
   for (const g of graphs()) {
     const c = await measureCeiling({ onnxPath: g.onnxPath, batches: [1, 4], past: 24, prompt: 16, prefillRows: 2, threads: 1, provider, greedy: true, budget })
+    // It timed the shapes asked for, as many runs as the budget allows: the prefill of 2 prompts of 16 tokens, a
+    // decode step over a past of 24 at batch 1 and 4.
+    expect(c.prefill, `${g.form} prefill`).toMatchObject({ prompt: 16, rows: 2, runs: 2 })
     expect(c.prefill.tokens_per_s, `${g.form} prefill`).toBeGreaterThan(0)
     expect(c.decode.map((d) => d.batch)).toEqual([1, 4])
-    for (const d of c.decode) expect(d.tokens_per_s, `${g.form} decode ${d.batch}`).toBeGreaterThan(0)
+    for (const d of c.decode) {
+      expect(d, `${g.form} decode ${d.batch}`).toMatchObject({ past: 24, runs: 2 })
+      expect(d.tokens_per_s, `${g.form} decode ${d.batch}`).toBeGreaterThan(0)
+    }
   }
 }
 
