@@ -1,0 +1,94 @@
+// onnxd's decode step against ORT alone, and weight forms against each other (issue 36): the batcher's decode
+// forward (the context sweep's sweepStep over a filled cache, runtime capi) timed per form, alternating forms and
+// rounds in one process, with the CPU milliseconds of the process per step beside the wall time (on a shared host
+// the figure that load barely moves; with --threads 1 neither ORT nor anything else spins). --ort also times ORT
+// alone on the same graph at the same batch (the bench's ceiling: refs/ort.ts for a plain graph, refs/capi.ts with
+// presents on the past for GroupQueryAttention) right after each form's cell. docs/benchmarks.md, "llama.cpp driven
+// right, and the CPU lead", has its figures.
+//
+//   npx tsx bench/step.bench.ts [--batches 16,64] [--past 144] [--steps 3] [--threads 1] [--rounds 2] [--ort]
+//     LABEL=DIR:DTYPE ...     (e.g. gqa-q4=.cache/models/onnxd-135m-gqa:q4 plain-int8=.cache/models/onnxd-135m:int8)
+import { loadavg } from 'node:os'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { existsSync } from 'node:fs'
+import { KV_CHUNK, loadModel, type LoadedModel } from '../src/engine/bench-surface.js'
+import { filledCache, sweepStep, type Traffic } from '../src/bench/context.js'
+import { measureCeiling } from '../src/bench/refs/ort.js'
+import { measureCapiCeiling, usesGroupQueryAttention } from '../src/bench/refs/capi.js'
+import { DTYPE_FILES, type Dtype } from '../src/shared/model.js'
+import { median, writeReport } from './lib/report.js'
+
+const { values, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    batches: { type: 'string', default: '16,64' },
+    past: { type: 'string', default: '144' },
+    steps: { type: 'string', default: '3' },
+    threads: { type: 'string', default: '1' },
+    rounds: { type: 'string', default: '2' },
+    ort: { type: 'boolean', default: false },
+  },
+})
+const batches = values.batches.split(',').map(Number)
+const [past, steps, threads, rounds] = [values.past, values.steps, values.threads, values.rounds].map(Number)
+const forms = positionals.map((p) => {
+  const m = /^([^=]+)=(.+):(\w+)$/.exec(p)
+  if (!m) throw new Error(`${p}: expected LABEL=DIR:DTYPE`)
+  return { label: m[1], dir: m[2], dtype: m[3] as Dtype }
+})
+if (!forms.length || [past, steps, threads, rounds, ...batches].some((n) => !Number.isInteger(n) || n < 0)) {
+  process.stderr.write('usage: npx tsx bench/step.bench.ts [--batches 16,64] [--past 144] [--steps 3] [--threads 1] [--rounds 2] [--ort] LABEL=DIR:DTYPE ...\n')
+  process.exit(2)
+}
+
+/** The ONNX file a bundle serves for `dtype` (the genai layout beside genai_config.json, the HF one under onnx/). */
+const onnxOf = (dir: string, dtype: Dtype): string => (existsSync(join(dir, 'genai_config.json')) ? join(dir, DTYPE_FILES[dtype]) : join(dir, 'onnx', DTYPE_FILES[dtype]))
+const noTraffic = (): Traffic => ({ fed: {}, fetched: {}, shared: [] })
+
+interface Cell {
+  round: number
+  form: string
+  batch: number
+  run_ms: number
+  cpu_ms_per_step: number
+  ort_ms?: number
+  load1: number
+}
+const cells: Cell[] = []
+const models = new Map<string, LoadedModel>()
+for (const f of forms) models.set(f.label, await loadModel(f.dir, { runtime: 'capi', intraOpThreads: threads, dtype: f.dtype }))
+try {
+  for (let round = 0; round < rounds; round++) {
+    for (const batch of batches) {
+      for (const f of forms) {
+        const m = models.get(f.label)!
+        const kv = filledCache(m, batch, past, KV_CHUNK)
+        await sweepStep(m, kv, past, noTraffic) // warm-up
+        const ms: number[] = []
+        const c0 = process.cpuUsage()
+        for (let i = 0; i < steps; i++) ms.push((await sweepStep(m, kv, past, noTraffic)).runMs)
+        const c = process.cpuUsage(c0)
+        const cell: Cell = { round, form: f.label, batch, run_ms: median(ms), cpu_ms_per_step: (c.user + c.system) / 1000 / steps, load1: loadavg()[0] }
+        if (values.ort) {
+          const onnxPath = onnxOf(f.dir, f.dtype)
+          const o = { onnxPath, batches: [batch], past, prompt: 8, prefillRows: 1, threads, provider: 'cpu', greedy: true, budget: { warmup: 1, minRuns: steps, minSeconds: 0, maxRuns: steps } }
+          cell.ort_ms = (usesGroupQueryAttention(onnxPath) ? await measureCapiCeiling(o) : await measureCeiling(o)).decode[0].ms
+        }
+        cells.push(cell)
+        console.log(JSON.stringify(cell))
+      }
+    }
+  }
+} finally {
+  for (const m of models.values()) await m.session.dispose()
+}
+console.log('\nform, batch: run ms per round | CPU ms per step per round' + (values.ort ? ' | onnxd / ORT per round' : ''))
+for (const batch of batches) {
+  for (const f of forms) {
+    const mine = cells.filter((c) => c.form === f.label && c.batch === batch)
+    const ratio = values.ort ? ' | ' + mine.map((c) => (c.run_ms / c.ort_ms!).toFixed(2)).join(' ') : ''
+    console.log(`${f.label} B=${batch}: ${mine.map((c) => c.run_ms.toFixed(1)).join(' ')} | ${mine.map((c) => c.cpu_ms_per_step.toFixed(1)).join(' ')}${ratio}`)
+  }
+}
+console.log(`report: ${writeReport('step', { bench: 'step', options: { batches, past, steps, threads, rounds, ort: values.ort }, forms, cells })}`)
