@@ -7,7 +7,7 @@ import { Ajv } from 'ajv'
 import type OpenAI from 'openai'
 import { NotFoundError, UnprocessableEntityError } from 'openai'
 import { createOpenAI } from '@ai-sdk/openai'
-import { generateObject, generateText, jsonSchema, streamText, tool } from 'ai'
+import { generateObject, generateText, jsonSchema, stepCountIs, streamText, tool } from 'ai'
 import { ChatOpenAI } from '@langchain/openai'
 import { z } from 'zod'
 import { describe, expect, it } from 'vitest'
@@ -173,6 +173,12 @@ describe('POST /v1/responses through the openai client', () => {
     await stack.client.responses.delete(first.id)
     expect(await apiError(stack.client.responses.retrieve(first.id))).toBeInstanceOf(NotFoundError)
     expect((await stack.client.responses.retrieve(second.id)).id).toBe(second.id)
+    // An item of a kept response, by reference; one of another account's, or of none, is not found.
+    const referenced = await stack.client.responses.create({ model: MODEL, input: [{ role: 'user', content: 'What is my name?' }, { type: 'item_reference', id: second.output[0]!.id! }], temperature: 0, max_output_tokens: 4, store: false })
+    expect((await stack.client.responses.inputItems.list(second.id)).data).toHaveLength(1)
+    expect(referenced.status).not.toBe('failed')
+    expect(await apiError(other.responses.create({ model: MODEL, input: [{ type: 'item_reference', id: second.output[0]!.id! }] }))).toBeInstanceOf(NotFoundError)
+    expect(await apiError(stack.client.responses.create({ model: MODEL, input: [{ type: 'item_reference', id: 'msg_nothing_0' }] }))).toBeInstanceOf(NotFoundError)
     const unkept = await stack.client.responses.create({ model: MODEL, input: 'Hi', store: false, max_output_tokens: 2 })
     expect((unkept as unknown as { store: boolean }).store).toBe(false)
     expect(await apiError(stack.client.responses.retrieve(unkept.id))).toBeInstanceOf(NotFoundError)
@@ -184,7 +190,7 @@ describe('POST /v1/responses through the openai client', () => {
       [{ background: true }, /'background'/],
       [{ reasoning: { effort: 'high' } }, /'reasoning'/],
       [{ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'http://x' }] }] }, /'input\[0\]\.content\[0\]'/],
-      [{ input: [{ type: 'item_reference', id: 'x' }] }, /'input\[0\]\.type'/],
+      [{ input: [{ type: 'reasoning', id: 'rs_1', summary: [] }] }, /'input\[0\]\.type'/],
       [{ conversation: 'conv_1' }, /'conversation'/],
       [{ no_such_field: 1 }, /'no_such_field'/],
     ]
@@ -269,6 +275,46 @@ describe('the AI SDK’s default OpenAI provider and LangChain’s useResponsesA
     expect(r.toolCalls[0]!.toolName).toBe('get_weather')
     expect(ajv.validate(WEATHER, r.toolCalls[0]!.input)).toBe(true)
     expect(r.finishReason).toBe('tool-calls')
+  })
+
+  it('a tool loop (execute, two steps), and a conversation whose earlier answer the SDK sends as an item_reference to the kept response', async () => {
+    const sent: { input: { type?: string }[] }[] = []
+    const watched = createOpenAI({
+      baseURL: stack.s.baseURL,
+      apiKey: stack.s.f.key,
+      fetch: async (url, init) => {
+        if (typeof init?.body === 'string') sent.push(JSON.parse(init.body) as (typeof sent)[number])
+        return fetch(url, init)
+      },
+    })
+    const executed: unknown[] = []
+    const r = await generateText({
+      model: watched(MODEL),
+      prompt: 'What is the weather in Paris?',
+      tools: {
+        get_weather: tool({
+          description: 'The weather in a city',
+          inputSchema: jsonSchema<{ city: string; unit: 'c' | 'f' }>(WEATHER as unknown as Parameters<typeof jsonSchema>[0]),
+          execute: async (input) => {
+            executed.push(input)
+            return { temperature: 21 }
+          },
+        }),
+      },
+      toolChoice: 'required',
+      stopWhen: stepCountIs(2),
+      temperature: 0,
+      maxOutputTokens: 100,
+    })
+    expect(r.steps).toHaveLength(2)
+    expect(executed).toHaveLength(2)
+    expect(sent[1]!.input.map((i) => i.type)).toEqual([undefined, 'function_call', 'function_call_output'])
+
+    const first = await generateText({ model: watched(MODEL), prompt: 'My name is Ada.', temperature: 0, maxOutputTokens: 8 })
+    const second = await generateText({ model: watched(MODEL), messages: [{ role: 'user', content: 'My name is Ada.' }, ...first.response.messages, { role: 'user', content: 'What is my name?' }], temperature: 0, maxOutputTokens: 8 })
+    expect(sent.at(-1)!.input.map((i) => i.type)).toEqual([undefined, 'item_reference', undefined])
+    const d = await nodeCompletion(stack.s.node, { messages: [{ role: 'user', content: 'My name is Ada.' }, { role: 'assistant', content: first.text }, { role: 'user', content: 'What is my name?' }], temperature: 0, max_tokens: 8 })
+    expect(second.text).toBe((d.body as unknown as NodeAnswer).text)
   })
 
   it('LangChain ChatOpenAI with useResponsesApi: the node’s greedy answer', async () => {

@@ -14,7 +14,7 @@ import type { FacadeContext } from '../../context.js'
 import { keyPrincipal } from '../../request.js'
 import { runCompletion } from '../completion-flow.js'
 import { ResponsesBody, parseResponseParams, RESPONSE_ID, type ResponseObject } from './schema.js'
-import { keptItems, ResponseEvents, responseShell, toMessages, toNodeRequest, toolReading, toResponse, type KeptItem } from './translate.js'
+import { itemOrigin, keptItems, referencedIds, ResponseEvents, responseShell, toMessages, toNodeRequest, toolReading, toResponse, type KeptItem } from './translate.js'
 
 // The answers are built here (no 200 schema: the response object keeps its optional fields as they are).
 const Errors = { 200: Type.Unknown(), '4xx': ErrorBodySchema, '5xx': ErrorBodySchema }
@@ -39,6 +39,27 @@ async function kept(ctx: FacadeContext, accountId: string, id: string, what?: st
   return r
 }
 
+/** The caller's earlier output items that `ids` name (item_reference), each found in its kept response; else a 404. */
+async function referencedItems(ctx: FacadeContext, accountId: string, ids: readonly string[]): Promise<Map<string, KeptItem>> {
+  const out = new Map<string, KeptItem>()
+  const responses = new Map<string, ResponseObject | null>()
+  for (const itemId of ids) {
+    const origin = itemOrigin(itemId)
+    let response: ResponseObject | null = null
+    if (origin) {
+      if (!responses.has(origin.responseId)) {
+        const kept = await ctx.store.getResponse(accountId, origin.responseId)
+        responses.set(origin.responseId, kept ? (JSON.parse(kept.response) as ResponseObject) : null)
+      }
+      response = responses.get(origin.responseId) ?? null
+    }
+    const item = response?.output[origin!.index]
+    if (!item || item.id !== itemId) throw notFound(itemId, 'Item')
+    out.set(itemId, item)
+  }
+  return out
+}
+
 export function responsesRoutes(app: FastifyInstance, ctx: FacadeContext): void {
   const v1 = app.withTypeProvider<TypeBoxTypeProvider>()
   v1.post('/responses', { config: { auth: 'key' }, schema: { body: ResponsesBody, response: Errors } }, async (request, reply) => {
@@ -47,7 +68,7 @@ export function responsesRoutes(app: FastifyInstance, ctx: FacadeContext): void 
     const prior: KeptItem[] = params.previous_response_id
       ? (JSON.parse((await kept(ctx, principal.account.id, params.previous_response_id, 'Previous response')).conversation) as KeptItem[])
       : []
-    const input = keptItems(params.input)
+    const input = keptItems(params.input, await referencedItems(ctx, principal.account.id, referencedIds(params.input)))
     const id = `resp_${randomBase62(24)}`
     const createdAt = Math.floor(ctx.now() / 1000)
     const shell = responseShell(id, createdAt, params)

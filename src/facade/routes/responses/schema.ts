@@ -51,10 +51,13 @@ const FunctionCallOutputItem = Type.Object(
   },
   { additionalProperties: false },
 )
-export const InputItem = Type.Union([MessageItem, FunctionCallItem, FunctionCallOutputItem])
+/** An earlier response's output item, by its id (the AI SDK sends these for earlier turns when responses are kept). */
+const ItemReference = Type.Object({ type: Type.Literal('item_reference'), id: Type.String() }, { additionalProperties: false })
+export type ItemReference = Static<typeof ItemReference>
+export const InputItem = Type.Union([MessageItem, FunctionCallItem, FunctionCallOutputItem, ItemReference])
 export type InputItem = Static<typeof InputItem>
 /** The input item types onnxd gives the model (a message's `type` may be left out). */
-const ITEM_TYPES: ReadonlySet<string> = new Set(['message', 'function_call', 'function_call_output'])
+const ITEM_TYPES: ReadonlySet<string> = new Set(['message', 'function_call', 'function_call_output', 'item_reference'])
 
 /** A function tool as the Responses API defines it (flat, unlike chat's). */
 export const ResponsesFunctionTool = Type.Object(
@@ -142,7 +145,7 @@ function checkRefused(value: Record<string, unknown>): void {
     value.input.forEach((item: unknown, i) => {
       const type = typeOf(item)
       if (typeof type === 'string' && !ITEM_TYPES.has(type)) {
-        throw unsupported(`input[${i}].type`, `input items of type '${clip(type)}' are not supported; only messages, function_call and function_call_output are`)
+        throw unsupported(`input[${i}].type`, `input items of type '${clip(type)}' are not supported; only messages, function_call, function_call_output and item_reference are`)
       }
       const content = (item as { content?: unknown; output?: unknown } | null)?.content ?? (item as { output?: unknown } | null)?.output
       if (!Array.isArray(content)) return

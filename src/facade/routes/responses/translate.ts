@@ -21,10 +21,15 @@ export type KeptItem =
 
 const partsText = (c: string | { text: string }[]): string => (typeof c === 'string' ? c : c.map((p) => p.text).join(''))
 
-/** The request's input as kept items (ids given where the client gave none), in order. */
-export function keptItems(input: ResponseParams['input']): KeptItem[] {
+/** The ids of the earlier output items the input refers to (`item_reference`). */
+export const referencedIds = (input: ResponseParams['input']): string[] =>
+  typeof input === 'string' ? [] : input.flatMap((item) => (item.type === 'item_reference' ? [item.id] : []))
+
+/** The request's input as kept items (ids given where the client gave none; a reference as the item it names), in order. */
+export function keptItems(input: ResponseParams['input'], referenced: ReadonlyMap<string, KeptItem>): KeptItem[] {
   const items: InputItem[] = typeof input === 'string' ? [{ role: 'user', content: input }] : input
   return items.map((item): KeptItem => {
+    if (item.type === 'item_reference') return referenced.get(item.id)!
     if (item.type === 'function_call') return { type: 'function_call', id: item.id ?? `fc_${randomBase62(24)}`, call_id: item.call_id, name: item.name, arguments: item.arguments, status: 'completed' }
     if (item.type === 'function_call_output') return { type: 'function_call_output', id: item.id ?? `fco_${randomBase62(24)}`, call_id: item.call_id, output: partsText(item.output), status: 'completed' }
     const part = item.role === 'assistant' ? 'output_text' : 'input_text'
@@ -124,11 +129,23 @@ export const responseUsage = (u: Usage): ResponseUsage => ({
   total_tokens: u.prompt_tokens + u.completion_tokens,
 })
 
+/**
+ * The id of a response's output item: its kind, the response's id and its place in the output, so that an
+ * `item_reference` to it (what the AI SDK sends for an earlier turn's items when responses are kept) finds it.
+ */
+export const outputItemId = (kind: 'msg' | 'fc', responseId: string, index: number): string => `${kind}_${responseId.slice('resp_'.length)}_${index}`
+
+/** The response id and output index an output item id names (see outputItemId), or null. */
+export function itemOrigin(itemId: string): { responseId: string; index: number } | null {
+  const m = /^(?:msg|fc)_([A-Za-z0-9]{1,64})_(\d{1,4})$/.exec(itemId)
+  return m ? { responseId: `resp_${m[1]}`, index: Number(m[2]) } : null
+}
+
 const itemStatus = (reason: FinishReason): 'completed' | 'incomplete' => (reason === 'length' ? 'incomplete' : 'completed')
 const outputText = (text: string): OutputText => ({ type: 'output_text', text, annotations: [], logprobs: [] })
-const functionCall = (c: { id: string; function: { name: string; arguments: string } }): OutputFunctionCall => ({
+const functionCall = (c: { id: string; function: { name: string; arguments: string } }, id: string): OutputFunctionCall => ({
   type: 'function_call',
-  id: `fc_${randomBase62(24)}`,
+  id,
   call_id: c.id,
   name: c.function.name,
   arguments: c.function.arguments,
@@ -152,9 +169,9 @@ export function toResponse(shell: ResponseObject, r: CompletionResponse, tools: 
   const output: OutputItem[] = []
   const content = parsed ? parsed.content : r.text
   if (content !== null || !parsed?.calls.length) {
-    output.push({ type: 'message', id: `msg_${randomBase62(24)}`, status: itemStatus(r.finish_reason), role: 'assistant', content: [outputText(content ?? '')] })
+    output.push({ type: 'message', id: outputItemId('msg', shell.id, 0), status: itemStatus(r.finish_reason), role: 'assistant', content: [outputText(content ?? '')] })
   }
-  for (const c of parsed?.calls ?? []) output.push(functionCall(c))
+  for (const c of parsed?.calls ?? []) output.push(functionCall(c, outputItemId('fc', shell.id, output.length)))
   return finished(shell, output, r.finish_reason, r.usage)
 }
 
@@ -192,7 +209,7 @@ export class ResponseEvents implements StreamFormat {
   /** The message item, opened at its first text. */
   private open(): string {
     if (this.message) return ''
-    this.message = { type: 'message', id: `msg_${randomBase62(24)}`, status: 'in_progress', role: 'assistant', content: [] }
+    this.message = { type: 'message', id: outputItemId('msg', this.shell.id, this.output.length), status: 'in_progress', role: 'assistant', content: [] }
     this.output.push(this.message)
     const at = { item_id: this.message.id, output_index: this.output.length - 1 }
     return this.event('response.output_item.added', { output_index: at.output_index, item: this.message }) + this.event('response.content_part.added', { ...at, content_index: 0, part: outputText('') })
@@ -243,7 +260,7 @@ export class ResponseEvents implements StreamFormat {
       out += this.event('response.output_item.done', { output_index: at.output_index, item: m })
     }
     for (const c of parsed?.calls ?? []) {
-      const item = functionCall(c)
+      const item = functionCall(c, outputItemId('fc', this.shell.id, this.output.length))
       this.output.push(item)
       const output_index = this.output.length - 1
       out += this.event('response.output_item.added', { output_index, item: { ...item, arguments: '', status: 'in_progress' } })
