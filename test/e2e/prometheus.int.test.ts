@@ -89,7 +89,8 @@ function withoutFamilies(metrics: string, names: string[]): string {
     .join('\n')
 }
 
-describe.skipIf(promtool.version === null && prometheus.version === null)('both servers\' /metrics through Prometheus\'s own tools', () => {
+const neither = promtool.version === null && prometheus.version === null
+describe.skipIf(neither)(`both servers' /metrics through Prometheus's own tools${neither ? ` (skipped: ${prometheus.reason})` : ''}`, () => {
   const stack = suiteStack()
   let rounds = 0
   const load = async (n: number, gapMs = 0): Promise<void> => {
