@@ -233,6 +233,18 @@ describe('quality', () => {
     for (const d of [dir, gqaDir]) for (const dtype of ['fp16', 'int8', 'q4'] as const) within(await measureQuality(d, { dtype, ...opts }), dtype)
   })
 
+  it("the MatMulNBits forms kept for comparing ORT's kernels run and stay within their bounds: 8 bits, blocks of 64 at accuracy_level 0", async () => {
+    const q8 = (await buildModel({ preset: 'tiny', outDir: join(root, 'nbits8'), attention: 'gqa', dtypes: ['q4'], nbits: { bits: 8 } })).dir
+    const b64 = (await buildModel({ preset: 'tiny', outDir: join(root, 'nbits-b64'), dtypes: ['q4'], nbits: { block: 64, accuracyLevel: 0 } })).dir
+    const graph = async (d: string, file: string): Promise<string> => JSON.stringify((await model(d, file)).graph.node.filter((n) => n.op_type === 'MatMulNBits').map((n) => (n.attribute ?? []).map((a) => [a.name, Number(a.i)])))
+    expect(await graph(q8, 'model_q4.onnx')).toContain('["bits",8]')
+    expect(await graph(b64, 'onnx/model_q4.onnx')).toContain('["block_size",64],["accuracy_level",0]')
+    // 8 bits: at least as close to float32 as int8; the others within their form's bound.
+    within(await measureQuality(q8, { dtype: 'q4', ...opts }), 'int8')
+    within(await measureQuality(b64, { dtype: 'q4', ...opts }), 'q4')
+    await expect(buildModel({ preset: 'tiny', outDir: join(root, 'bad'), dtypes: ['q4'], nbits: { block: 48 } })).rejects.toThrow(/nbits/)
+  })
+
   /** A copy of the plain bundle whose `file` has its initializers ending in `suffix` rewritten by `edit`. */
   async function broken(name: string, file: string, suffix: string, edit: (t: Tensor) => Uint8Array): Promise<string> {
     const out = join(root, name)
