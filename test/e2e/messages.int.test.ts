@@ -7,21 +7,11 @@ import Anthropic from '@anthropic-ai/sdk'
 import { Ajv } from 'ajv'
 import { Agent, fetch as undiciFetch, type RequestInit as UndiciInit } from 'undici'
 import { afterAll, describe, expect, it } from 'vitest'
-import { abortCount, defaultCostMicros, expectBilledForWhatWasRead, MODEL, nodeCompletion, suiteStack } from './stack.js'
+import { abortCount, defaultCostMicros, expectBilledForWhatWasRead, MODEL, nodeAnswer, suiteStack, WEATHER_PARAMETERS, type NodeAnswer } from './stack.js'
 
-interface NodeAnswer {
-  text: string
-  finish_reason: 'stop' | 'length'
-  usage: { prompt_tokens: number; completion_tokens: number }
-}
 type Usage = { total: { requests: number; prompt_tokens: number; completion_tokens: number; cost_micros: number } }
 
-const WEATHER = {
-  type: 'object',
-  properties: { city: { type: 'string', maxLength: 20 }, unit: { enum: ['c', 'f'] } },
-  required: ['city', 'unit'],
-  additionalProperties: false,
-} as const
+const WEATHER = WEATHER_PARAMETERS
 const weather: Anthropic.Tool = { name: 'get_weather', description: 'The weather in a city', input_schema: WEATHER as unknown as Anthropic.Tool.InputSchema }
 const ajv = new Ajv({ strict: false })
 // Anthropic's sampling fields, which this SDK's types no longer list (newer Claude models refuse them); onnxd takes them.
@@ -38,11 +28,7 @@ describe('POST /v1/messages through the Anthropic SDK', () => {
       maxRetries: 0,
       fetch: ((url: string | URL, init?: RequestInit) => undiciFetch(url, { ...(init as UndiciInit), dispatcher: agent })) as unknown as typeof fetch,
     })
-  const node = async (body: Record<string, unknown>): Promise<NodeAnswer> => {
-    const r = await nodeCompletion(stack.s.node, body)
-    expect(r.status).toBe(200)
-    return r.body as unknown as NodeAnswer
-  }
+  const node = (body: Record<string, unknown>): Promise<NodeAnswer> => nodeAnswer(stack.s.node, body)
   const textOf = (m: Anthropic.Message): string => m.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('')
   const usageOf = (m: Anthropic.Message): { prompt: number; completion: number } => ({ prompt: m.usage.input_tokens + (m.usage.cache_read_input_tokens ?? 0), completion: m.usage.output_tokens })
 

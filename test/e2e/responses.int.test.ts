@@ -11,20 +11,10 @@ import { generateObject, generateText, jsonSchema, stepCountIs, streamText, tool
 import { ChatOpenAI } from '@langchain/openai'
 import { z } from 'zod'
 import { describe, expect, it } from 'vitest'
-import { abortCount, apiError, defaultCostMicros, expectBilledForWhatWasRead, MODEL, nodeCompletion, suiteStack } from './stack.js'
+import { abortCount, apiError, defaultCostMicros, expectBilledForWhatWasRead, MODEL, nodeAnswer, nodeCompletion, suiteStack, WEATHER_PARAMETERS, type NodeAnswer } from './stack.js'
 
-interface NodeAnswer {
-  text: string
-  finish_reason: 'stop' | 'length'
-  usage: { prompt_tokens: number; completion_tokens: number }
-}
 
-const WEATHER = {
-  type: 'object',
-  properties: { city: { type: 'string', maxLength: 20 }, unit: { enum: ['c', 'f'] } },
-  required: ['city', 'unit'],
-  additionalProperties: false,
-} as const
+const WEATHER = WEATHER_PARAMETERS
 const weatherTool: OpenAI.Responses.FunctionTool = { type: 'function', name: 'get_weather', description: 'The weather in a city', parameters: WEATHER, strict: true }
 const ajv = new Ajv({ strict: false })
 
@@ -32,11 +22,7 @@ type Usage = { total: { requests: number; prompt_tokens: number; completion_toke
 
 describe('POST /v1/responses through the openai client', () => {
   const stack = suiteStack()
-  const node = async (body: Record<string, unknown>): Promise<NodeAnswer> => {
-    const r = await nodeCompletion(stack.s.node, body)
-    expect(r.status).toBe(200)
-    return r.body as unknown as NodeAnswer
-  }
+  const node = (body: Record<string, unknown>): Promise<NodeAnswer> => nodeAnswer(stack.s.node, body)
 
   it('plain: a string input and instructions give the node’s greedy answer to the same messages, its usage, incomplete when cut', async () => {
     const r = await stack.client.responses.create({ model: MODEL, input: 'Tell me about the sea', instructions: 'You are terse.', max_output_tokens: 12, temperature: 0 })

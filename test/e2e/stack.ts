@@ -180,6 +180,28 @@ export async function nodeCompletion(node: RealNode, body: Record<string, unknow
   return { status: res.status, body: (await res.json()) as Record<string, unknown> }
 }
 
+/** What the node answers a completion request (the fields the e2e suites compare against). */
+export interface NodeAnswer {
+  text: string
+  finish_reason: 'stop' | 'length'
+  usage: { prompt_tokens: number; completion_tokens: number }
+}
+
+/** The node's own answer to a request sent to it directly (it must be a 200). */
+export async function nodeAnswer(node: RealNode, body: Record<string, unknown>): Promise<NodeAnswer> {
+  const r = await nodeCompletion(node, body)
+  expect(r.status).toBe(200)
+  return r.body as unknown as NodeAnswer
+}
+
+/** A weather tool's parameters, as the tool suites give them (bounded, so that a constrained call ends soon). */
+export const WEATHER_PARAMETERS = {
+  type: 'object',
+  properties: { city: { type: 'string', maxLength: 20 }, unit: { enum: ['c', 'f'] } },
+  required: ['city', 'unit'],
+  additionalProperties: false,
+} as const
+
 /** The facade's own /health: its status and what it believes of each node. */
 export async function facadeHealth(s: Stack): Promise<{ status: number; nodes: { url: string; status: string }[] }> {
   const res = await fetch(`${s.facadeUrl}/health`)

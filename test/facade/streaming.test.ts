@@ -1,33 +1,14 @@
 import { once } from 'node:events'
 import { connect } from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
-import type { CompletionUsage, Store } from '../../src/store/interfaces.js'
-import type { SqliteStore } from '../../src/store/sqlite.js'
-import { bearer, chatBody, deferred, facadeFixture, sseEvents, type FacadeFixture } from '../helpers/facade.js'
+import type { CompletionUsage } from '../../src/store/interfaces.js'
+import { bearer, chatBody, deferred, facadeFixture, observed, sseEvents, type FacadeFixture } from '../helpers/facade.js'
 
 let f: FacadeFixture | null = null
 afterEach(async () => {
   await f?.close()
   f = null
 })
-
-/** A store that reports each usage record after it is written. */
-function observed(onRecord: (u: CompletionUsage) => void) {
-  return (s: SqliteStore): Store =>
-    new Proxy(s, {
-      get(target, prop) {
-        if (prop === 'recordCompletion') {
-          return async (u: CompletionUsage) => {
-            const out = await target.recordCompletion(u)
-            onRecord(u)
-            return out
-          }
-        }
-        const v = Reflect.get(target, prop, target) as unknown
-        return typeof v === 'function' ? v.bind(target) : v
-      },
-    })
-}
 
 const PRICES = { 'tiny-llm': { prompt: 1000, completion: 2000 } } // micros per token: 1000 and 2000
 

@@ -2,33 +2,14 @@
 // mid-stream (Responses: `error` then `response.failed`; Messages: `error`), each carrying the spec's error object,
 // the partial billed as chat's is; and Anthropic's `x-api-key` header as the same sk-svc- key as a Bearer one.
 import { afterEach, describe, expect, it } from 'vitest'
-import type { CompletionUsage, Store } from '../../src/store/interfaces.js'
-import type { SqliteStore } from '../../src/store/sqlite.js'
-import { deferred, facadeFixture, MODEL, type FacadeFixture } from '../helpers/facade.js'
+import type { CompletionUsage } from '../../src/store/interfaces.js'
+import { deferred, facadeFixture, MODEL, observed, type FacadeFixture } from '../helpers/facade.js'
 
 let f: FacadeFixture | undefined
 afterEach(async () => {
   await f?.close()
   f = undefined
 })
-
-/** The store, telling each usage record it takes. */
-const observed =
-  (onRecord: (u: CompletionUsage) => void) =>
-  (s: SqliteStore): Store =>
-    new Proxy(s, {
-      get(target, prop) {
-        if (prop === 'recordCompletion') {
-          return async (u: CompletionUsage) => {
-            const out = await target.recordCompletion(u)
-            onRecord(u)
-            return out
-          }
-        }
-        const v = Reflect.get(target, prop, target) as unknown
-        return typeof v === 'function' ? v.bind(target) : v
-      },
-    })
 
 /** The named events of an SSE body, their data parsed. */
 const typedEvents = (body: string): { event: string; data: Record<string, unknown> }[] =>

@@ -6,7 +6,7 @@ import { buildFacade, type FacadeApp, type FacadeDeps } from '../../src/facade/a
 import { createApiKey } from '../../src/facade/accounts.js'
 import { mintSessionToken } from '../../src/facade/auth/jwt.js'
 import { loadFacadeOptions, type FacadeOptions } from '../../src/facade/options.js'
-import type { Account, Store } from '../../src/store/interfaces.js'
+import type { Account, CompletionUsage, Store } from '../../src/store/interfaces.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import { startFakeNode, type FakeNode, type FakeNodeOptions } from './fake-node.js'
 export { deferred } from './deferred.js'
@@ -98,4 +98,22 @@ export function sseEvents(body: string): string[] {
     .split('\n\n')
     .filter((b) => b.startsWith('data: '))
     .map((b) => b.slice(6))
+}
+
+/** A store that reports each usage record after it is written. */
+export function observed(onRecord: (u: CompletionUsage) => void) {
+  return (s: SqliteStore): Store =>
+    new Proxy(s, {
+      get(target, prop) {
+        if (prop === 'recordCompletion') {
+          return async (u: CompletionUsage) => {
+            const out = await target.recordCompletion(u)
+            onRecord(u)
+            return out
+          }
+        }
+        const v = Reflect.get(target, prop, target) as unknown
+        return typeof v === 'function' ? v.bind(target) : v
+      },
+    })
 }

@@ -27,6 +27,19 @@ const never = (): boolean => false
 /** The `type` of an item, part, block or tool a client sent (undefined when it is not an object). */
 export const typeOf = (v: unknown): unknown => (typeof v === 'object' && v !== null ? (v as { type?: unknown }).type : undefined)
 
+/**
+ * The entries of `list` (items, content parts or blocks, tools) whose `type` onnxd cannot give the model: a 422
+ * naming the first as `at[i]` + `suffix`, `why` saying what it is given the type. Entries without a string type are
+ * left to the value schema.
+ */
+export function refuseTypes(list: unknown, at: string, allowed: ReadonlySet<string>, why: (type: string) => string, suffix = ''): void {
+  if (!Array.isArray(list)) return
+  list.forEach((x: unknown, i) => {
+    const t = typeOf(x)
+    if (typeof t === 'string' && !allowed.has(t)) throw unsupported(`${at}[${i}]${suffix}`, why(clip(t)))
+  })
+}
+
 const NO_TOOLS = "functions and function_call are OpenAI's deprecated forms; send tools and tool_choice"
 
 /** Fields both endpoints know. */

@@ -8,7 +8,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { clip, OnnxdError } from '../../../shared/errors.js'
 import { MAX_STOP_STRINGS, samplingOpenAiProperties } from '../../../shared/sampling.js'
 import { MAX_TOOLS, TOOL_NAME } from '../../../shared/tools.js'
-import { checkCombinations, firstInvalid, honouredFields, samplingFields, typeOf, unsupported } from '../openai-fields.js'
+import { checkCombinations, firstInvalid, honouredFields, refuseTypes, samplingFields, unsupported } from '../openai-fields.js'
 
 /** 400-level: what a body must have to be a messages request at all (`max_tokens` is required there, as Anthropic's). */
 export const MessagesBody = Type.Object({ model: Type.String(), messages: Type.Array(Type.Unknown()), max_tokens: Type.Unknown() }, { additionalProperties: true })
@@ -34,6 +34,7 @@ export const ContentBlock = Type.Union([TextBlock, ToolUseBlock, ToolResultBlock
 export type ContentBlock = Static<typeof ContentBlock>
 /** The block types onnxd gives the model (tool_result inside a tool_result: text only). */
 const BLOCK_TYPES: ReadonlySet<string> = new Set(['text', 'tool_use', 'tool_result'])
+const CUSTOM: ReadonlySet<string> = new Set(['custom'])
 
 const MessageParam = Type.Object(
   { role: Type.Union([Type.Literal('user'), Type.Literal('assistant')]), content: Type.Union([Type.String(), Type.Array(ContentBlock)]) },
@@ -106,21 +107,10 @@ function checkRefused(value: Record<string, unknown>): void {
   if (Array.isArray(value.messages)) {
     value.messages.forEach((m: unknown, i) => {
       const content = (m as { content?: unknown } | null)?.content
-      if (!Array.isArray(content)) return
-      content.forEach((block: unknown, j) => {
-        const t = typeOf(block)
-        if (typeof t === 'string' && !BLOCK_TYPES.has(t)) {
-          throw unsupported(`messages[${i}].content[${j}]`, `content blocks of type '${clip(t)}' are not supported; only text, tool_use and tool_result are`)
-        }
-      })
+      refuseTypes(content, `messages[${i}].content`, BLOCK_TYPES, (t) => `content blocks of type '${t}' are not supported; only text, tool_use and tool_result are`)
     })
   }
-  if (Array.isArray(value.tools)) {
-    value.tools.forEach((t: unknown, i) => {
-      const type = typeOf(t)
-      if (typeof type === 'string' && type !== 'custom') throw unsupported(`tools[${i}].type`, `server tools ('${clip(type)}') are not supported; only client tools are`)
-    })
-  }
+  refuseTypes(value.tools, 'tools', CUSTOM, (t) => `server tools ('${t}') are not supported; only client tools are`, '.type')
   const oc = value.output_config as { effort?: unknown } | undefined
   if (typeof oc === 'object' && oc !== null && oc.effort !== undefined && oc.effort !== null) {
     throw unsupported('output_config.effort', 'effort controls are not supported by the models onnxd serves', oc.effort)

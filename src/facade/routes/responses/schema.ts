@@ -7,7 +7,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { clip, OnnxdError, quote } from '../../../shared/errors.js'
 import { samplingOpenAiProperties } from '../../../shared/sampling.js'
 import { MAX_TOOLS, TOOL_NAME } from '../../../shared/tools.js'
-import { checkCombinations, firstInvalid, honouredFields, samplingFields, typeOf, unsupported } from '../openai-fields.js'
+import { checkCombinations, firstInvalid, honouredFields, refuseTypes, samplingFields, typeOf, unsupported } from '../openai-fields.js'
 
 /** 400-level: what a body must have to be a responses request at all. */
 export const ResponsesBody = Type.Object({ model: Type.String() }, { additionalProperties: true })
@@ -58,6 +58,7 @@ export const InputItem = Type.Union([MessageItem, FunctionCallItem, FunctionCall
 export type InputItem = Static<typeof InputItem>
 /** The input item types onnxd gives the model (a message's `type` may be left out). */
 const ITEM_TYPES: ReadonlySet<string> = new Set(['message', 'function_call', 'function_call_output', 'item_reference'])
+const FUNCTION: ReadonlySet<string> = new Set(['function'])
 
 /** A function tool as the Responses API defines it (flat, unlike chat's). */
 export const ResponsesFunctionTool = Type.Object(
@@ -141,30 +142,14 @@ const checker = TypeCompiler.Compile(ResponseParams)
 
 /** Items, content parts and tools onnxd cannot give the model: 422 naming the place and what it is. */
 function checkRefused(value: Record<string, unknown>): void {
+  refuseTypes(value.input, 'input', ITEM_TYPES, (t) => `input items of type '${t}' are not supported; only messages, function_call, function_call_output and item_reference are`, '.type')
   if (Array.isArray(value.input)) {
     value.input.forEach((item: unknown, i) => {
-      const type = typeOf(item)
-      if (typeof type === 'string' && !ITEM_TYPES.has(type)) {
-        throw unsupported(`input[${i}].type`, `input items of type '${clip(type)}' are not supported; only messages, function_call, function_call_output and item_reference are`)
-      }
       const content = (item as { content?: unknown; output?: unknown } | null)?.content ?? (item as { output?: unknown } | null)?.output
-      if (!Array.isArray(content)) return
-      content.forEach((part: unknown, j) => {
-        const t = typeOf(part)
-        if (typeof t === 'string' && !TEXT_PARTS.has(t)) {
-          throw unsupported(`input[${i}].content[${j}]`, `content parts of type '${clip(t)}' are not supported; only text parts are`)
-        }
-      })
+      refuseTypes(content, `input[${i}].content`, TEXT_PARTS, (t) => `content parts of type '${t}' are not supported; only text parts are`)
     })
   }
-  if (Array.isArray(value.tools)) {
-    value.tools.forEach((t: unknown, i) => {
-      const type = typeOf(t)
-      if (typeof type === 'string' && type !== 'function') {
-        throw unsupported(`tools[${i}].type`, `built-in tools ('${clip(type)}') are not supported; only function tools are`)
-      }
-    })
-  }
+  refuseTypes(value.tools, 'tools', FUNCTION, (t) => `built-in tools ('${t}') are not supported; only function tools are`, '.type')
   const choice = value.tool_choice
   const choiceType = typeOf(choice)
   if (typeof choiceType === 'string' && choiceType !== 'function') throw unsupported('tool_choice', `'${clip(choiceType)}' is not supported; send none, auto, required or a function`, choice)
