@@ -1,5 +1,6 @@
 // The messages between an engine replica (grammar.ts) and its grammar thread (grammar-thread.ts). Plain data: they
-// are cloned across threads. Imports: none.
+// are cloned across threads. Imports: shared types.
+import type { StructuredOutput } from '../../shared/sampling.js'
 
 /** The model's vocabulary as the grammar engine reads it (TextTokenizer.vocabulary). */
 export interface GrammarVocabulary {
@@ -18,10 +19,10 @@ export interface GrammarThreadData {
 
 export type GrammarRequest =
   /**
-   * Compiles `ebnf` (or the structural tag `auto`, free text with triggered calls) unless `key` is cached, makes
-   * matcher `m` of it, and walks it through `replay` (a replaced thread's matchers come back this way).
+   * Builds `spec`'s grammar (grammar-source.ts) and compiles it unless `key` is cached, makes matcher `m` of it, and
+   * walks it through `replay` (a replaced thread's matchers come back this way).
    */
-  | { type: 'open'; req: number; m: number; key: string; ebnf: string; auto: Record<string, unknown> | null; replay: number[] }
+  | { type: 'open'; req: number; m: number; key: string; spec: StructuredOutput; replay: number[] }
   /** For each matcher: accepts the token picked last (null: none yet), then computes the next step's mask. */
   | { type: 'next'; req: number; items: { m: number; accept: number | null }[] }
   | { type: 'close'; m: number }
@@ -40,6 +41,9 @@ export type GrammarReply =
   | { type: 'compiling'; req: number }
   /** `bits`: the matcher's mask for its next token, so a sequence's first step never waits for the thread. */
   | { type: 'opened'; req: number; heapBytes: number; bits: Int32Array | null }
-  /** `fatal`: a WebAssembly trap; the thread's instance is no longer usable. */
-  | { type: 'failed'; req: number; message: string; fatal: boolean }
+  /**
+   * `fatal`: a WebAssembly trap; the thread's instance is no longer usable. `refusal`: the schema's own 422 (a
+   * constraint the converter cannot enforce), passed on as it is.
+   */
+  | { type: 'failed'; req: number; message: string; fatal: boolean; refusal?: { message: string; param?: string } }
   | { type: 'masks'; req: number; results: MaskResult[] }

@@ -10,7 +10,9 @@ import { createRequire } from 'node:module'
 import { dirname } from 'node:path'
 import { parentPort, workerData } from 'node:worker_threads'
 import type * as XG from '@mlc-ai/web-xgrammar'
+import { isOnnxdError } from '../../shared/errors.js'
 import type { GrammarReply, GrammarRequest, GrammarThreadData } from './grammar-protocol.js'
+import { grammarOf } from './grammar-source.js'
 
 type Xgrammar = typeof XG
 /** A WebAssembly.Memory (the project's type libraries have no WebAssembly types). */
@@ -71,7 +73,8 @@ async function compile(r: Extract<GrammarRequest, { type: 'open' }>): Promise<XG
   const c = await compiler()
   // The replica times the compile from here, and replaces this thread when it runs past its bound.
   port.postMessage({ type: 'compiling', req: r.req } satisfies GrammarReply)
-  const g = r.auto ? await c.compileStructuralTag(r.auto) : await c.compileGrammar(r.ebnf, 'root')
+  const { ebnf, auto } = grammarOf(r.spec)
+  const g = auto ? await c.compileStructuralTag(auto) : await c.compileGrammar(ebnf, 'root')
   compiled.set(r.key, g)
   while (compiled.size > data.maxCached) {
     const [oldest, evicted] = compiled.entries().next().value as [string, XG.CompiledGrammar]
@@ -86,13 +89,14 @@ async function open(r: Extract<GrammarRequest, { type: 'open' }>): Promise<Gramm
     const g = await compile(r)
     // A JSON value or a required call ends when it is complete (no stop token needed); free text (auto) ends as text
     // does, with the model's end-of-sequence token.
-    const m = await xg.GrammarMatcher.createGrammarMatcher(g, undefined, !r.auto)
+    const m = await xg.GrammarMatcher.createGrammarMatcher(g, undefined, !(r.spec.type === 'tool_call' && r.spec.mode === 'auto'))
     for (const id of r.replay) if (!m.acceptToken(id)) throw new Error(`the replayed token ${id} is outside the grammar`)
     matchers.set(r.m, m)
     return { type: 'opened', req: r.req, heapBytes: heapBytes(), bits: m.isTerminated() ? null : await m.getNextTokenBitmask() }
   } catch (e) {
-    // A WebAssembly trap (out of bounds, an abort, out of memory) leaves the instance unusable: the replica replaces
-    // this thread. Any other error is the grammar's own (xgrammar refused it).
+    // The converter's 422 goes back as it is. A WebAssembly trap (out of bounds, an abort, out of memory) leaves the
+    // instance unusable: the replica replaces this thread. Any other error is the grammar's own (xgrammar refused it).
+    if (isOnnxdError(e)) return { type: 'failed', req: r.req, message: e.message, fatal: false, refusal: { message: e.message, ...(typeof e.details.param === "string" ? { param: e.details.param } : {}) } }
     return { type: 'failed', req: r.req, message: messageOf(e), fatal: isTrap(e) }
   }
 }

@@ -1,20 +1,19 @@
 // Structured outputs: the tokens a JSON grammar allows at each step, as a bitmask over the vocabulary. A request's
-// response_format or constrained tools become a grammar (grammar-bounds.ts refuses one past its bounds first),
-// compiled once per schema against the model's vocabulary; each sequence walks it with a matcher: the mask before a
-// step, the pick accepted after it.
+// response_format or constrained tools become a grammar (grammar-bounds.ts refuses one past its bounds first, here;
+// grammar-source.ts builds it on the grammar thread), compiled once per schema against the model's vocabulary; each
+// sequence walks it with a matcher: the mask before a step, the pick accepted after it.
 //
 // xgrammar runs on a thread of its own (grammar-thread.ts), never on the replica's step loop: a compile may take
 // seconds, and its matchers' masks are computed there too. This side keeps what is needed to rebuild that thread at
 // any moment: each live matcher's grammar and the tokens it accepted. The thread is replaced (live matchers
 // replayed on the new one, other requests untouched) when a compile runs past `compileMs` (that request: 422), when
 // xgrammar traps inside WebAssembly (that request: 422 or 500), and when its heap grows past `heapBytes` (its memory
-// goes back to the system; nobody fails). Imports: node, shared errors and types, the protocol and the converter.
+// goes back to the system; nobody fails). Imports: node, shared errors and types, the protocol, grammar-source.ts.
 import { Worker } from 'node:worker_threads'
 import { OnnxdError } from '../../shared/errors.js'
 import type { StructuredOutput } from '../../shared/sampling.js'
-import { TOOL_CALL_CLOSE, TOOL_CALL_OPEN } from '../../shared/tools.js'
-import { JSON_OBJECT_GRAMMAR, jsonSchemaGrammar } from './json-schema-grammar.js'
-import { checkGrammarBounds, requestField } from './grammar-bounds.js'
+import { requestField } from './grammar-bounds.js'
+import { checkBounds, fieldOf } from './grammar-source.js'
 import type { GrammarReply, GrammarRequest, GrammarThreadData, GrammarVocabulary, MaskResult } from './grammar-protocol.js'
 
 export type { GrammarVocabulary } from './grammar-protocol.js'
@@ -29,29 +28,6 @@ export interface GrammarLimits {
 }
 
 export const DEFAULT_GRAMMAR_LIMITS: GrammarLimits = { compileMs: 10_000, heapBytes: 512 * 1024 ** 2, cached: 32 }
-
-/** The request field a grammar comes from, for errors. */
-function fieldOf(spec: StructuredOutput): string {
-  return spec.type === 'json_object' ? 'response_format' : spec.type === 'json_schema' ? 'response_format.json_schema.schema' : 'tools'
-}
-
-/** The grammar's text (EBNF, root rule `root`), and for free text with calls (auto) the structural tag around it. */
-function grammarOf(spec: StructuredOutput): { ebnf: string; auto: Record<string, unknown> | null } {
-  if (spec.type === 'json_object') return { ebnf: JSON_OBJECT_GRAMMAR, auto: null }
-  if (spec.type === 'json_schema') {
-    checkGrammarBounds([spec.schema], 'response_format.json_schema.schema')
-    return { ebnf: jsonSchemaGrammar(spec.schema), auto: null }
-  }
-  checkGrammarBounds(spec.functions.map((f) => f.parameters ?? {}), 'tools[].function.parameters')
-  const auto = spec.mode === 'auto'
-  const ebnf = toolCallGrammar(spec.functions, !auto)
-  if (!auto) return { ebnf, auto: null }
-  // Free text, in which whatever follows the call tag is one call (xgrammar's triggered tags).
-  return {
-    ebnf,
-    auto: { type: 'structural_tag', format: { type: 'triggered_tags', triggers: [TOOL_CALL_OPEN], tags: [{ type: 'tag', begin: `${TOOL_CALL_OPEN}\n`, content: { type: 'grammar', grammar: ebnf }, end: `\n${TOOL_CALL_CLOSE}` }] } },
-  }
-}
 
 /** The thread's entry: the built .js, or the .ts source under tsx (tests, `npx tsx`). */
 function spawnThread(data: GrammarThreadData): Worker {
@@ -108,9 +84,9 @@ export class Grammars {
    */
   async matcher(spec: StructuredOutput): Promise<TokenMask> {
     const field = fieldOf(spec)
-    const { ebnf, auto } = grammarOf(spec)
-    const mask = new TokenMask(this, this.nextMatcher++, JSON.stringify(spec), ebnf, auto)
-    const opened = await this.send({ type: 'open', req: this.nextReq++, m: mask.id, key: mask.key, ebnf, auto, replay: [] }, field)
+    checkBounds(spec)
+    const mask = new TokenMask(this, this.nextMatcher++, JSON.stringify(spec), spec)
+    const opened = await this.send({ type: 'open', req: this.nextReq++, m: mask.id, key: mask.key, spec, replay: [] }, field)
     if (this.closed) throw new OnnxdError('not_ready', 'engine is shutting down', { retryAfterS: 1 })
     if (opened.type === 'opened' && opened.bits) mask.bits = opened.bits
     this.live.set(mask.id, mask)
@@ -204,6 +180,8 @@ export class Grammars {
       if (r.fatal) return this.replace(r.req, r.message)
       this.pending.delete(r.req)
       this.clearTimer()
+      // The converter's own 422 (a keyword it cannot enforce) names its path already.
+      if (r.refusal) return p.reject(new OnnxdError('invalid_value', r.refusal.message, r.refusal.param ? { param: r.refusal.param } : {}))
       return p.reject(this.refusal(p, r.message))
     }
     this.pending.delete(r.req)
@@ -266,7 +244,7 @@ export class Grammars {
     let floor = 0
     for (const mask of this.live.values()) {
       const req = this.nextReq++
-      const replay: GrammarRequest = { type: 'open', req, m: mask.id, key: mask.key, ebnf: mask.ebnf, auto: mask.auto, replay: [...mask.accepted] }
+      const replay: GrammarRequest = { type: 'open', req, m: mask.id, key: mask.key, spec: mask.spec, replay: [...mask.accepted] }
       this.pending.set(req, {
         msg: replay,
         resolve: (r) => {
@@ -286,17 +264,6 @@ export class Grammars {
   }
 }
 
-/**
- * A call's JSON to one of `functions`: its name, and arguments valid under its parameters (any object without);
- * `tagged`, inside Hermes's <tool_call> tags.
- */
-function toolCallGrammar(functions: { name: string; parameters: Record<string, unknown> | null }[], tagged: boolean): string {
-  const schema = {
-    anyOf: functions.map((f) => ({ type: 'object', properties: { name: { const: f.name }, arguments: f.parameters ?? { type: 'object' } }, required: ['name', 'arguments'] })),
-  }
-  return jsonSchemaGrammar(schema, tagged ? [`${TOOL_CALL_OPEN}\n`, `\n${TOOL_CALL_CLOSE}`] : undefined, 'tools[].function.parameters')
-}
-
 /** One sequence's walk through its grammar; its matcher lives on the grammar thread. */
 export class TokenMask {
   /** Bit i set: token i is allowed at this step (filled by next()). */
@@ -313,8 +280,8 @@ export class TokenMask {
     private readonly owner: Grammars,
     readonly id: number,
     readonly key: string,
-    readonly ebnf: string,
-    readonly auto: Record<string, unknown> | null,
+    /** What its grammar is made from (the thread builds the grammar, and again when it is replaced). */
+    readonly spec: StructuredOutput,
   ) {}
 
   /**

@@ -134,8 +134,10 @@ json_array ::= "[" (json_value ("," json_value)*)? "]"
 json_string ::= "\"" json_char* "\""
 json_char ::= ${CHAR}
 json_number ::= "-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?
-json_integer ::= ${integerRange(null, null)}
 `
+
+/** Any integer within ±(2^53 - 1): a rule of its own, added only to grammars that use it (it is large to compile). */
+const INTEGER_RULE = `json_integer ::= ${integerRange(null, null)}`
 
 /** The grammar of any JSON object (OpenAI's json_object), compact. Its root rule is `root`. */
 export const JSON_OBJECT_GRAMMAR = `root ::= json_object\n${BASE}`
@@ -163,7 +165,8 @@ class Converter {
 
   grammar(): string {
     const root = this.value(this.top, '')
-    return `root ::= ${root}\n${this.rules.join('\n')}\n${BASE}`
+    const integer = this.rules.some((r) => /\bjson_integer\b/.test(r)) || /\bjson_integer\b/.test(root) ? `${INTEGER_RULE}\n` : ''
+    return `root ::= ${root}\n${this.rules.join('\n')}\n${integer}${BASE}`
   }
 
   private depth = 0
