@@ -73,7 +73,7 @@ describe('/v1/completions on the tiny default model', () => {
 
   it('lists both endpoints for a model with a chat template', async () => {
     const page = await client.models.list()
-    expect((page.data[0] as unknown as { endpoints: string[] }).endpoints).toEqual(['chat.completions', 'completions'])
+    expect((page.data[0] as unknown as { endpoints: string[] }).endpoints).toEqual(['chat.completions', 'completions', 'responses', 'messages'])
   })
 })
 

@@ -42,7 +42,7 @@ async function collect(stream: AsyncIterable<OpenAI.ChatCompletionChunk>): Promi
 describe('the openai client through the facade to a real node', () => {
   it('lists the node’s model', async () => {
     const page = await client.models.list()
-    expect(page.data).toEqual([{ id: MODEL, object: 'model', created: expect.any(Number), owned_by: 'onnxd', endpoints: ['chat.completions', 'completions'] }])
+    expect(page.data).toEqual([{ id: MODEL, object: 'model', created: expect.any(Number), owned_by: 'onnxd', endpoints: ['chat.completions', 'completions', 'responses', 'messages'] }])
     expect((await client.models.retrieve(MODEL)).id).toBe(MODEL)
   })
 

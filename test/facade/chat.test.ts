@@ -280,7 +280,7 @@ describe('GET /v1/models', () => {
     const body = res.json()
     expect(body.object).toBe('list')
     expect(body.data.map((m: { id: string }) => m.id)).toEqual(['m1', 'm2', 'm3'])
-    expect(body.data[0]).toEqual({ id: 'm1', object: 'model', created: expect.any(Number), owned_by: 'onnxd', endpoints: ['chat.completions', 'completions'] })
+    expect(body.data[0]).toEqual({ id: 'm1', object: 'model', created: expect.any(Number), owned_by: 'onnxd', endpoints: ['chat.completions', 'completions', 'responses', 'messages'] })
     const one = await fx.app.inject({ method: 'GET', url: '/v1/models/m3', headers: bearer(fx.key) })
     expect(one.json()).toMatchObject({ id: 'm3', object: 'model' })
     // A model only a draining node has is known (so not 422) but not servable: 503.

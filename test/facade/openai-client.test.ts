@@ -44,7 +44,7 @@ function expectSpecError(e: APIError, status: number, type: string, message: Reg
 describe('openai client: success paths', () => {
   it('lists models', async () => {
     const page = await client.models.list()
-    expect(page.data).toEqual([{ id: MODEL, object: 'model', created: expect.any(Number), owned_by: 'onnxd', endpoints: ['chat.completions', 'completions'] }])
+    expect(page.data).toEqual([{ id: MODEL, object: 'model', created: expect.any(Number), owned_by: 'onnxd', endpoints: ['chat.completions', 'completions', 'responses', 'messages'] }])
     expect((await client.models.retrieve(MODEL)).id).toBe(MODEL)
   })
 

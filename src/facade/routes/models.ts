@@ -1,5 +1,6 @@
 // GET /v1/models and /v1/models/{id}: the models of ready nodes, in OpenAI's list shape, each with the endpoints
-// that serve it (`endpoints`: "completions", and "chat.completions" unless its bundle has no chat template).
+// that serve it (`endpoints`: "completions", and "chat.completions", "responses" and "messages" unless its bundle
+// has no chat template).
 // Imports: facade parts.
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
@@ -9,14 +10,14 @@ import type { FacadeContext } from '../context.js'
 import { ErrorBodySchema } from '../../shared/http-errors.js'
 
 /** The endpoints of /v1 a model can serve, named as OpenAI names the resources. */
-export type ModelEndpoint = 'chat.completions' | 'completions'
+export type ModelEndpoint = 'chat.completions' | 'completions' | 'responses' | 'messages'
 
 const Model = Type.Object({
   id: Type.String(),
   object: Type.Literal('model'),
   created: Type.Integer(),
   owned_by: Type.String(),
-  endpoints: Type.Array(Type.Union([Type.Literal('chat.completions'), Type.Literal('completions')])),
+  endpoints: Type.Array(Type.Union([Type.Literal('chat.completions'), Type.Literal('completions'), Type.Literal('responses'), Type.Literal('messages')])),
 })
 type Model = Static<typeof Model>
 const ModelList = Type.Object({ object: Type.Literal('list'), data: Type.Array(Model) })
@@ -29,7 +30,7 @@ export function modelsRoutes(app: FastifyInstance, ctx: FacadeContext): void {
       object: 'model' as const,
       created: m.created,
       owned_by: 'onnxd',
-      endpoints: m.chat ? ['chat.completions', 'completions'] : ['completions'],
+      endpoints: m.chat ? ['chat.completions', 'completions', 'responses', 'messages'] : ['completions'],
     }))
 
   api.get(
