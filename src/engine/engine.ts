@@ -73,7 +73,11 @@ export class Engine {
   }
 
   static async load(opts: EngineOptions, observer?: BatcherObserver): Promise<Engine> {
-    const model = await loadModel(opts.modelDir, opts)
+    return Engine.over(await loadModel(opts.modelDir, opts), opts, observer)
+  }
+
+  /** An engine over a model already loaded (or a stand-in for one: the scheduler's tests step a fake runtime). */
+  static over(model: LoadedModel, opts: Partial<BatcherOptions> & { grammar?: Partial<GrammarLimits> } = {}, observer?: BatcherObserver): Engine {
     return new Engine(model, new Batcher(model, batcherOptions(opts), observer), { ...DEFAULT_GRAMMAR_LIMITS, ...opts.grammar })
   }
 

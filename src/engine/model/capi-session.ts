@@ -387,7 +387,10 @@ export class CapiRunner {
       b.bindInput(name, t)
     }
     const pool = kv.pool
-    const hi = pool.hi
+    // The step's rows in powers of two (free slots run as dummies): each new shape costs the provider its shaders'
+    // compiles (on the H200, decode steps of a batch that changed every step took about a second each), so the
+    // batch takes at most log2(slots) + 1 shapes.
+    const hi = Math.min(pool.slots, 2 ** Math.ceil(Math.log2(Math.max(1, pool.hi))))
     const seq = x.seq
     const traffic = { in: 0, out: 0 }
     const buf = (name: string, bytes: number): NativeBuffer => this.buffer(name, bytes)

@@ -782,8 +782,12 @@ export class DeviceAllocator {
     const data = this.api.out('GetTensorMutableData', (o) => this.api.fn.GetTensorMutableData(t.ortValue, o))
     const shape = BigInt64Array.from(dims.map(BigInt))
     const bytes = count * ELEMENT_BYTES[t.type]
+    // The view says exactly where its memory is: the memory info of the tensor it views (the provider's own device,
+    // vendor included). A memory info made here by name alone can name a device ORT does not take for the provider's,
+    // and ORT then copies the whole view between the two at every bind.
+    const info = this.api.out('GetTensorMemoryInfo', (o) => this.api.fn.GetTensorMemoryInfo(t.ortValue, o))
     const value = this.api.out('CreateTensorWithDataAsOrtValue', (o) =>
-      this.api.fn.CreateTensorWithDataAsOrtValue(this.live(this.info), data, bytes, shape, dims.length, ELEMENT_TYPES[t.type], o),
+      this.api.fn.CreateTensorWithDataAsOrtValue(info, data, bytes, shape, dims.length, ELEMENT_TYPES[t.type], o),
     )
     return new DeviceTensor(this.api, value, t.type, dims, t)
   }

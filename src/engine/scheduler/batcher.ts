@@ -348,8 +348,9 @@ export class Batcher {
     let seq = this.model.session.chunkedPrefill
       ? Math.max(1, Math.min(g.width - g.cursor, Math.floor(this.opts.maxBatchedTokens / rows)))
       : g.width
-    // On a device cache every slot of the step takes that many tokens past its length (device-kv.ts).
-    if (g.kv instanceof DeviceKv) seq = Math.max(1, Math.min(seq, g.kv.room()))
+    // On a device cache: within the slot's room, and in powers of two (a prompt of 100 goes in as 64 + 32 + 4), since
+    // each new shape costs the provider its shaders' compiles.
+    if (g.kv instanceof DeviceKv) seq = 2 ** Math.floor(Math.log2(Math.max(1, Math.min(seq, g.kv.room()))))
     const total = g.cursor + seq
     const last = total === g.width
     // The last chunk samples each row's first token: constrained rows need their first masks. Behind a grammar

@@ -1,0 +1,64 @@
+// The scheduler against a fake step runtime (test/helpers/fake-runtime.ts): no ONNX Runtime, so deterministic and
+// fast. Its model's next token is a function of each row's whole history, read back from the cache the scheduler
+// keeps, so every request's tokens equal the model's alone exactly when the batcher fed every row its tokens at the
+// right positions and kept each row's cache intact through prefill chunks, joins, removals and cancellations.
+import { afterEach, describe, expect, it } from 'vitest'
+import { Engine } from '../../../src/engine/engine.js'
+import { runRequest } from '../../helpers/engine-run.js'
+import { expected, fakeModel, FAKE_VOCAB, type FakeSession } from '../../helpers/fake-runtime.js'
+
+const prompt = (n: number, salt: number): number[] => Array.from({ length: n }, (_, i) => 1 + ((i * 13 + salt * 29) % (FAKE_VOCAB - 1)))
+
+describe('batcher over a fake step runtime', () => {
+  let engine: Engine | null = null
+  let session: FakeSession
+  const start = (opts: Parameters<typeof Engine.over>[1] = {}): Engine => {
+    const f = fakeModel()
+    session = f.session
+    return (engine = Engine.over(f.model, { prefixCaching: false, ...opts }))
+  }
+  afterEach(async () => {
+    await engine?.close()
+    engine = null
+  })
+
+  it('a request alone gets the model’s tokens', async () => {
+    const e = start()
+    const got = await runRequest(e, { input_ids: prompt(9, 1), max_tokens: 12, temperature: 0, ignore_eos: true })
+    expect(got.ids).toEqual(expected(prompt(9, 1), 12))
+    expect(session.log.badPositions).toEqual([])
+  })
+
+  it('requests of every length, joining and leaving a running batch, get the tokens each gets alone', async () => {
+    const e = start({ maxBatchedTokens: 16 })
+    const reqs = Array.from({ length: 14 }, (_, i) => ({ input_ids: prompt(1 + ((i * 7) % 23), i), max_tokens: 2 + ((i * 5) % 11), temperature: 0, ignore_eos: true }))
+    // Staggered: each request comes after the previous one's first token, so the batch changes at every step.
+    const runs: Promise<number[]>[] = []
+    const launch = (i: number): void => {
+      if (i >= reqs.length) return
+      runs.push(runRequest(e, reqs[i], (n) => n === 1 && launch(i + 1)).then((r) => r.ids))
+    }
+    launch(0)
+    while (runs.length < reqs.length) await new Promise((r) => setTimeout(r, 5))
+    const got = await Promise.all(runs)
+    expect(got).toEqual(reqs.map((r) => expected(r.input_ids, r.max_tokens)))
+    expect(session.log.badPositions).toEqual([])
+    // The scheduler did batch, and cut long prompts into chunks within the token budget.
+    expect(Math.max(...session.log.steps.map((s) => s.rows))).toBeGreaterThanOrEqual(3)
+    expect(session.log.steps.every((s) => s.rows * s.seq <= 16 || s.rows === 1)).toBe(true)
+  })
+
+  it('a cancelled row leaves the others’ caches intact', async () => {
+    const e = start()
+    const a = { input_ids: prompt(5, 3), max_tokens: 20, temperature: 0, ignore_eos: true }
+    const b = { input_ids: prompt(8, 4), max_tokens: 20, temperature: 0, ignore_eos: true }
+    const c = { input_ids: prompt(3, 5), max_tokens: 20, temperature: 0, ignore_eos: true }
+    const rb = runRequest(e, b)
+    const ra = runRequest(e, a, (n) => n === 4 && rb.cancel())
+    const rc = runRequest(e, c)
+    expect((await ra).ids).toEqual(expected(a.input_ids, 20))
+    expect((await rc).ids).toEqual(expected(c.input_ids, 20))
+    expect((await rb).end.type).toBe('error')
+    expect(session.log.badPositions).toEqual([])
+  })
+})
