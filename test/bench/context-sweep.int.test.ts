@@ -63,9 +63,11 @@ describe('onnxd bench context (tiny preset)', () => {
   it('refuses bad flags, naming each', () => {
     expect(() => contextOptions(['--forms', 'plain,flash', '--contexts', '1,x'])).toThrow(/--forms must be .*plain, gqa[\s\S]*--contexts must be/)
     expect(contextOptions(['--help'])).toBeNull()
-    // A GPU provider runs js only: capi asked for there is refused, and left out by default.
-    expect(() => contextOptions(['--provider', 'webgpu', '--runtimes', 'js,capi'])).toThrow(/--runtimes capi runs on the CPU provider only/)
-    expect(contextOptions(['--provider', 'webgpu'])).toMatchObject({ provider: 'webgpu', runtimes: ['js'] })
+    // capi runs on cpu and webgpu (its cache on the device there); cuda runs js only: capi asked for there is
+    // refused, and left out by default.
+    expect(() => contextOptions(['--provider', 'cuda', '--runtimes', 'js,capi'])).toThrow(/--runtimes capi runs on the cpu and webgpu providers only/)
+    expect(contextOptions(['--provider', 'cuda'])).toMatchObject({ provider: 'cuda', runtimes: ['js'] })
+    expect(contextOptions(['--provider', 'webgpu'])).toMatchObject({ provider: 'webgpu', runtimes: [...RUNTIMES] })
     expect(contextOptions([])).toMatchObject({ provider: 'cpu', runtimes: [...RUNTIMES] })
     expect(() => contextOptions(['--provider', 'metal'])).toThrow(/--provider must be .*cpu, webgpu/)
   })

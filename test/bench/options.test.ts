@@ -109,22 +109,25 @@ describe('benchConfig', () => {
     expect(() => benchConfig(['--model', 'm', '--dtype', 'q4'])).toThrow(/--dtype builds the preset[\s\S]*not with --model/)
   })
 
-  it('--provider puts the nodes and the ORT ceiling on one provider, js on a GPU; --llama-gpu picks llama.cpp\'s build', () => {
+  it('--provider puts the nodes and the ORT ceiling on one provider, capi on webgpu, js on cuda; --llama-gpu picks llama.cpp\'s build', () => {
     expect(benchConfig([]).provider).toBe('cpu')
     const g = benchConfig(['--provider', 'webgpu', '--attention', 'gqa', '--dtype', 'fp16,q4', '--llama-gpu', 'vulkan'])
     expect(g.provider).toBe('webgpu')
-    expect(g.targets.map((t) => t.name)).toEqual(['onnxd gqa/js/fp16', 'onnxd gqa/js/q4'])
-    expect(g.baseline).toBe('onnxd gqa/js/fp16')
+    expect(g.targets.map((t) => t.name)).toEqual(['onnxd gqa/capi/fp16', 'onnxd gqa/capi/q4'])
+    expect(g.baseline).toBe('onnxd gqa/capi/fp16')
     // The CPU's matmul peak says nothing about a GPU run.
     expect(g.references).toMatchObject({ ceiling: true, matmul: false })
     expect(g.llamaCpp).toEqual([
       { type: 'f16', threads: 1, gpu: 'vulkan', name: 'llama.cpp f16 t1 vulkan' },
       { type: 'q4_0', threads: 1, gpu: 'vulkan', name: 'llama.cpp q4_0 t1 vulkan' },
     ])
-    expect(describeConfig(g)).toMatchObject({ provider: 'webgpu', targets: ['onnxd gqa/js/fp16', 'onnxd gqa/js/q4'] })
-    expect(benchConfig(['--provider', 'webgpu', '--attention', 'plain,gqa']).baseline).toBe('onnxd plain/js')
+    expect(describeConfig(g)).toMatchObject({ provider: 'webgpu', targets: ['onnxd gqa/capi/fp16', 'onnxd gqa/capi/q4'] })
+    expect(benchConfig(['--provider', 'webgpu', '--attention', 'plain,gqa']).baseline).toBe('onnxd plain/capi')
+    // Both runtimes on webgpu (the JS API's cache crosses every step: the comparison the device cache is for).
+    expect(benchConfig(['--provider', 'webgpu', '--attention', 'gqa', '--runtime', 'js,capi']).targets.map((t) => t.name)).toEqual(['onnxd gqa/js', 'onnxd gqa/capi'])
+    expect(benchConfig(['--provider', 'cuda']).targets.map((t) => t.runtime)).toEqual(['js'])
     expect(() => benchConfig(['--provider', 'metal', '--llama-gpu', 'opencl'])).toThrow(/--provider must be one of cpu, webgpu, cuda, tensorrt\. Given: metal[\s\S]*--llama-gpu must be one of none, vulkan, cuda\. Given: opencl/)
-    expect(() => benchConfig(['--provider', 'webgpu', '--runtime', 'js,capi'])).toThrow(/--runtime capi runs on the CPU provider only; --provider webgpu runs js/)
+    expect(() => benchConfig(['--provider', 'cuda', '--runtime', 'js,capi'])).toThrow(/--runtime capi runs on the cpu and webgpu providers only; --provider cuda runs js/)
     expect(() => benchConfig(['--no-llama-cpp', '--llama-gpu', 'vulkan'])).toThrow(/--no-llama-cpp and --llama-gpu are exclusive/)
   })
 
