@@ -2,7 +2,7 @@
 // the request's functions, anything else left as text; and how much of a streamed text can go out before it is
 // known whether a call begins there.
 import { describe, expect, it } from 'vitest'
-import { parseToolCalls, safeLength } from '../../src/facade/routes/tool-calls.js'
+import { HeldText, parseToolCalls, safeLength } from '../../src/facade/routes/tool-calls.js'
 
 const names = new Set(['get_weather', 'get_time'])
 
@@ -44,5 +44,28 @@ describe('safeLength', () => {
     expect(safeLength('  {"name"')).toBe(0)
     expect(safeLength('<|python')).toBe(0)
     expect(safeLength('')).toBe(0)
+  })
+})
+
+describe('HeldText: a streamed answer held while it may be a call', () => {
+  it('lets text out up to where a call may begin; at the end, the calls and the text around them not yet out', () => {
+    const h = new HeldText({ names, parallel: true })
+    expect(h.push('Sure. <tool_')).toBe('Sure. ')
+    expect(h.push('call>{"name": "get_time", "arguments": {"zone": "UTC"}}</tool_call>')).toBe('')
+    expect(h.push(' Done.')).toBe('')
+    const { rest, calls } = h.end()
+    expect(calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)])).toEqual([['get_time', { zone: 'UTC' }]])
+    // The text around the call after what went out, and then all the text the client has seen.
+    expect(rest).toBe('  Done.')
+    expect(h.shown).toBe('Sure.   Done.')
+  })
+
+  it('without calls, what was held back goes out at the end; without tools, everything at once', () => {
+    const h = new HeldText({ names, parallel: true })
+    expect(h.push('{"not": "a call"')).toBe('')
+    expect(h.end()).toEqual({ rest: '{"not": "a call"', calls: [] })
+    const free = new HeldText(null)
+    expect(free.push('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')).toBe('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')
+    expect(free.end()).toEqual({ rest: '', calls: [] })
   })
 })

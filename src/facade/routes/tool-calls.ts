@@ -71,3 +71,47 @@ export function safeLength(text: string): number {
   for (let k = Math.min(TOOL_CALL_OPEN.length - 1, text.length); k > 0; k--) if (TOOL_CALL_OPEN.startsWith(text.slice(-k))) return text.length - k
   return text.length
 }
+
+/**
+ * One streamed answer's text where tools may be called (every surface's stream formatter holds one): what can go out
+ * as text now, up to where a call may begin, and at the end the calls with the text around them not yet out.
+ * Without tools, everything goes out as it comes and there are no calls.
+ */
+export class HeldText {
+  private text = ''
+  private sent = 0
+
+  constructor(private readonly tools: ToolReading | null) {}
+
+  /** The text that went out so far (after `end`, with its `rest`: all the text the client sees). */
+  get shown(): string {
+    return this.text.slice(0, this.sent)
+  }
+
+  /** Adds a delta; returns the text that can go out now ('' while it may still be a call). */
+  push(delta: string): string {
+    this.text += delta
+    const safe = this.tools ? safeLength(this.text) : this.text.length
+    if (safe <= this.sent) return ''
+    const out = this.text.slice(this.sent, safe)
+    this.sent = safe
+    return out
+  }
+
+  /**
+   * The answer has ended: the calls in it, and the text still to go out: without calls, all that was held back; with
+   * calls, the text around them after what already went out (the text before the first call), '' when only space.
+   */
+  end(): { rest: string; calls: ToolCall[] } {
+    const parsed = this.tools ? parseToolCalls(this.text, this.tools.names, this.tools.parallel) : null
+    if (!parsed?.calls.length) {
+      const rest = this.text.slice(this.sent)
+      this.sent = this.text.length
+      return { rest, calls: [] }
+    }
+    const rest = (parsed.content ?? '').slice(this.shown.trim().length)
+    this.text = this.shown + (rest.trim() ? rest : '')
+    this.sent = this.text.length
+    return { rest: rest.trim() ? rest : '', calls: parsed.calls }
+  }
+}

@@ -6,7 +6,7 @@ import { SSE_DONE, sseFrame } from '../../../shared/sse.js'
 import type { ErrorCode } from '../../../shared/errors.js'
 import { openAiUsage, type StreamFormat, openAiStreamFailed } from '../completion-flow.js'
 import { samplingFields, withChoices } from '../openai-fields.js'
-import { parseToolCalls, safeLength, type ToolCall, type ToolReading } from '../tool-calls.js'
+import { HeldText, parseToolCalls, type ToolCall, type ToolReading } from '../tool-calls.js'
 
 function contentText(content: ChatParams['messages'][number]['content']): string {
   return content === null ? '' : typeof content === 'string' ? content : content.map((p) => p.text).join('')
@@ -73,8 +73,8 @@ const chatLogprobs = (lp: TokenLogprob[] | undefined): ChatLogprobs => (lp ? { c
 
 /** Builds the `chat.completion.chunk` events of one stream. */
 export class ChunkWriter implements StreamFormat {
-  /** With tools: per choice, all its text and how much went out as content; logprobs not yet sent. */
-  private readonly held = new Map<number, { text: string; sent: number; logprobs: TokenLogprob[] }>()
+  /** With tools: per choice, its text held back while it may be a call, and the logprobs not yet sent. */
+  private readonly held = new Map<number, { text: HeldText; logprobs: TokenLogprob[] }>()
 
   constructor(
     private readonly id: string,
@@ -102,14 +102,11 @@ export class ChunkWriter implements StreamFormat {
 
   content(index: number, text: string, logprobs?: TokenLogprob[]): string {
     if (!this.tools) return this.delta(index, text, logprobs)
-    const h = this.held.get(index) ?? { text: '', sent: 0, logprobs: [] }
+    const h = this.held.get(index) ?? { text: new HeldText(this.tools), logprobs: [] }
     this.held.set(index, h)
-    h.text += text
     if (logprobs) h.logprobs.push(...logprobs)
-    const safe = safeLength(h.text)
-    if (safe <= h.sent) return ''
-    const out = h.text.slice(h.sent, safe)
-    h.sent = safe
+    const out = h.text.push(text)
+    if (out === '') return ''
     const lp = h.logprobs.splice(0)
     return this.delta(index, out, lp.length ? lp : undefined)
   }
@@ -123,20 +120,13 @@ export class ChunkWriter implements StreamFormat {
     this.fingerprint ??= fingerprint
     const h = this.tools ? this.held.get(index) : undefined
     if (!h || !this.tools) return this.chunk([{ index, delta: {}, logprobs: null, finish_reason: reason }])
-    const parsed = parseToolCalls(h.text, this.tools.names, this.tools.parallel)
-    let out = ''
+    const { rest, calls } = h.text.end()
     const lp = h.logprobs.splice(0)
-    if (!parsed.calls.length) {
-      if (h.sent < h.text.length || lp.length) out += this.delta(index, h.text.slice(h.sent), lp.length ? lp : undefined)
-    } else {
-      // What went out was the text before the first call; the rest of the text around the calls follows.
-      const rest = (parsed.content ?? '').slice(h.text.slice(0, h.sent).trim().length)
-      if (rest.trim() || lp.length) out += this.delta(index, rest, lp.length ? lp : undefined)
-      parsed.calls.forEach((c, i) => {
-        out += this.chunk([{ index, delta: { tool_calls: [{ index: i, id: c.id, type: 'function', function: c.function }] }, logprobs: null, finish_reason: null }])
-      })
-    }
-    return out + this.chunk([{ index, delta: {}, logprobs: null, finish_reason: finishWith(reason, parsed.calls) }])
+    let out = rest || lp.length ? this.delta(index, rest, lp.length ? lp : undefined) : ''
+    calls.forEach((c, i) => {
+      out += this.chunk([{ index, delta: { tool_calls: [{ index: i, id: c.id, type: 'function', function: c.function }] }, logprobs: null, finish_reason: null }])
+    })
+    return out + this.chunk([{ index, delta: {}, logprobs: null, finish_reason: finishWith(reason, calls) }])
   }
 
   /** With `stream_options.include_usage`, the usage chunk; then `[DONE]`. */

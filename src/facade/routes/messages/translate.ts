@@ -9,7 +9,7 @@ import type { ToolChoice } from '../../../shared/tools.js'
 import { randomBase62 } from '../../../store/ids.js'
 import type { StreamFormat } from '../completion-flow.js'
 import { samplingFields } from '../openai-fields.js'
-import { parseToolCalls, safeLength, type ToolCall, type ToolReading } from '../tool-calls.js'
+import { HeldText, parseToolCalls, type ToolCall, type ToolReading } from '../tool-calls.js'
 import type { MessageObject, MessageParams, MessagesUsage, OutputBlock, StopReason } from './schema.js'
 
 const blocksText = (c: string | { text: string }[] | undefined): string => (c === undefined ? '' : typeof c === 'string' ? c : c.map((b) => b.text).join(''))
@@ -93,8 +93,7 @@ export function toMessage(id: string, model: string, r: CompletionResponse, tool
  * text that may be a call is held back until the answer shows whether it is one.
  */
 export class MessageEvents implements StreamFormat {
-  private text = ''
-  private sent = 0
+  private readonly held: HeldText
   /** The text block's index while it is open, or null. */
   private open: number | null = null
   private blocks = 0
@@ -103,8 +102,10 @@ export class MessageEvents implements StreamFormat {
   constructor(
     private readonly id: string,
     private readonly model: string,
-    private readonly tools: ToolReading | null,
-  ) {}
+    tools: ToolReading | null,
+  ) {
+    this.held = new HeldText(tools)
+  }
 
   private event(type: string, fields: Record<string, unknown>): string {
     return sseEvent(type, JSON.stringify({ type, ...fields }))
@@ -115,36 +116,24 @@ export class MessageEvents implements StreamFormat {
     return [this.event('message_start', { message }), this.event('ping', {})]
   }
 
-  private send(to: number): string {
-    if (to <= this.sent) return ''
+  /** Text goes out as the text block's deltas, the block opened at the first. */
+  private send(text: string): string {
+    if (text === '') return ''
     let out = ''
     if (this.open === null) {
       this.open = this.blocks++
       out += this.event('content_block_start', { index: this.open, content_block: { type: 'text', text: '' } })
     }
-    out += this.event('content_block_delta', { index: this.open, delta: { type: 'text_delta', text: this.text.slice(this.sent, to) } })
-    this.sent = to
-    return out
+    return out + this.event('content_block_delta', { index: this.open, delta: { type: 'text_delta', text } })
   }
 
   content(_index: number, text: string): string {
-    this.text += text
-    return this.send(this.tools ? safeLength(this.text) : this.text.length)
+    return this.send(this.held.push(text))
   }
 
   finish(_index: number, reason: FinishReason, _fingerprint?: string, stopSequence?: string): string {
-    const parsed = this.tools ? parseToolCalls(this.text, this.tools.names, this.tools.parallel) : null
-    const calls = parsed?.calls ?? []
-    let out = ''
-    if (!calls.length) out += this.send(this.text.length)
-    else {
-      // What went out was the text before the first call; the rest of the text around the calls follows.
-      const rest = (parsed!.content ?? '').slice(this.text.slice(0, this.sent).trim().length)
-      if (rest.trim()) {
-        this.text = this.text.slice(0, this.sent) + rest
-        out += this.send(this.text.length)
-      }
-    }
+    const { rest, calls } = this.held.end()
+    let out = this.send(rest)
     if (this.open === null && !calls.length) out += this.event('content_block_start', { index: (this.open = this.blocks++), content_block: { type: 'text', text: '' } })
     if (this.open !== null) out += this.event('content_block_stop', { index: this.open })
     for (const c of calls) {

@@ -9,7 +9,7 @@ import type { FunctionTool, ToolChoice } from '../../../shared/tools.js'
 import { randomBase62 } from '../../../store/ids.js'
 import type { StreamFormat } from '../completion-flow.js'
 import { samplingFields } from '../openai-fields.js'
-import { parseToolCalls, safeLength, type ToolReading } from '../tool-calls.js'
+import { HeldText, parseToolCalls, type ToolReading } from '../tool-calls.js'
 import type { InputItem, OutputFunctionCall, OutputItem, OutputMessage, OutputText, ResponseObject, ResponseParams, ResponseUsage } from './schema.js'
 
 /** An item as kept: every input item with its id and status, text content as parts. */
@@ -185,18 +185,19 @@ export function toResponse(shell: ResponseObject, r: CompletionResponse, tools: 
  */
 export class ResponseEvents implements StreamFormat {
   private seq = 0
-  private text = ''
-  private sent = 0
+  private readonly held: HeldText
   private message: OutputMessage | null = null
   private readonly output: OutputItem[] = []
   private reason: FinishReason = 'stop'
 
   constructor(
     private readonly shell: ResponseObject,
-    private readonly tools: ToolReading | null,
+    tools: ToolReading | null,
     /** Saves the finished response (store: true) before the client hears it is complete. */
     private readonly keep: (r: ResponseObject) => Promise<void>,
-  ) {}
+  ) {
+    this.held = new HeldText(tools)
+  }
 
   private event(type: string, fields: Record<string, unknown>): string {
     return sseEvent(type, JSON.stringify({ type, sequence_number: this.seq++, ...fields }))
@@ -220,36 +221,21 @@ export class ResponseEvents implements StreamFormat {
     return this.event('response.output_text.delta', { item_id: m.id, output_index: this.output.indexOf(m), content_index: 0, delta: text, logprobs: [] })
   }
 
-  /** Text up to `to` of the answer goes out as the message's deltas. */
-  private send(to: number): string {
-    if (to <= this.sent) return ''
-    const out = this.open() + this.delta(this.text.slice(this.sent, to))
-    this.sent = to
-    return out
+  /** Text of the answer goes out as the message's deltas, the message opened at the first. */
+  private send(text: string): string {
+    return text === '' ? '' : this.open() + this.delta(text)
   }
 
   content(_index: number, text: string): string {
-    this.text += text
-    return this.send(this.tools ? safeLength(this.text) : this.text.length)
+    return this.send(this.held.push(text))
   }
 
   finish(_index: number, reason: FinishReason): string {
     this.reason = reason
-    const parsed = this.tools ? parseToolCalls(this.text, this.tools.names, this.tools.parallel) : null
-    let out = ''
-    let shown = this.text.slice(0, this.sent)
-    if (!parsed?.calls.length) {
-      out += this.send(this.text.length)
-      shown = this.text
-    } else {
-      // What went out was the text before the first call; the rest of the text around the calls follows.
-      const rest = (parsed.content ?? '').slice(shown.trim().length)
-      if (rest.trim()) {
-        out += this.open() + this.delta(rest)
-        shown += rest
-      }
-    }
-    if (!this.message && !parsed?.calls.length) out += this.open()
+    const { rest, calls } = this.held.end()
+    let out = this.send(rest)
+    const shown = this.held.shown
+    if (!this.message && !calls.length) out += this.open()
     if (this.message) {
       const m = this.message
       const at = { item_id: m.id, output_index: this.output.indexOf(m), content_index: 0 }
@@ -259,7 +245,7 @@ export class ResponseEvents implements StreamFormat {
       out += this.event('response.content_part.done', { ...at, part: m.content[0] })
       out += this.event('response.output_item.done', { output_index: at.output_index, item: m })
     }
-    for (const c of parsed?.calls ?? []) {
+    for (const c of calls) {
       const item = functionCall(c, outputItemId('fc', this.shell.id, this.output.length))
       this.output.push(item)
       const output_index = this.output.length - 1
