@@ -14,7 +14,7 @@ describe('node option runtime', () => {
     expect(toPoolOptions(o).runtime).toBe('auto')
   })
 
-  it("'auto' means the C API on CPU and the JS API on GPU providers", () => {
+  it("'auto' means the C API on cpu and webgpu and the JS API on cuda and tensorrt", () => {
     expect(intendedRuntime('auto', 'cpu')).toBe('capi')
     expect(intendedRuntime('auto', 'cuda')).toBe('js')
     expect(intendedRuntime('capi', 'tensorrt')).toBe('js')
@@ -23,7 +23,9 @@ describe('node option runtime', () => {
     expect(intendedRuntime(undefined, 'cpu')).toBe('capi')
     expect(intendedRuntime(undefined, 'cuda')).toBe('js')
     expect(defaultRuntime('cpu')).toBe('capi')
-    expect(defaultRuntime('webgpu')).toBe('js')
+    expect(defaultRuntime('webgpu')).toBe('capi')
+    expect(intendedRuntime('capi', 'webgpu')).toBe('capi')
+    expect(intendedRuntime('js', 'webgpu')).toBe('js')
   })
 
   it("takes 'capi' from ONNXD_RUNTIME, the --runtime flag winning", () => {

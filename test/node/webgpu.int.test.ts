@@ -1,5 +1,6 @@
 // `onnxd node --provider webgpu` (issue #33) in a process of its own, from src/ under tsx: where WebGPU has an adapter
-// the node serves a completion and /health and onnxd_info name webgpu; where it has none (here: Vulkan pointed at no
+// the node serves a completion and /health and onnxd_info name webgpu (the C-API runtime with its cache on the device
+// for a GroupQueryAttention graph, the JS API for a plain one); where it has none (here: Vulkan pointed at no
 // driver, VK_DRIVER_FILES) start-up stops with one line saying so, or with --allow-cpu-fallback runs on CPU and says
 // cpu. The no-adapter cases need no GPU and run everywhere; the first is skipped, saying why, without an adapter.
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -8,7 +9,7 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { defaultModelDir, tinyGqaModelDir } from '../helpers/fixtures.js'
 import { freePort } from '../helpers/servers.js'
 import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
 import { completionBody, post } from './helpers.js'
@@ -27,10 +28,10 @@ afterEach(async () => {
 })
 
 /** Starts `onnxd node <argv>` on a free port with no ONNXD_* variables of ours; `exited` resolves with its exit. */
-async function startNode(argv: string[], env: Record<string, string> = {}): Promise<{ url: string; stderr: () => string; exited: Promise<number | null> }> {
+async function startNode(argv: string[], env: Record<string, string> = {}, model = defaultModelDir()): Promise<{ url: string; stderr: () => string; exited: Promise<number | null> }> {
   const port = await freePort()
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ONNXD_') && k !== 'VK_ICD_FILENAMES'))
-  const c = spawn(process.execPath, ['--import', 'tsx', ENTRY, 'node', '--port', String(port), '--model', defaultModelDir(), '--workers', '1', ...argv], {
+  const c = spawn(process.execPath, ['--import', 'tsx', ENTRY, 'node', '--port', String(port), '--model', model, '--workers', '1', ...argv], {
     env: { ...base, ONNXD_DATA_DIR: mkdtempSync(join(tmpdir(), 'onnxd-webgpu-')), ONNXD_LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   })
@@ -64,6 +65,27 @@ describe('onnxd node --provider webgpu', () => {
     expect(body.usage.completion_tokens).toBe(4)
     const metrics = await (await fetch(`${n.url}/metrics`)).text()
     expect(metrics).toMatch(/onnxd_info\{model_name="onnxd-tiny",provider="webgpu",runtime="js"\} 1/)
+  })
+
+  it.skipIf(noWebgpu !== null)(webgpuTitle('on a GroupQueryAttention graph, serves from the C-API runtime with its cache on the device'), { timeout: 300_000 }, async () => {
+    const n = await startNode(['--provider', 'webgpu'], {}, tinyGqaModelDir())
+    expect(await ready(n)).toMatchObject({ status: 'ready', provider: 'webgpu', runtime: 'capi' })
+    const res = await post(n.url, completionBody({ model: 'onnxd-tiny-gqa', max_tokens: 6, ignore_eos: true, temperature: 0 }))
+    expect(res.status).toBe(200)
+    expect(((await res.json()) as { output_ids: number[] }).output_ids).toHaveLength(6)
+    const metrics = await (await fetch(`${n.url}/metrics`)).text()
+    expect(metrics).toMatch(/onnxd_info\{model_name="onnxd-tiny-gqa",provider="webgpu",runtime="capi"\} 1/)
+    // Decode steps hand ORT a few bytes, not the cache: well under a kilobyte each at batch 1.
+    const decodeIn = Number(/onnxd_step_io_bytes_total\{model_name="onnxd-tiny-gqa",phase="decode",direction="in"\} (\d+)/.exec(metrics)?.[1])
+    const steps = Number(/onnxd_iteration_tokens_count\{model_name="onnxd-tiny-gqa",phase="decode"\} (\d+)/.exec(metrics)?.[1])
+    expect(steps).toBeGreaterThanOrEqual(5)
+    expect(decodeIn / steps).toBeLessThan(64)
+  })
+
+  it.skipIf(noWebgpu !== null)(webgpuTitle('on a plain graph, runs the JS API and says why at start'), { timeout: 300_000 }, async () => {
+    const n = await startNode(['--provider', 'webgpu'])
+    await ready(n)
+    expect(n.stderr()).toMatch(/runtime 'capi' keeps the KV cache on webgpu for GroupQueryAttention graphs only: .* is a plain-op graph \(build it with --attention gqa\)/)
   })
 
   it('without an adapter, stops start-up with one line naming webgpu and the way out, exit 1', { timeout: 120_000 }, async () => {
