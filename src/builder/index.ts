@@ -14,7 +14,7 @@ import { gqaGraph } from './gqa-graph.js'
 import { llamaGraph } from './graph.js'
 import { PRESETS, isPresetName, parameterCount, type Preset, type PresetName } from './presets.js'
 import { BOS_ID, EOS_ID, PAD_ID, specialTokensMap, tokenizerConfig, tokenizerJsonText, trainByteLevelBpe } from './tokenizer.js'
-import { DEFAULT_NBITS, variantGraph, WEIGHT_DTYPES, type NBitsForm, type WeightDtype } from './quantize.js'
+import { DEFAULT_INT8, DEFAULT_NBITS, variantGraph, WEIGHT_DTYPES, type Int8Form, type NBitsForm, type WeightDtype } from './quantize.js'
 import { writeOnnx } from './write-onnx.js'
 import { DTYPE_FILES, type Dtype } from '../shared/model.js'
 
@@ -41,6 +41,8 @@ export interface BuildOptions {
   dtypes?: WeightDtype[]
   /** The q4 variant's MatMulNBits form (bits, block, accuracy_level); default onnx-community's (4, 32, 4). */
   nbits?: Partial<NBitsForm>
+  /** The int8 variant's form (per-channel scales, reduce_range); default per tensor, full range. */
+  int8?: Partial<Int8Form>
 }
 
 export const ATTENTION_FORMS = ['plain', 'gqa'] as const
@@ -192,7 +194,7 @@ export async function buildModel(opts: BuildOptions): Promise<BuildResult> {
   // onnxruntime-genai's builder names the external data model.onnx.data; optimum, model.onnx_data.
   const onnxPath = (dtype: Dtype): string => (gqa ? join(dir, DTYPE_FILES[dtype]) : join(dir, 'onnx', DTYPE_FILES[dtype]))
   const write = (dtype: 'fp32' | WeightDtype): Promise<number> =>
-    writeOnnx(onnxPath(dtype), dtype === 'fp32' ? graph : variantGraph(graph, dtype, nbits), {
+    writeOnnx(onnxPath(dtype), dtype === 'fp32' ? graph : variantGraph(graph, dtype, nbits, { ...DEFAULT_INT8, ...opts.int8 }), {
       seed,
       externalData: p.externalData,
       producerVersion: BUILDER_VERSION,

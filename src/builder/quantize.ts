@@ -72,6 +72,17 @@ export interface NBitsForm {
 }
 export const DEFAULT_NBITS: NBitsForm = { bits: 4, block: Q4_BLOCK, accuracyLevel: Q4_ACCURACY_LEVEL }
 
+/** The int8 variant's form: a scale per output column of each MatMul weight instead of one per tensor (the embedding
+ * and a tied head keep one), and quantize_dynamic's reduce_range (weights in [-63, 63]): ORT's u8 x s8 integer
+ * matmul on AVX2 without VNNI adds pairs of products in 16 bits, which saturate when activations and weights are both
+ * near full range, and per-channel scales put every column's largest weight at full range. Default: per tensor, full
+ * range (onnx-community's model_int8). */
+export interface Int8Form {
+  perChannel: boolean
+  reduceRange: boolean
+}
+export const DEFAULT_INT8: Int8Form = { perChannel: false, reduceRange: false }
+
 export interface Q4Weight {
   /** [N, blocks, block * bits / 8]: block b of column n; at 4 bits element 2j in byte j's low nibble, 2j + 1 in its
    * high one; at 8 bits one byte each. */
@@ -121,17 +132,18 @@ export function quantizeQ4(K: number, N: number, at: (k: number, n: number) => n
   return { packed, scales, blocks }
 }
 
-/** Per-tensor symmetric int8 as quantize_dynamic does for QInt8 weights: scale = max|v| / 127, q = round-half-even(v / scale). */
-export function quantizeInt8(v: Float32Array): { q: Int8Array; scale: number } {
+/** Per-tensor symmetric int8 as quantize_dynamic does for QInt8 weights: scale = max|v| / 127, q = round-half-even(v / scale).
+ * `top` 63 is quantize_dynamic's reduce_range (7-bit weights). */
+export function quantizeInt8(v: Float32Array, top = 127): { q: Int8Array; scale: number } {
   let amax = 0
   for (let i = 0; i < v.length; i++) amax = Math.max(amax, Math.abs(v[i]))
-  const scale = Math.fround(amax / 127) || 1
+  const scale = Math.fround(amax / top) || 1
   const q = new Int8Array(v.length)
   for (let i = 0; i < v.length; i++) {
     const x = v[i] / scale
     let r = Math.round(x)
     if (r - x === 0.5 && r % 2 !== 0) r -= 1 // numpy rounds halves to even
-    q[i] = Math.max(-127, Math.min(127, r))
+    q[i] = Math.max(-top, Math.min(top, r))
   }
   return { q, scale }
 }
@@ -188,14 +200,53 @@ function q4Graph(graph: DecoderGraph, f: NBitsForm): DecoderGraph {
   return { ...graph, nodes: nodes.filter((n) => !dropped.has(n)), weights: [...weights.values()], extraOpsets: withMsOpset(graph) }
 }
 
-function int8Graph(graph: DecoderGraph): DecoderGraph {
+/**
+ * Per-channel symmetric int8 of the 2-D `v` ([rows, cols]): one scale per row (`axis` 0) or per column (`axis` 1),
+ * each max|v| / 127 over its channel, q = round-half-even(v / scale) as quantizeInt8 does.
+ */
+export function quantizeInt8PerChannel(v: Float32Array, rows: number, cols: number, axis: 0 | 1, top = 127): { q: Int8Array; scales: Float32Array } {
+  const n = axis === 0 ? rows : cols
+  const scales = new Float32Array(n)
+  const at = (i: number, c: number): number => (axis === 0 ? c * cols + i : i * cols + c) // i-th element of channel c
+  const len = axis === 0 ? cols : rows
+  const q = new Int8Array(v.length)
+  for (let c = 0; c < n; c++) {
+    let amax = 0
+    for (let i = 0; i < len; i++) amax = Math.max(amax, Math.abs(v[at(i, c)]))
+    const scale = Math.fround(amax / top) || 1
+    scales[c] = scale
+    for (let i = 0; i < len; i++) {
+      const x = v[at(i, c)] / scale
+      let r = Math.round(x)
+      if (r - x === 0.5 && r % 2 !== 0) r -= 1
+      q[at(i, c)] = Math.max(-top, Math.min(top, r))
+    }
+  }
+  return { q, scales }
+}
+
+function int8Graph(graph: DecoderGraph, form: Int8Form): DecoderGraph {
+  const { perChannel } = form
+  const top = form.reduceRange ? 63 : 127
   const { byWeight } = linearLayers(graph)
   const weights = new Map(graph.weights.map((w) => [w.name, { ...w }]))
+  // Per channel, a MatMul weight [K, N] gets a scale per output column. The embedding keeps one per tensor: its
+  // gathered rows are dequantized by DequantizeLinear, whose axis would be the batch's, and a tied head reads the
+  // same int8 values with the same scale.
+  const gathered = new Set(graph.nodes.filter((n) => n.op_type === 'Gather').map((n) => n.input[0]))
   /** Stores weight `name` as int8 (`_quantized`, `_scale`, `_zero_point`); returns the quantized tensor's name. */
   const toInt8 = (name: string): string => {
     const w = weights.get(name)!
     w.store = (v) => {
-      const { q, scale } = quantizeInt8(v)
+      if (perChannel && w.dims.length === 2 && !gathered.has(name)) {
+        const { q, scales } = quantizeInt8PerChannel(v, w.dims[0], w.dims[1], 1, top)
+        return [
+          { name: `${name}_quantized`, dims: w.dims, dataType: DataType.INT8, bytes: bytes(q) },
+          { name: `${name}_scale`, dims: [scales.length], dataType: DataType.FLOAT, bytes: bytes(scales) },
+          { name: `${name}_zero_point`, dims: [scales.length], dataType: DataType.INT8, bytes: new Uint8Array(scales.length) },
+        ]
+      }
+      const { q, scale } = quantizeInt8(v, top)
       return [
         { name: `${name}_quantized`, dims: w.dims, dataType: DataType.INT8, bytes: bytes(q) },
         { name: `${name}_scale`, dims: [], dataType: DataType.FLOAT, bytes: bytes(Float32Array.of(scale)) },
@@ -266,13 +317,13 @@ const withMsOpset = (graph: DecoderGraph): { domain: string; version: number }[]
   graph.extraOpsets?.some((o) => o.domain === MS_DOMAIN) ? graph.extraOpsets : [...(graph.extraOpsets ?? []), { domain: MS_DOMAIN, version: 1 }]
 
 /** The decoder graph with its weights in `dtype`'s form (the float32 graph is the one its builder returns); `nbits`
- * changes the q4 variant's MatMulNBits form (default DEFAULT_NBITS). */
-export function variantGraph(graph: DecoderGraph, dtype: WeightDtype, nbits: NBitsForm = DEFAULT_NBITS): DecoderGraph {
+ * changes the q4 variant's MatMulNBits form (default DEFAULT_NBITS), `int8` the int8 variant's (default DEFAULT_INT8). */
+export function variantGraph(graph: DecoderGraph, dtype: WeightDtype, nbits: NBitsForm = DEFAULT_NBITS, int8: Int8Form = DEFAULT_INT8): DecoderGraph {
   switch (dtype) {
     case 'q4':
       return q4Graph(graph, nbits)
     case 'int8':
-      return int8Graph(graph)
+      return int8Graph(graph, int8)
     case 'fp16':
       return fp16Graph(graph)
   }

@@ -2,7 +2,7 @@
 // 4-bit blocks as MatMulNBits reads them (symmetric, scale = largest-magnitude value / -8, low nibble first,
 // a partial last block), and per-tensor int8 as quantize_dynamic writes it (round half to even).
 import { describe, expect, it } from 'vitest'
-import { floatToHalf, quantizeInt8, quantizeQ4, Q4_BLOCK } from '../../src/builder/quantize.js'
+import { floatToHalf, quantizeInt8, quantizeInt8PerChannel, quantizeQ4, Q4_BLOCK } from '../../src/builder/quantize.js'
 import { halfToFloat } from '../../src/engine/model/fp16.js'
 
 describe('floatToHalf', () => {
@@ -28,6 +28,21 @@ describe('floatToHalf', () => {
 })
 
 describe('quantizeQ4', () => {
+  it('int8 per channel: one scale per column (axis 1) or row (axis 0), each max|v| / 127 (63 with reduce_range) of its channel', () => {
+    // [2, 3]: columns have max |v| 2, 30, 0.5; rows 30 and 10.
+    const v = Float32Array.of(1.2, -30, 0.5, -2, 10, 0.2)
+    const byCol = quantizeInt8PerChannel(v, 2, 3, 1)
+    expect(Array.from(byCol.scales)).toEqual([Math.fround(2 / 127), Math.fround(30 / 127), Math.fround(0.5 / 127)])
+    expect(Array.from(byCol.q)).toEqual([76, -127, 127, -127, 42, 51])
+    const byRow = quantizeInt8PerChannel(v, 2, 3, 0)
+    expect(Array.from(byRow.scales)).toEqual([Math.fround(30 / 127), Math.fround(10 / 127)])
+    expect(Array.from(byRow.q)).toEqual([5, -127, 2, -25, 127, 3])
+    // reduce_range: 7-bit weights, max|v| / 63.
+    const reduced = quantizeInt8PerChannel(v, 2, 3, 1, 63)
+    expect(Array.from(reduced.scales)).toEqual([Math.fround(2 / 63), Math.fround(30 / 63), Math.fround(0.5 / 63)])
+    expect(Array.from(reduced.q)).toEqual([38, -63, 63, -63, 21, 25])
+  })
+
   it('at 8 bits, blocks of 64: one byte per value, scale = the largest-magnitude value / -128, within half a step', () => {
     const K = 64
     const v = Array.from({ length: K }, (_, k) => Math.sin(k) * (k === 5 ? 3 : 1))
