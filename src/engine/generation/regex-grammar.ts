@@ -59,6 +59,46 @@ function isEdge(e: NoParent<Element> | undefined, kind: 'ahead' | 'behind'): boo
   return e.alternatives[0]!.elements.length === 1 && only?.type === 'CharacterClass' && only.characters.isAll
 }
 
+/** The DFA of `alternatives` taken as the whole string (assertions refa cannot resolve throw). */
+function dfaOf(alternatives: NoParent<Concatenation>[]): DFA {
+  const simplified = transform(Transformers.simplify({ ignoreAmbiguity: true, ignoreOrder: true }), { type: 'Expression', alternatives })
+  const nfa = NFA.fromRegex(simplified, { maxCharacter: MAX_CHAR }, { assertions: 'throw', unknowns: 'throw' }, new NFA.LimitedNodeFactory(MAX_STATES))
+  return DFA.fromFA(nfa, new DFA.LimitedNodeFactory(MAX_STATES))
+}
+
+/**
+ * One top-level alternative as an automaton. Anchors at its edges end the search there (elsewhere they stay
+ * assertions); lookaheads right after a leading ^ (`^(?=.*\d)(?!.*\.\.)…`, as password and older email patterns
+ * write them) become intersections with their own languages (a negative one's complement), each followed by any
+ * text unless it ends with $.
+ */
+function alternativeDfa(c: NoParent<Concatenation>, search: boolean): DFA {
+  const els = [...c.elements]
+  const start = isEdge(els[0], 'behind')
+  if (start) els.shift()
+  const looks: { alternatives: NoParent<Concatenation>[]; negate: boolean }[] = []
+  while (start && els[0]?.type === 'Assertion' && els[0].kind === 'ahead' && !isEdge(els[0], 'ahead')) {
+    const la = els.shift() as Extract<NoParent<Element>, { type: 'Assertion' }>
+    looks.push({ alternatives: la.alternatives, negate: la.negate })
+  }
+  const end = isEdge(els[els.length - 1], 'ahead')
+  if (end) els.pop()
+  let dfa = dfaOf([{ type: 'Concatenation', elements: [...(search && !start ? [anyStar()] : []), ...els, ...(search && !end ? [anyStar()] : [])] }])
+  for (const la of looks) {
+    const own = dfaOf(
+      la.alternatives.map((x) => {
+        const inner = [...x.elements]
+        const toEnd = isEdge(inner[inner.length - 1], 'ahead')
+        if (toEnd) inner.pop()
+        return { type: 'Concatenation', elements: [...inner, ...(toEnd ? [] : [anyStar()])] }
+      }),
+    )
+    if (la.negate) own.complement()
+    dfa = DFA.fromIntersection(dfa, own, new DFA.LimitedNodeFactory(MAX_STATES))
+  }
+  return dfa
+}
+
 /** A regular expression's automaton: the whole string when `search` is false, else any string containing a match. */
 function automaton(source: string, search: boolean, keyword: RegexRefusal['keyword']): DFA {
   let expression: NoParent<Expression>
@@ -67,18 +107,11 @@ function automaton(source: string, search: boolean, keyword: RegexRefusal['keywo
   } catch (e) {
     throw new RegexRefusal(keyword, `the regular expression ${JSON.stringify(source.slice(0, 80))} (${(e as Error).message.slice(0, 120)})`)
   }
-  // Anchors at the edges of each top-level alternative end the search there; elsewhere they stay assertions.
-  const alternatives = expression.alternatives.map((c): NoParent<Concatenation> => {
-    const els = [...c.elements]
-    const start = isEdge(els[0], 'behind')
-    if (start) els.shift()
-    const end = isEdge(els[els.length - 1], 'ahead')
-    if (end) els.pop()
-    return { type: 'Concatenation', elements: [...(search && !start ? [anyStar()] : []), ...els, ...(search && !end ? [anyStar()] : [])] }
-  })
-  const simplified = transform(Transformers.simplify({ ignoreAmbiguity: true, ignoreOrder: true }), { type: 'Expression', alternatives })
   try {
-    const nfa = NFA.fromRegex(simplified, { maxCharacter: MAX_CHAR }, { assertions: 'throw', unknowns: 'throw' }, new NFA.LimitedNodeFactory(MAX_STATES))
+    const [first, ...rest] = expression.alternatives.map((c) => alternativeDfa(c, search))
+    if (rest.length === 0) return first!
+    const nfa = NFA.fromFA(first!, new NFA.LimitedNodeFactory(MAX_STATES))
+    for (const d of rest) nfa.union(d, new NFA.LimitedNodeFactory(MAX_STATES))
     return DFA.fromFA(nfa, new DFA.LimitedNodeFactory(MAX_STATES))
   } catch (e) {
     const why = /assertion/i.test((e as Error).message) ? 'an assertion (^ or $ inside, \\b, a lookaround) that cannot be resolved into a grammar' : (e as Error).message.slice(0, 120)

@@ -88,6 +88,8 @@ describe('JSON Schema grammars hold exactly the values valid under their schema'
     ['anchored pattern', { type: 'string', pattern: '^[a-z]+$' }, ['"abc"'], ['""', '"aB"']],
     ['unanchored pattern: a search, escapes as JSON writes them', { type: 'string', pattern: 'x' }, ['"x"', '"\\"x\\\\"', '"ax\\u00e9"'], ['"abc"', '"a"']],
     ['any character is one JSON string character', { type: 'string', pattern: '^a.b$' }, ['"a\\"b"', '"a-b"', '"a\\u0001b"'], ['"a"b"', '"a\nb"', '"ab"', '"a\\u000ab"']],
+    ['leading lookaheads (a password rule)', { type: 'string', pattern: '^(?=.*\\d)(?!.*zz)[a-z\\d]{4,8}$' }, ['"ab1c"', '"1234"'], ['"abcd"', '"ab1"', '"azz1"']],
+    ["negative lookaheads (zod 3's email pattern)", { type: 'string', pattern: "^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$" }, ['"a.b@x.io"'], ['".a@x.io"', '"a..b@x.io"']],
     ['pattern within lengths', { type: 'string', pattern: '^[ab]*$', minLength: 2, maxLength: 3 }, ['"ab"', '"bab"'], ['"a"', '"abab"']],
     ['format email', { type: 'string', format: 'email' }, ['"a.b@x.io"', '"first+tag@mail.example.com"'], ['"a@b"', '"@x.io"', '"a..b@x.io"']],
     ['format uuid', { type: 'string', format: 'uuid' }, ['"123e4567-e89b-12d3-a456-426614174000"'], ['"123"', '"123e4567e89b12d3a456426614174000"']],
