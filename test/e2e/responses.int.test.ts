@@ -303,11 +303,14 @@ describe('the AI SDK’s default OpenAI provider and LangChain’s useResponsesA
     expect(second.text).toBe((d.body as unknown as NodeAnswer).text)
   })
 
-  it('LangChain ChatOpenAI with useResponsesApi: the node’s greedy answer', async () => {
+  it('LangChain ChatOpenAI with useResponsesApi: the node’s greedy answer, invoked and streamed', async () => {
     const d = await greedy('Tell me about the sea', 10)
     const llm = new ChatOpenAI({ model: MODEL, useResponsesApi: true, apiKey: stack.s.f.key, configuration: { baseURL: stack.s.baseURL }, temperature: 0, maxTokens: 10, maxRetries: 0 })
     const m = await llm.invoke('Tell me about the sea')
     expect(m.text).toBe(d.text)
     expect(m.usage_metadata).toMatchObject({ input_tokens: d.usage.prompt_tokens, output_tokens: d.usage.completion_tokens })
+    let streamed = ''
+    for await (const chunk of await llm.stream('Tell me about the sea')) streamed += chunk.text
+    expect(streamed).toBe(d.text)
   })
 })
