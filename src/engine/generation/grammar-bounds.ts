@@ -39,7 +39,11 @@ function tally(s: unknown, depth: number, t: Tally, refuse: (what: string, bound
       const entries = Object.values(v)
       if (k === 'properties') t.properties += entries.length
       for (const x of entries) tally(x, depth + 1, t, refuse)
-    } else if (k === 'items' || k === 'additionalProperties' || k === 'prefixItems' || k === 'allOf' || k === 'not' || k === 'propertyNames') tally(v, depth + 1, t, refuse)
+    } else if (k === 'items' || k === 'additionalProperties' || k === 'prefixItems' || k === 'allOf' || k === 'not' || k === 'propertyNames') {
+      // A record's listed names (propertyNames' enum) are written as that many optional properties.
+      if (k === 'propertyNames' && typeof v === 'object' && v !== null && Array.isArray((v as { enum?: unknown }).enum)) t.properties += (v as { enum: unknown[] }).enum.length
+      tally(v, depth + 1, t, refuse)
+    }
     if (t.properties > GRAMMAR_BOUNDS.properties) refuse(`more than ${GRAMMAR_BOUNDS.properties} object properties`, GRAMMAR_BOUNDS.properties)
     if (t.alternatives > GRAMMAR_BOUNDS.alternatives) refuse(`more than ${GRAMMAR_BOUNDS.alternatives} enum values and anyOf branches`, GRAMMAR_BOUNDS.alternatives)
   }

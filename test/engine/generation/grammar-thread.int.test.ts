@@ -65,6 +65,8 @@ describe('schema bounds', () => {
     const props = (n: number): object => ({ type: 'object', properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, { type: 'integer' }])) })
     const cases: [object, RegExp][] = [
       [props(3000), /more than 256 object properties/],
+      // A record over 300 listed names is 300 optional properties.
+      [{ type: 'object', propertyNames: { enum: Array.from({ length: 300 }, (_, i) => `k${i}`) }, additionalProperties: { type: 'boolean' } }, /more than 256 object properties/],
       [{ type: 'object', properties: { a: { enum: Array.from({ length: 12_000 }, (_, i) => `value-${i}-${'x'.repeat(40)}`) } } }, /more than 1024 enum values/],
       [{ type: 'object', properties: { a: { type: 'string', description: 'x'.repeat(70_000) } } }, /bytes of JSON schema, over 65536/],
       [Array.from({ length: 20 }).reduce<object>((s) => ({ type: 'array', items: s }), { type: 'integer' }), /nested more than 16 levels/],
