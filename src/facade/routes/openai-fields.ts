@@ -198,6 +198,13 @@ export function firstInvalid(check: { Errors(v: unknown): { First(): { path: str
   return new OnnxdError('invalid_value', `Invalid value for '${fieldName(e.path)}': ${e.message}. Given: ${quote(e.value)}`)
 }
 
+/** A surface's values once its refusals are done: the first failure of `check` as a 422 naming the field, then the rules between sampling fields. */
+export function checkedValues<T>(check: Parameters<typeof firstInvalid>[0] & { Check(v: unknown): boolean }, value: Record<string, unknown>): T {
+  if (!check.Check(value)) throw firstInvalid(check, value)
+  checkCombinations(samplingFields(value))
+  return value as T
+}
+
 /** Choices one request may ask for (`n`), and in all (`n` times the prompts of a legacy completion). */
 export const MAX_N = 16
 export const MAX_CHOICES = 64

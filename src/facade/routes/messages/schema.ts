@@ -8,7 +8,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { clip, OnnxdError } from '../../../shared/errors.js'
 import { MAX_STOP_STRINGS, samplingOpenAiProperties } from '../../../shared/sampling.js'
 import { MAX_TOOLS, TOOL_NAME } from '../../../shared/tools.js'
-import { checkCombinations, firstInvalid, honouredFields, refuseTypes, samplingFields, unsupported } from '../openai-fields.js'
+import { checkedValues, honouredFields, refuseTypes, unsupported } from '../openai-fields.js'
 
 /** 400-level: what a body must have to be a messages request at all (`max_tokens` is required there, as Anthropic's). */
 export const MessagesBody = Type.Object({ model: Type.String(), messages: Type.Array(Type.Unknown()), max_tokens: Type.Unknown() }, { additionalProperties: true })
@@ -146,10 +146,9 @@ export function parseMessageParams(body: Record<string, unknown>, countOnly = fa
   const value = honouredFields(body, 'messages', HONOURED_FIELDS)
   if (countOnly) value.max_tokens ??= 1
   checkRefused(value)
-  if (!checker.Check(value)) throw firstInvalid(checker, value)
-  checkCombinations(samplingFields(value))
-  checkTools(value as MessageParams)
-  return value as MessageParams
+  const p = checkedValues<MessageParams>(checker, value)
+  checkTools(p)
+  return p
 }
 
 /** Anthropic's usage: `input_tokens` computed, `cache_read_input_tokens` given by the node's prefix cache. */

@@ -7,7 +7,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { clip, OnnxdError, quote } from '../../../shared/errors.js'
 import { samplingOpenAiProperties } from '../../../shared/sampling.js'
 import { MAX_TOOLS, TOOL_NAME } from '../../../shared/tools.js'
-import { checkCombinations, firstInvalid, honouredFields, refuseTypes, samplingFields, typeOf, unsupported } from '../openai-fields.js'
+import { checkedValues, honouredFields, refuseTypes, typeOf, unsupported } from '../openai-fields.js'
 
 /** 400-level: what a body must have to be a responses request at all. */
 export const ResponsesBody = Type.Object({ model: Type.String() }, { additionalProperties: true })
@@ -189,10 +189,9 @@ export function parseResponseParams(body: Record<string, unknown>): ResponsePara
   const value = honouredFields(body, 'responses', HONOURED_FIELDS)
   if (value.input === undefined) throw new OnnxdError('invalid_request', "Missing required field 'input'")
   checkRefused(value)
-  if (!checker.Check(value)) throw firstInvalid(checker, value)
-  checkCombinations(samplingFields(value))
-  checkTools(value as ResponseParams)
-  return value as ResponseParams
+  const p = checkedValues<ResponseParams>(checker, value)
+  checkTools(p)
+  return p
 }
 
 /** OpenAI's usage object of a response. */
