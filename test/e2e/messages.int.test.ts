@@ -41,7 +41,7 @@ describe('POST /v1/messages through the Anthropic SDK', () => {
     expect(usageOf(m)).toEqual({ prompt: d.usage.prompt_tokens, completion: d.usage.completion_tokens })
   })
 
-  it('stop_sequences: the text stops before the first one, stop_reason stop_sequence naming it', async () => {
+  it('stop_sequences: the text stops before the first one, stop_reason stop_sequence naming it, JSON and streamed', async () => {
     const d = await node({ messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 30, temperature: 0, ignore_eos: true })
     // A stop string the greedy answer is known to reach: two characters from its middle.
     const at = Math.floor(d.text.length / 2)
@@ -51,6 +51,9 @@ describe('POST /v1/messages through the Anthropic SDK', () => {
     expect(m.stop_reason).toBe('stop_sequence')
     expect(m.stop_sequence).toBe(stop)
     expect(textOf(m)).toBe(d.text.slice(0, d.text.indexOf(stop)))
+    // Streamed, the node's final event names it too: message_delta carries it.
+    const streamed = await anthropic().messages.stream({ model: MODEL, messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 30, stop_sequences: [stop], ...({ temperature: 0, ignore_eos: true } as object) }).finalMessage()
+    expect(streamed).toMatchObject({ stop_reason: 'stop_sequence', stop_sequence: stop, content: m.content })
   })
 
   it('messages.stream: Anthropic’s event order; the deltas make the JSON answer’s text; finalMessage is that answer', async () => {
