@@ -136,6 +136,7 @@ export class CapiRunner {
   private deviceOutputs = ''
   /** The session that copies a prefilled row into the running pool (copyGraph), and its slot input. */
   private readonly copier: CSession | null = null
+  private copyBinding: Binding | null = null
   private copySlot: Tensor<'int64'> | null = null
 
   private constructor(
@@ -145,9 +146,8 @@ export class CapiRunner {
   ) {
     if (device) {
       const copier = (this.copier = device.copier)
-      let binding: Binding | null = null
       this.pool = new DeviceCaches(session.deviceAllocator(device.memory), sig.kv, (from, to, slot) => {
-        const b = (binding ??= copier.binding())
+        const b = (this.copyBinding ??= copier.binding())
         this.copySlot ??= copier.alloc('int64', [1, 1])
         this.copySlot.data[0] = BigInt(slot)
         // Bound after it is written: ORT uploads a host input when it is bound.
@@ -517,6 +517,9 @@ export class CapiRunner {
    */
   idle(): void {
     this.dropBinding()
+    // The copy's binding holds the pools' tensors too: let go of them, so that the pools' memory can go back.
+    this.copyBinding?.dispose()
+    this.copyBinding = null
   }
 
   private dropBinding(): void {
