@@ -55,6 +55,8 @@ export class FakeSession {
   chunkedPrefill = true
   gate = null
   readonly log: FakeLog = { steps: [], badPositions: [] }
+  /** Steps from now on that fail as a device error would (ORT throws from the run). */
+  failSteps = 0
 
   deviceKv(): null {
     return null
@@ -75,6 +77,10 @@ export class FakeSession {
   async forward(x: ForwardInput, picks: number[]): Promise<ForwardOutput> {
     // A step yields, as ORT's async run does, so that requests can come in between steps.
     await new Promise((r) => setImmediate(r))
+    if (this.failSteps > 0) {
+      this.failSteps--
+      throw new Error('forward step failed: device lost (injected)')
+    }
     this.log.steps.push({ rows: x.rows, seq: x.seq })
     const P = x.pastLen
     const W = P + x.seq

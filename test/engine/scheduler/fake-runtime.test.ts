@@ -61,4 +61,21 @@ describe('batcher over a fake step runtime', () => {
     expect((await rb).end.type).toBe('error')
     expect(session.log.badPositions).toEqual([])
   })
+
+  it('a failing step ends the requests in it with a clear error; a request it did not touch, and later ones, are served', async () => {
+    // One row at a time: c waits in the queue while a's steps run, so a's failing step does not touch it.
+    const e = start({ maxRunning: 1 })
+    const a = { input_ids: prompt(4, 6), max_tokens: 30, temperature: 0, ignore_eos: true }
+    const c = { input_ids: prompt(5, 9), max_tokens: 6, temperature: 0, ignore_eos: true }
+    const failed = runRequest(e, a, (n) => {
+      if (n === 3) session.failSteps = 1
+    })
+    const waiting = runRequest(e, c)
+    const end = (await failed).end
+    expect(end.type).toBe('error')
+    if (end.type === 'error') expect(end.error.message).toMatch(/device lost/)
+    expect((await waiting).ids).toEqual(expected(c.input_ids, 6))
+    const b = { input_ids: prompt(7, 8), max_tokens: 9, temperature: 0, ignore_eos: true }
+    expect((await runRequest(e, b)).ids).toEqual(expected(b.input_ids, 9))
+  })
 })
