@@ -1,27 +1,17 @@
 // An install without the dev dependencies (vega, vega-lite, cli-progress hidden from module resolution, as
 // `npm install --omit=dev` leaves them out): `onnxd serve` and `onnxd node` load and answer --help, and `onnxd bench`
 // stops at its start with one line saying how to install them, before it builds or measures anything.
-import { spawn } from 'node:child_process'
-import { once } from 'node:events'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { runToEnd } from '../helpers/servers.js'
 
 const ENTRY = join(import.meta.dirname, '../helpers/onnxd-src.ts')
 const HIDE = join(import.meta.dirname, '../helpers/hide-packages.mjs')
 const BENCH_PACKAGES = 'vega,vega-lite,cli-progress'
 
-async function onnxd(argv: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function onnxd(argv: string[]): ReturnType<typeof runToEnd> {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ONNXD_')))
-  const child = spawn(process.execPath, ['--import', 'tsx', '--import', HIDE, ENTRY, ...argv], {
-    env: { ...env, ONNXD_TEST_HIDE_PACKAGES: BENCH_PACKAGES },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.on('data', (b: Buffer) => (stdout += b.toString()))
-  child.stderr.on('data', (b: Buffer) => (stderr += b.toString()))
-  const [code] = (await once(child, 'exit')) as [number | null]
-  return { code, stdout, stderr }
+  return runToEnd([process.execPath, '--import', 'tsx', '--import', HIDE, ENTRY, ...argv], { env: { ...env, ONNXD_TEST_HIDE_PACKAGES: BENCH_PACKAGES } })
 }
 
 describe('without the dev dependencies', () => {

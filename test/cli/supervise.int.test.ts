@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { FACADE_ENV, FacadeOptions } from '../../src/facade/options.js'
 import { DEFAULT_MODEL_DIR, NODE_ENV, NodeOptions } from '../../src/node/options.js'
 import { defaultModelDir } from '../helpers/fixtures.js'
-import { alive } from '../helpers/servers.js'
+import { alive, runToEnd } from '../helpers/servers.js'
 
 const REPO = join(import.meta.dirname, '../..')
 
@@ -138,16 +138,6 @@ async function freePort(): Promise<number> {
   return port
 }
 
-/** Runs a command to its end; resolves with its exit code and output. */
-async function run(argv: string[], opts: { cwd: string; env: NodeJS.ProcessEnv }): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(argv[0]!, argv.slice(1), { ...opts, stdio: ['ignore', 'pipe', 'pipe'] })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.on('data', (b: Buffer) => (stdout += b.toString()))
-  child.stderr.on('data', (b: Buffer) => (stderr += b.toString()))
-  const [code] = (await once(child, 'exit')) as [number | null]
-  return { code, stdout, stderr }
-}
 
 /** The JSON log lines a process writes to stdout, with a way to wait for one. */
 type Log = Record<string, unknown>
@@ -195,7 +185,7 @@ describe('the built server: the Dockerfile CMD and npm start', () => {
     app = join(root, 'app')
     // The build stage's `npm run build`, into a directory of our own rather than the checkout's dist/.
     const built = join(root, 'build', 'dist')
-    const build = await run(['npm', 'run', 'build', '--silent', '--', '--outDir', built], { cwd: REPO, env: process.env })
+    const build = await runToEnd(['npm', 'run', 'build', '--silent', '--', '--outDir', built], { cwd: REPO, env: process.env })
     expect(build.code, build.stdout + build.stderr).toBe(0)
     for (const c of copies.filter((c) => c.final)) {
       for (const src of c.srcs) {
@@ -224,7 +214,7 @@ describe('the built server: the Dockerfile CMD and npm start', () => {
       [FACADE_ENV.jwtSecret]: randomBytes(48).toString('base64url'),
     }
     const cli = async (...args: string[]): Promise<Record<string, unknown>> => {
-      const r = await run(['node', 'bin/onnxd.js', ...args], { cwd: app, env })
+      const r = await runToEnd(['node', 'bin/onnxd.js', ...args], { cwd: app, env })
       expect(r.code, r.stderr).toBe(0)
       return JSON.parse(r.stdout) as Record<string, unknown>
     }
@@ -240,7 +230,7 @@ describe('the built server: the Dockerfile CMD and npm start', () => {
       // `onnxd serve` has its facade poll the node as it turns ready, before it says so: a completion sent at once
       // is admitted (it used to get 503 no_healthy_node until the facade's next health poll).
       await logs.waitFor('node ready')
-      expect((await run(image.healthcheck!, { cwd: app, env })).code).toBe(0)
+      expect((await runToEnd(image.healthcheck!, { cwd: app, env })).code).toBe(0)
 
       const res = await fetch(`http://127.0.0.1:${facadePort}/v1/chat/completions`, {
         method: 'POST',
@@ -288,7 +278,7 @@ describe('the built server: the Dockerfile CMD and npm start', () => {
       const [code, signal] = await exited
       expect({ code, signal }, stderr).toEqual({ code: 0, signal: null })
       // Nothing listens any more: the same health check now fails.
-      expect((await run(image.healthcheck!, { cwd: app, env })).code).toBe(1)
+      expect((await runToEnd(image.healthcheck!, { cwd: app, env })).code).toBe(1)
     } finally {
       server.kill('SIGKILL')
     }

@@ -5,6 +5,7 @@
 // temp dir names the process that owns it, and starting a server first stops those whose owner is gone.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import { once } from 'node:events'
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -192,4 +193,15 @@ export async function freshDatabase(serverUrl: string, prefix = 'onnxd_t_'): Pro
   const u = new URL(serverUrl)
   u.pathname = `/${name}`
   return u.toString()
+}
+
+/** Runs a command to its end (argv[0] with the rest as its arguments); resolves with its exit code and output. */
+export async function runToEnd(argv: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(argv[0]!, argv.slice(1), { ...opts, stdio: ['ignore', 'pipe', 'pipe'] })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.on('data', (b: Buffer) => (stdout += b.toString()))
+  child.stderr.on('data', (b: Buffer) => (stderr += b.toString()))
+  const [code] = (await once(child, 'exit')) as [number | null]
+  return { code, stdout, stderr }
 }

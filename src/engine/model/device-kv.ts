@@ -82,10 +82,6 @@ export class DevicePool {
     return o ? o.lens[o.rowOf(s)] : 0
   }
 
-  ownerOf(s: number): DeviceKv | null {
-    return this.owners[s] ?? null
-  }
-
   reserve(rows: number, slots: number): void {
     this.want = { rows: Math.max(this.want.rows, rows), slots: Math.max(this.want.slots, slots) }
   }
