@@ -88,6 +88,37 @@ describe('structured outputs on the tiny default model', () => {
     expect(text.choices[0]!.message.content).toBe(plain.choices[0]!.message.content)
   })
 
+  it('a number at the root ends where the model ends it (its EOS), not at its first digit; an object at its closing brace', async () => {
+    const EOS = 2 // the tiny model's eos_token_id
+    for (const schema of [{ type: 'integer' }, { type: 'number' }]) {
+      const r = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 64, temperature: 1, seed: 41, n: 8, response_format: jsonSchema(schema) })
+      for (const c of r.choices) {
+        expect(c.finish_reason, c.message.content!).toBe('stop')
+        const v = JSON.parse(c.message.content!) as unknown
+        expect(schema.type === 'integer' ? Number.isSafeInteger(v) : Number.isFinite(v), c.message.content!).toBe(true)
+      }
+      // On the node, the ids: the numbers go on past a sign and a digit, to where the model wrote its EOS or to their
+      // last digit allowed.
+      const sample = (i: number, extra: object = {}): Promise<{ text: string; output_ids: number[] }> =>
+        nodeCompletion(s.node, { messages, max_tokens: 64, temperature: 1, seed: 300 + i, response_format: jsonSchema(schema), ...extra }).then((r) => r.body as never)
+      const answers = await Promise.all([0, 1, 2, 3, 4, 5, 6, 7].map((i) => sample(i)))
+      expect(answers.some((a) => a.output_ids.filter((id) => id !== EOS).length > 2), JSON.stringify(answers)).toBe(true)
+      // With the EOS made likely, each ends with it as soon as the text is a number: allowed there, and only there.
+      for (const a of await Promise.all([0, 1, 2, 3].map((i) => sample(i, { logit_bias: { [EOS]: 20 } })))) {
+        expect(a.output_ids.at(-1), a.text).toBe(EOS)
+        expect(Number.isFinite(JSON.parse(a.text)), a.text).toBe(true)
+        expect(a.output_ids.length, a.text).toBeLessThanOrEqual(a.text.startsWith('-') ? 3 : 2)
+      }
+    }
+    for (const schema of [SCHEMA, { type: 'string', maxLength: 8 }, { type: 'boolean' }]) {
+      const a = (await nodeCompletion(s.node, { messages, max_tokens: 400, temperature: 0, response_format: jsonSchema(schema) })).body as { text: string; finish_reason: string; output_ids: number[] }
+      expect(a.finish_reason).toBe('stop')
+      // The last id is the value's last character: no step spent on an EOS.
+      expect(a.output_ids.at(-1)).not.toBe(EOS)
+      expect(JSON.parse(a.text)).toBeDefined()
+    }
+  })
+
   it('logprobs under a schema: the picked tokens are the grammar’s, the reported values the raw model’s', async () => {
     const r = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 400, temperature: 0, logprobs: true, top_logprobs: 1, response_format: jsonSchema() })
     const content = r.choices[0]!.logprobs!.content!

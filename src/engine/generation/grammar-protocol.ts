@@ -11,7 +11,7 @@ export interface GrammarVocabulary {
 
 export interface GrammarThreadData {
   vocabulary: GrammarVocabulary
-  /** Tokens that end a sequence (the model's EOS): allowed once the JSON is complete, and only then. */
+  /** Tokens that end a sequence (the model's EOS): allowed wherever the value may end, and only there. */
   stopIds: number[]
   /** Compiled grammars kept, least recently used evicted first. */
   maxCached: number
@@ -30,7 +30,10 @@ export type GrammarRequest =
 export interface MaskResult {
   /** The grammar refused the accepted token. */
   rejected: boolean
-  /** The value is complete: nothing more may follow (no mask then). */
+  /**
+   * The value is complete: it took an end-of-sequence token, or nothing but one may follow it (no mask then). A value
+   * that may end but may also go on (a number at the root) is not: its mask allows the EOS beside its continuations.
+   */
   terminated: boolean
   /** Bit i set: token i is allowed at the next step. */
   bits: Int32Array | null

@@ -87,18 +87,38 @@ async function compile(r: Extract<GrammarRequest, { type: 'open' }>): Promise<XG
 async function open(r: Extract<GrammarRequest, { type: 'open' }>): Promise<GrammarReply> {
   try {
     const g = await compile(r)
-    // A JSON value or a required call ends when it is complete (no stop token needed); free text (auto) ends as text
-    // does, with the model's end-of-sequence token.
-    const m = await xg.GrammarMatcher.createGrammarMatcher(g, undefined, !(r.spec.type === 'tool_call' && r.spec.mode === 'auto'))
+    // Every grammar takes the model's end-of-sequence token wherever its value may end (see nextOf), as llguidance
+    // and xgrammar's own serving integrations do: a value at its end is complete only when nothing can continue it.
+    const m = await xg.GrammarMatcher.createGrammarMatcher(g, undefined, false)
     for (const id of r.replay) if (!m.acceptToken(id)) throw new Error(`the replayed token ${id} is outside the grammar`)
     matchers.set(r.m, m)
-    return { type: 'opened', req: r.req, heapBytes: heapBytes(), bits: m.isTerminated() ? null : await m.getNextTokenBitmask() }
+    return { type: 'opened', req: r.req, heapBytes: heapBytes(), bits: (await nextOf(m)).bits }
   } catch (e) {
     // The converter's 422 goes back as it is. A WebAssembly trap (out of bounds, an abort, out of memory) leaves the
     // instance unusable: the replica replaces this thread. Any other error is the grammar's own (xgrammar refused it).
     if (isOnnxdError(e)) return { type: 'failed', req: r.req, message: e.message, fatal: false, refusal: { message: e.message, ...(typeof e.details.param === "string" ? { param: e.details.param } : {}) } }
     return { type: 'failed', req: r.req, message: messageOf(e), fatal: isTrap(e) }
   }
+}
+
+/** Bit i set: token i ends the sequence (the model's EOS); sized to the masks on first use. */
+let stopBits: Int32Array | null = null
+
+/**
+ * Whether `m`'s value is complete, and else its mask for the next token. Complete: it took an end-of-sequence token,
+ * or nothing but one can follow (an object after its closing brace: it ends there, with no step spent on the EOS).
+ * Where the value may end but could also go on (a number at the root after `4`: `42`, `4.5` and `4` are all
+ * numbers), the mask allows both the EOS and the tokens that continue it: the model decides where it ends.
+ */
+async function nextOf(m: XG.GrammarMatcher): Promise<{ terminated: boolean; bits: Int32Array | null }> {
+  if (m.isTerminated()) return { terminated: true, bits: null }
+  const bits = await m.getNextTokenBitmask()
+  if (!stopBits || stopBits.length !== bits.length) {
+    stopBits = new Int32Array(bits.length)
+    for (const id of data.stopIds) if (id >> 5 < bits.length) stopBits[id >> 5] = (stopBits[id >> 5] ?? 0) | (1 << (id & 31))
+  }
+  for (let w = 0; w < bits.length; w++) if ((bits[w]! & ~stopBits[w]!) !== 0) return { terminated: false, bits }
+  return { terminated: true, bits: null }
 }
 
 async function next(r: Extract<GrammarRequest, { type: 'next' }>): Promise<void> {
@@ -111,8 +131,7 @@ async function next(r: Extract<GrammarRequest, { type: 'next' }>): Promise<void>
       continue
     }
     const rejected = item.accept !== null && !m.acceptToken(item.accept)
-    const terminated = !rejected && m.isTerminated()
-    const bits = rejected || terminated ? null : await m.getNextTokenBitmask()
+    const { terminated, bits } = rejected ? { terminated: false, bits: null } : await nextOf(m)
     if (bits) transfer.push(bits.buffer as ArrayBuffer)
     results.push({ rejected, terminated, bits })
   }

@@ -73,7 +73,7 @@ export class Grammars {
 
   constructor(
     private readonly vocabulary: () => GrammarVocabulary,
-    /** Tokens that end a sequence (the model's EOS): allowed once the JSON is complete, and only then. */
+    /** Tokens that end a sequence (the model's EOS): allowed wherever the value may end, and only there. */
     private readonly stopIds: readonly number[],
     private readonly limits: GrammarLimits = DEFAULT_GRAMMAR_LIMITS,
   ) {}
@@ -268,7 +268,10 @@ export class Grammars {
 export class TokenMask {
   /** Bit i set: token i is allowed at this step (filled by next()). */
   bits: Int32Array = new Int32Array(0)
-  /** The value is complete after the tokens accepted before the last next(): nothing more may follow. */
+  /**
+   * The value is complete after the tokens accepted before the last next(): nothing but an end-of-sequence token may
+   * follow (the sequence ends there, without one), or one was taken.
+   */
   terminated = false
   /** Tokens the thread has accepted, in order (a replaced thread's matcher is rebuilt from them). */
   readonly accepted: number[] = []

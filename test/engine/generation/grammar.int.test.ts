@@ -67,10 +67,7 @@ describe('tool-call grammars', () => {
 })
 
 describe('JSON Schema grammars hold exactly the values valid under their schema', () => {
-  /**
-   * Whether the grammar of `schema` takes `text` whole and ends there; as the value of an object's property (a value
-   * at the root ends as soon as it may: a number there would end at its first digit).
-   */
+  /** Whether the grammar of `schema` takes `text` whole and ends there, as the value of an object's property. */
   const takes = async (schema: Record<string, unknown>, text: string): Promise<boolean> => {
     const r = await walk({ type: 'json_schema', schema: { type: 'object', properties: { v: schema }, required: ['v'] } }, `{"v":${text}}`, false)
     return r.accepted === r.total && r.terminated
@@ -104,5 +101,39 @@ describe('JSON Schema grammars hold exactly the values valid under their schema'
   it.each(cases)('%s', async (_, schema, good, bad) => {
     for (const t of good) expect(await takes(schema, t), t).toBe(true)
     for (const t of bad) expect(await takes(schema, t), t).toBe(false)
+  })
+})
+
+describe('where a value at the root ends', () => {
+  const schema = (s: Record<string, unknown>): StructuredOutput => ({ type: 'json_schema', schema: s })
+  const allows = (bits: Int32Array, id: number): boolean => ((bits[id >> 5] ?? 0) & (1 << (id & 31))) !== 0
+  const digit = (d: string): number => tok.encode(d, false)[0]!
+
+  it('a number goes on past its first digit, its EOS allowed wherever it is a number, and ends with the EOS', async () => {
+    for (const [s, text] of [[{ type: 'number' }, '42.5'], [{ type: 'integer' }, '-17'], [{ type: 'number', minimum: 0, maximum: 100 }, '99.25'], [{ enum: [1, 12] }, '1']] as const) {
+      // The whole number is taken, and is not complete without the EOS: the model may still write digits.
+      expect(await walk(schema(s), text, false), text).toEqual({ accepted: tok.encode(text, false).length, total: tok.encode(text, false).length, terminated: false })
+      expect(await walk(schema(s), text, true), text).toMatchObject({ terminated: true })
+    }
+    const m = await grammars.matcher(schema({ type: 'number' }))
+    expect(allows(m.bits, EOS)).toBe(false) // nothing written yet
+    expect(m.accept(digit('4'))).toBe(true)
+    await m.next()
+    expect(m.terminated).toBe(false)
+    // `4` is a number and so are `42` and `4.5`: the EOS and the tokens that continue it.
+    for (const id of [EOS, digit('2'), digit('.')]) expect(allows(m.bits, id), tok.decode([id])).toBe(true)
+    expect(m.accept(digit('.'))).toBe(true)
+    await m.next()
+    // `4.` is not a number yet.
+    expect(allows(m.bits, EOS)).toBe(false)
+    m.dispose()
+  })
+
+  it('an object, a string, a boolean or null ends with its last character, without an EOS', async () => {
+    for (const [s, text] of [[{ type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] }, '{"a":7}'], [{ type: 'string' }, '"hi"'], [{ type: 'boolean' }, 'true'], [{ type: 'null' }, 'null'], [{ type: 'array', items: { type: 'number' } }, '[1,2]']] as const) {
+      const r = await walk(schema(s), text, false)
+      expect(r, text).toEqual({ accepted: r.total, total: r.total, terminated: true })
+    }
+    expect((await walk({ type: 'json_object' }, '{}', false)).terminated).toBe(true)
   })
 })
