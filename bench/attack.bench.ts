@@ -46,7 +46,7 @@ async function serve(): Promise<void> {
   const { SqliteStore } = await import('../src/store/sqlite.js')
   const { createApiKey } = await import('../src/facade/accounts.js')
   const { ensureDefaultModel } = await import('../src/builder/index.js')
-  const modelDir = args.model ? resolve(args.model) : await ensureDefaultModel(resolve('.cache/models/onnxd-tiny'), 'tiny')
+  const modelDir = args.model ? resolve(args.model) : await ensureDefaultModel(resolve('.cache/models/onnxd-tiny'), 'tiny', 'plain')
   const nodeOpts = loadNodeOptions({}, { model: modelDir, port: 0, logLevel: 'warn' })
   const engine = createEnginePool({ modelDir, workers: 1 })
   const node = buildNode(nodeOpts, { engine })

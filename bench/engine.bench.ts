@@ -29,7 +29,7 @@ async function ensurePreset(preset: string): Promise<string> {
   const dir = resolve(values['models-dir']!, `onnxd-${preset}`)
   if (!existsSync(join(dir, 'config.json'))) {
     process.stdout.write(`building ${preset} into ${dir} ...\n`)
-    await buildModel({ preset, outDir: dir })
+    await buildModel({ preset, outDir: dir, attention: 'plain' })
   }
   return dir
 }

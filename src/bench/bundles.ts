@@ -6,7 +6,7 @@
 // Imports: the builder.
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { basename, join, resolve } from 'node:path'
-import { BUILDER_VERSION, buildModel, presetOf, type Attention, type WeightDtype } from '../builder/index.js'
+import { BUILDER_VERSION, buildModel, builderRecord, presetOf, type Attention, type WeightDtype } from '../builder/index.js'
 import { writeBundleGguf, writeGguf, type GgufType } from '../builder/gguf.js'
 import { DTYPE_FILES } from '../shared/model.js'
 
@@ -42,14 +42,14 @@ export async function ensureBundle(modelsDir: string, preset: string, form: Atte
 /**
  * The GGUF file of `type` for llama.cpp: of the preset's own weights (seed 0, as ensureBundle builds them) written
  * as <models-dir>/onnxd-<preset>-<type>.gguf (rewritten when this builder version did not write it), or of a builder
- * bundle given by directory as <models-dir>/<its name>-<type>.gguf (rewritten when older than its config.json).
+ * bundle given by directory as <models-dir>/<its name>-<type>.gguf (rewritten when older than its builder record).
  */
 export async function ensureGguf(modelsDir: string, from: { preset: string } | { dir: string }, type: GgufType, log: (s: string) => void): Promise<string> {
   const stem = 'preset' in from ? `onnxd-${from.preset}` : basename(resolve(from.dir))
   const path = resolve(modelsDir, `${stem}-${type}.gguf`)
   const marker = `${path}.onnxd.json`
   const want = JSON.stringify('preset' in from ? { preset: from.preset, type, builderVersion: BUILDER_VERSION } : { dir: resolve(from.dir), type })
-  const config = 'dir' in from ? join(from.dir, 'config.json') : null
+  const config = 'dir' in from ? (builderRecord(from.dir)?.path ?? join(from.dir, 'config.json')) : null
   const same = existsSync(path) && existsSync(marker) && readFileSync(marker, 'utf8').trim() === want
   if (same && (!config || (existsSync(config) && statSync(path).mtimeMs > statSync(config).mtimeMs))) return path
   log(`writing ${type.toUpperCase()} GGUF for llama.cpp: ${path} ...`)

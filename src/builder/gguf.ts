@@ -4,12 +4,12 @@
 // quantize_row_q4_0_ref in ggml-quants.c) byte for byte. Q and K projections are permuted the way llama.cpp's
 // convert_hf_to_gguf.py does: the ONNX graph rotates halves (HF rotate_half), llama.cpp's LLAMA rope pairs adjacent
 // dims. Deterministic bytes. Imports: shared, and the builder's graph, presets, tokenizer, quantize and writer.
-import { open, readFile } from 'node:fs/promises'
+import { open } from 'node:fs/promises'
 import { endianness } from 'node:os'
 import { join } from 'node:path'
 import { OnnxdError } from '../shared/errors.js'
 import { llamaGraph } from './graph.js'
-import { BUILDER_VERSION, presetOf } from './index.js'
+import { BUILDER_VERSION, builderRecord, presetOf } from './index.js'
 import type { Preset } from './presets.js'
 import { floatToHalf } from './quantize.js'
 import { BOS_ID, CHAT_TEMPLATE, EOS_ID, PAD_ID, SPECIAL_TOKENS, trainByteLevelBpe } from './tokenizer.js'
@@ -367,17 +367,19 @@ export async function writeGguf(path: string, opts: GgufOptions): Promise<number
 }
 
 /**
- * Writes `type` GGUF of the onnxd bundle in `dir` (its config.json names the preset and seed it was built from; the
- * weights are regenerated from them, so they are the bundle's own) to `out` (default `dir/model-<type>.gguf`).
+ * Writes `type` GGUF of the onnxd bundle in `dir`, in either form (its builder record names the preset and seed it was
+ * built from; the weights are regenerated from them, so they are the bundle's own) to `out` (default
+ * `dir/model-<type>.gguf`).
  */
 export async function writeBundleGguf(dir: string, type: GgufType, out?: string): Promise<{ path: string; bytes: number; preset: string; seed: number }> {
-  const path = join(dir, 'config.json')
-  let origin: { version?: unknown; preset?: unknown; seed?: unknown } | undefined
+  let built: ReturnType<typeof builderRecord>
   try {
-    origin = (JSON.parse(await readFile(path, 'utf8')) as { onnxd_builder?: typeof origin }).onnxd_builder
+    built = builderRecord(dir)
   } catch (e) {
-    throw new OnnxdError('bad_bundle', `${path}: cannot read it (${(e as Error).message}); GGUF conversion needs a plain-form bundle onnxd built`)
+    throw new OnnxdError('bad_bundle', `${dir}: cannot read which builder made it (${(e as Error).message}); GGUF conversion needs a bundle onnxd built`)
   }
+  if (built === null) throw new OnnxdError('bad_bundle', `${dir}: no config.json or genai_config.json; GGUF conversion needs a bundle onnxd built`)
+  const { path, record: origin } = built
   if (!origin || typeof origin.preset !== 'string' || typeof origin.seed !== 'number')
     throw new OnnxdError('bad_bundle', `${path}: not built by onnxd (no onnxd_builder preset and seed); only the builder's bundles convert`)
   if (origin.version !== BUILDER_VERSION)

@@ -6,9 +6,9 @@ import { parseCommand } from './args.js'
 
 export const USAGE = `usage: onnxd model gguf DIR [--type f32,f16,q8_0,q4_0] [--out FILE]
 
-Writes the onnxd bundle in DIR (plain form, built by onnxd model build) as GGUF for llama.cpp: DIR/model-<type>.gguf
+Writes the onnxd bundle in DIR (either form, built by onnxd model build) as GGUF for llama.cpp: DIR/model-<type>.gguf
 for each type (default f32), or FILE for a single type. The weights are the bundle's own (regenerated from the preset
-and seed in its config.json), under llama.cpp's names, Q/K permuted for llama.cpp's rotary layout. f16 stores every
+and seed its builder recorded), under llama.cpp's names, Q/K permuted for llama.cpp's rotary layout. f16 stores every
 matrix as half floats; q8_0 and q4_0 are ggml's reference quantizers (blocks of 32); vectors, and for q8_0/q4_0
 matrices whose rows are not whole blocks, stay f32.
 `

@@ -1,22 +1,24 @@
-// `onnxd model build <preset> [--out DIR] [--seed N] [--attention plain|gqa] [--dtype q4,int8,fp16]`: writes the
+// `onnxd model build <preset> [--out DIR] [--seed N] [--attention gqa|plain] [--dtype q4,int8,fp16]`: writes the
 // embedded default model bundle and prints a one-line JSON summary (preset, attention, dtypes, dir, parameters,
 // bytes, seconds). `onnxd model quality ...` is model-quality.ts; `onnxd model gguf ...`, model-gguf.ts.
 import { join } from 'node:path'
-import { ATTENTION_FORMS, PRESETS, WEIGHT_DTYPES, buildModel, type Attention, type WeightDtype } from '../builder/index.js'
+import { ATTENTION_FORMS, DEFAULT_ATTENTION, PRESETS, WEIGHT_DTYPES, buildModel, type Attention, type WeightDtype } from '../builder/index.js'
 import { clip } from '../shared/errors.js'
 import { parseCommand } from './args.js'
 import * as gguf from './model-gguf.js'
 import * as quality from './model-quality.js'
 
-const USAGE = `usage: onnxd model build <preset> [--out DIR] [--seed N] [--attention plain|gqa] [--dtype q4,int8,fp16]
+const USAGE = `usage: onnxd model build <preset> [--out DIR] [--seed N] [--attention gqa|plain] [--dtype q4,int8,fp16]
        onnxd model quality DIR --dtype q4|int8|fp16 [--prompts N] [--tokens M] [--json]
        onnxd model gguf DIR [--type f32,f16,q8_0,q4_0] [--out FILE]   (GGUF for llama.cpp; onnxd model gguf --help)
 
 Builds the embedded default model (Llama architecture, seeded random weights, byte-level BPE tokenizer). DIR
-defaults to models/onnxd-<preset> (models/onnxd-<preset>-gqa for gqa); N (default 0) seeds the weights.
---attention plain (default): the Hugging Face ONNX export layout, attention in plain ONNX ops.
---attention gqa: the onnxruntime-genai layout (genai_config.json, model.onnx), attention in com.microsoft
-  GroupQueryAttention with rotary fused. Both forms carry the same weights for the same preset and seed.
+defaults to models/onnxd-<preset>-gqa (models/onnxd-<preset> for plain); N (default 0) seeds the weights.
+--attention gqa (default): the onnxruntime-genai layout (genai_config.json, model.onnx), attention in com.microsoft
+  GroupQueryAttention with rotary fused: its decode step costs less CPU than plain's (docs/benchmarks.md); its
+  prompts are prefilled one at a time.
+--attention plain: the Hugging Face ONNX export layout (config.json, onnx/model.onnx), attention in plain ONNX ops;
+  prompts are prefilled several at a time. Both forms carry the same weights for the same preset and seed.
 --dtype: weight forms written beside the float32 model.onnx (always written), comma-separated, served by
   \`onnxd serve --dtype\`: q4 (model_q4.onnx: com.microsoft MatMulNBits, 4-bit blocks of 32, symmetric, LM head
   included; the embedding stays float32), int8 (model_int8.onnx and the same file as model_quantized.onnx:
@@ -51,7 +53,7 @@ export async function run(argv: string[]): Promise<number | void> {
       return 2
     }
   }
-  const attention = (values.attention ?? 'plain') as Attention
+  const attention = (values.attention ?? DEFAULT_ATTENTION) as Attention
   if (!ATTENTION_FORMS.includes(attention)) {
     process.stderr.write(`onnxd model: --attention must be one of ${ATTENTION_FORMS.join(', ')}. Given: ${values.attention}\n`)
     return 2

@@ -33,7 +33,7 @@ const HUB_ID = /^[A-Za-z0-9][\w.-]{0,95}\/[A-Za-z0-9][\w.-]{0,95}$/
  * `owner/name` that is also a local directory is the directory, as with vLLM.
  */
 export function hubModelId(model: string): string | null {
-  // The embedded default (models/onnxd-tiny) is a local bundle even before its first build.
+  // The embedded default (models/onnxd-tiny-gqa) is a local bundle even before its first build.
   if (model === DEFAULT_MODEL_DIR || !HUB_ID.test(model) || model.split('/').some((p) => p === '.' || p === '..' || p.endsWith('.'))) return null
   return existsSync(model) ? null : model
 }

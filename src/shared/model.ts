@@ -4,8 +4,15 @@
 import { basename, resolve } from 'node:path'
 import { clip, OnnxdError } from './errors.js'
 
-/** The embedded default model's bundle; built on first use when no other model is configured. */
-export const DEFAULT_MODEL_DIR = 'models/onnxd-tiny'
+/**
+ * The embedded default model's bundle, built on first use when no other model is configured: the tiny preset in the
+ * builder's default graph form (GroupQueryAttention), where `onnxd model build tiny` writes it. The plain form's
+ * models/onnxd-tiny (the default before) is another bundle, never taken for this one.
+ */
+export const DEFAULT_MODEL_DIR = 'models/onnxd-tiny-gqa'
+
+/** The id the embedded default is served under: the model's name, whichever graph form its bundle holds. */
+export const DEFAULT_MODEL_ID = 'onnxd-tiny'
 
 /**
  * ONNX Runtime execution providers onnxd can run on. `webgpu` ships inside onnxruntime-node (Dawn over Vulkan on
@@ -27,9 +34,11 @@ export const DTYPE_FILES: Record<Dtype, string> = {
   quantized: 'model_quantized.onnx',
 }
 
-/** The id a bundle is served under: `id` if configured, else the bundle's folder name. */
+/** The id a bundle is served under: `id` if configured, else DEFAULT_MODEL_ID for the embedded default's bundle, else
+ * the bundle's folder name. */
 export function modelIdFor(dir: string, id?: string): string {
-  return id ?? basename(resolve(dir))
+  const path = resolve(dir)
+  return id ?? (path === resolve(DEFAULT_MODEL_DIR) ? DEFAULT_MODEL_ID : basename(path))
 }
 
 /**

@@ -1,5 +1,5 @@
-// The embedded default model builder (tiny preset): bundle files, the BPE tokenizer, and the decoder graph's numerics
-// in ONNX Runtime (cache equivalence, left padding, agreement with a real export), determinism, and the CLI.
+// The embedded default model builder (tiny preset) in its plain form: bundle files, the BPE tokenizer, and the decoder
+// graph's numerics in ONNX Runtime (cache equivalence, left padding, agreement with a real export), determinism, and the CLI.
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import * as ort from 'onnxruntime-node'
 import { Tokenizer } from '@huggingface/tokenizers'
@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs'
 import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { PRESETS, buildModel, ensureDefaultModel, parameterCount, type Preset } from '../../src/builder/index.js'
+import { BUILDER_VERSION, PRESETS, buildModel, ensureDefaultModel, parameterCount, type Preset } from '../../src/builder/index.js'
 import { llamaGraph } from '../../src/builder/graph.js'
 import { writeOnnx } from '../../src/builder/write-onnx.js'
 import { CORPUS } from '../../src/builder/corpus.js'
@@ -23,7 +23,7 @@ let dir: string
 
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'onnxd-builder-'))
-  dir = (await buildModel({ preset: 'tiny', outDir: join(root, 'tiny-0'), seed: 0 })).dir
+  dir = (await buildModel({ preset: 'tiny', outDir: join(root, 'tiny-0'), seed: 0, attention: 'plain' })).dir
 })
 afterAll(async () => {
   await rm(root, { recursive: true, force: true })
@@ -315,12 +315,12 @@ describe('decoder graph in ONNX Runtime', () => {
 
 describe('determinism', () => {
   it('the same preset and seed give byte-identical files; another seed gives other weights', async () => {
-    const again = (await buildModel({ preset: 'tiny', outDir: join(root, 'tiny-0-again'), seed: 0 })).dir
+    const again = (await buildModel({ preset: 'tiny', outDir: join(root, 'tiny-0-again'), seed: 0, attention: 'plain' })).dir
     const files = await listFiles(dir)
     expect(await listFiles(again)).toEqual(files)
     for (const f of files) expect(Buffer.compare(await readFile(join(dir, f)), await readFile(join(again, f))), f).toBe(0)
 
-    const other = (await buildModel({ preset: 'tiny', outDir: join(root, 'tiny-1'), seed: 1 })).dir
+    const other = (await buildModel({ preset: 'tiny', outDir: join(root, 'tiny-1'), seed: 1, attention: 'plain' })).dir
     expect(await readFile(join(other, 'tokenizer.json'), 'utf8')).toBe(await readFile(join(dir, 'tokenizer.json'), 'utf8'))
     const m0 = decodeModel(await readFile(join(dir, 'onnx/model.onnx')))
     const m1 = decodeModel(await readFile(join(other, 'onnx/model.onnx')))
@@ -346,17 +346,50 @@ describe('determinism', () => {
 })
 
 describe('ensureDefaultModel', () => {
-  it('builds once, atomically, and leaves an existing bundle alone', async () => {
+  it('builds the GroupQueryAttention form once, atomically, and leaves an existing bundle alone', async () => {
     const parent = join(root, 'models')
-    const target = join(parent, 'onnxd-tiny')
+    const target = join(parent, 'onnxd-tiny-gqa')
     const [a, b] = await Promise.all([ensureDefaultModel(target), ensureDefaultModel(target)])
     expect(a).toBe(target)
     expect(b).toBe(target)
-    expect(existsSync(join(target, 'config.json'))).toBe(true)
-    expect(await readdir(parent)).toEqual(['onnxd-tiny']) // no temporary directories left behind
-    const before = (await stat(join(target, 'onnx/model.onnx'))).mtimeMs
+    // The genai layout, with the record of which builder made it beside genai_config.json.
+    expect(existsSync(join(target, 'genai_config.json'))).toBe(true)
+    expect(existsSync(join(target, 'config.json'))).toBe(false)
+    expect(await readJson(join(target, 'onnxd_builder.json'))).toEqual({ version: BUILDER_VERSION, preset: 'tiny', seed: 0, attention: 'gqa' })
+    expect(await readdir(parent)).toEqual(['onnxd-tiny-gqa']) // no temporary directories left behind
+    const before = (await stat(join(target, 'model.onnx'))).mtimeMs
     expect(await ensureDefaultModel(target)).toBe(target)
-    expect((await stat(join(target, 'onnx/model.onnx'))).mtimeMs).toBe(before)
+    expect((await stat(join(target, 'model.onnx'))).mtimeMs).toBe(before)
+  })
+
+  it('builds the plain form when asked, and never takes a bundle of one form for the other', async () => {
+    const target = join(root, 'models-forms', 'onnxd-tiny')
+    expect(await ensureDefaultModel(target, 'tiny', 'plain')).toBe(target)
+    expect(existsSync(join(target, 'onnx/model.onnx'))).toBe(true)
+    expect(existsSync(join(target, 'genai_config.json'))).toBe(false)
+    const plainBefore = (await stat(join(target, 'onnx/model.onnx'))).mtimeMs
+    expect(await ensureDefaultModel(target, 'tiny', 'plain')).toBe(target)
+    expect((await stat(join(target, 'onnx/model.onnx'))).mtimeMs).toBe(plainBefore)
+    // A plain bundle this builder made (the default before) is not the GroupQueryAttention default: rebuilt in it.
+    expect(await ensureDefaultModel(target)).toBe(target)
+    expect(existsSync(join(target, 'genai_config.json'))).toBe(true)
+    expect(existsSync(join(target, 'onnx'))).toBe(false)
+    expect(await ensureDefaultModel(target, 'tiny', 'plain')).toBe(target)
+    expect(existsSync(join(target, 'config.json'))).toBe(true)
+    expect(existsSync(join(target, 'genai_config.json'))).toBe(false)
+  })
+
+  it('serves a bundle it did not build as it is, in either layout', async () => {
+    const theirs = join(root, 'their-genai')
+    await mkdir(theirs)
+    await writeFile(join(theirs, 'genai_config.json'), '{}')
+    expect(await ensureDefaultModel(theirs)).toBe(theirs)
+    expect(await readdir(theirs)).toEqual(['genai_config.json'])
+    const export_ = join(root, 'their-export')
+    await mkdir(export_)
+    await writeFile(join(export_, 'config.json'), '{"model_type": "llama"}')
+    expect(await ensureDefaultModel(export_)).toBe(export_)
+    expect(await readdir(export_)).toEqual(['config.json'])
   })
 
   it('never builds over a directory that holds something else', async () => {
@@ -374,7 +407,7 @@ describe('ensureDefaultModel', () => {
 })
 
 describe('onnxd model build', () => {
-  it('builds a preset and prints a one-line JSON summary', async () => {
+  it('builds a preset in the GroupQueryAttention form unless told otherwise, and prints a one-line JSON summary', async () => {
     const out = join(root, 'cli-tiny')
     const lines: string[] = []
     const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
@@ -388,7 +421,8 @@ describe('onnxd model build', () => {
     }
     expect(lines).toHaveLength(1)
     const summary = JSON.parse(lines[0] as string) as Record<string, unknown>
-    expect(summary).toMatchObject({ preset: 'tiny', dir: out, parameters: parameterCount(tiny) })
+    expect(summary).toMatchObject({ preset: 'tiny', attention: 'gqa', dir: out, parameters: parameterCount(tiny) })
+    expect(existsSync(join(out, 'genai_config.json'))).toBe(true)
     const files = await listFiles(out)
     let bytes = 0
     for (const f of files) bytes += (await stat(join(out, f))).size

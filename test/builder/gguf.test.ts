@@ -98,13 +98,18 @@ describe('file', () => {
     await writeGguf(join(dir, 'c.gguf'), { ...opts, seed: 1 })
     expect(Buffer.compare(a, await readFile(join(dir, 'c.gguf')))).not.toBe(0)
   })
-  it('onnxd model gguf DIR --type: the bundle\'s preset and seed, the same bytes as the writer; bad input refused', async () => {
+  it('onnxd model gguf DIR --type: the bundle\'s preset and seed, the same bytes as the writer, in either form; bad input refused', async () => {
+    // The builder's default form (GroupQueryAttention) records its preset and seed in onnxd_builder.json.
     const bundle = (await buildModel({ preset: 'tiny', outDir: join(dir, 'bundle'), seed: 3 })).dir
     expect(await run(['gguf', bundle, '--type', 'f32,q8_0'])).toBe(0)
     for (const type of ['f32', 'q8_0'] as const) {
       await writeGguf(join(dir, `ref-${type}.gguf`), { preset: PRESETS.tiny, name: 'onnxd-tiny', seed: 3, type })
       expect(Buffer.compare(await readFile(join(bundle, `model-${type}.gguf`)), await readFile(join(dir, `ref-${type}.gguf`))), type).toBe(0)
     }
+    // The plain form records them in config.json.
+    const plain = (await buildModel({ preset: 'tiny', outDir: join(dir, 'plain'), seed: 3, attention: 'plain' })).dir
+    expect(await run(['gguf', plain, '--type', 'f32'])).toBe(0)
+    expect(Buffer.compare(await readFile(join(plain, 'model-f32.gguf')), await readFile(join(dir, 'ref-f32.gguf')))).toBe(0)
     expect(await run(['gguf', bundle, '--type', 'q4_0', '--out', join(dir, 'one.gguf')])).toBe(0)
     expect((await readFile(join(dir, 'one.gguf'))).subarray(0, 4).toString('latin1')).toBe('GGUF')
     expect(await run(['gguf', bundle, '--type', 'q5_k'])).toBe(2)

@@ -26,7 +26,7 @@ let gqaDir: string
 
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'onnxd-gqa-'))
-  plainDir = (await buildModel({ preset: 'tiny', outDir: join(root, 'plain'), seed: 0 })).dir
+  plainDir = (await buildModel({ preset: 'tiny', outDir: join(root, 'plain'), seed: 0, attention: 'plain' })).dir
   gqaDir = (await buildModel({ preset: 'tiny', outDir: join(root, 'gqa'), seed: 0, attention: 'gqa' })).dir
 })
 afterAll(async () => {
@@ -44,7 +44,7 @@ function keyPaths(v: unknown, prefix = ''): string[] {
 
 describe('bundle files', () => {
   it('writes the onnxruntime-genai layout, with the plain build tokenizer files', async () => {
-    expect(await listFiles(gqaDir)).toEqual(['genai_config.json', 'model.onnx', 'special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json'])
+    expect(await listFiles(gqaDir)).toEqual(['genai_config.json', 'model.onnx', 'onnxd_builder.json', 'special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json'])
     for (const f of ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json']) {
       expect(Buffer.compare(await readFile(join(gqaDir, f)), await readFile(join(plainDir, f))), f).toBe(0)
     }
@@ -306,12 +306,12 @@ describe('determinism', () => {
 
   it('rebuilding a directory in the other form leaves only that form', async () => {
     const dir = join(root, 'switch')
+    await buildModel({ preset: 'tiny', outDir: dir, attention: 'plain' })
     await buildModel({ preset: 'tiny', outDir: dir })
-    await buildModel({ preset: 'tiny', outDir: dir, attention: 'gqa' })
     expect(await listFiles(dir)).toEqual(await listFiles(gqaDir))
     expect(existsSync(join(dir, 'onnx'))).toBe(false)
     expect(readBundle(dir).layout).toBe('genai')
-    await buildModel({ preset: 'tiny', outDir: dir })
+    await buildModel({ preset: 'tiny', outDir: dir, attention: 'plain' })
     expect(await listFiles(dir)).toEqual(await listFiles(plainDir))
     expect(readBundle(dir).layout).toBe('hf')
   })

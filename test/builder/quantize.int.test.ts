@@ -32,7 +32,7 @@ const model = async (d: string, file: string): Promise<Model> => decodeModel(awa
 
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'onnxd-quant-'))
-  dir = (await buildModel({ preset: 'tiny', outDir: join(root, 'plain'), dtypes: ['q4', 'int8', 'fp16'] })).dir
+  dir = (await buildModel({ preset: 'tiny', outDir: join(root, 'plain'), attention: 'plain', dtypes: ['q4', 'int8', 'fp16'] })).dir
   gqaDir = (await buildModel({ preset: 'tiny', outDir: join(root, 'gqa'), attention: 'gqa', dtypes: ['q4', 'int8', 'fp16'] })).dir
 })
 afterAll(async () => {
@@ -51,14 +51,14 @@ const attr = (m: Model, op: string, name: string): number[] =>
 describe('files', () => {
   it('writes the variants beside model.onnx, the same bytes on every build; model_quantized.onnx is model_int8.onnx', async () => {
     expect(await listFiles(join(dir, 'onnx'))).toEqual(['model.onnx', 'model_fp16.onnx', 'model_int8.onnx', 'model_q4.onnx', 'model_quantized.onnx'])
-    const again = (await buildModel({ preset: 'tiny', outDir: join(root, 'again'), dtypes: ['fp16', 'q4', 'int8'] })).dir
+    const again = (await buildModel({ preset: 'tiny', outDir: join(root, 'again'), attention: 'plain', dtypes: ['fp16', 'q4', 'int8'] })).dir
     for (const f of await listFiles(dir)) expect(Buffer.compare(await readFile(join(dir, f)), await readFile(join(again, f))), f).toBe(0)
     expect(Buffer.compare(await readFile(join(dir, 'onnx/model_int8.onnx')), await readFile(join(dir, 'onnx/model_quantized.onnx')))).toBe(0)
     // The float32 model is the one a build without --dtype writes.
-    const plain = (await buildModel({ preset: 'tiny', outDir: join(root, 'fp32only') })).dir
+    const plain = (await buildModel({ preset: 'tiny', outDir: join(root, 'fp32only'), attention: 'plain' })).dir
     expect(Buffer.compare(await readFile(join(dir, 'onnx/model.onnx')), await readFile(join(plain, 'onnx/model.onnx')))).toBe(0)
     // ... and a rebuild without them removes the old variants.
-    await buildModel({ preset: 'tiny', outDir: again })
+    await buildModel({ preset: 'tiny', outDir: again, attention: 'plain' })
     expect(await listFiles(join(again, 'onnx'))).toEqual(['model.onnx'])
   })
 
@@ -235,7 +235,7 @@ describe('quality', () => {
 
   it("the forms kept for comparing ORT's kernels run and stay within their bounds: MatMulNBits at 8 bits, blocks of 64 at accuracy_level 0; int8 per channel with reduce_range", async () => {
     const q8 = (await buildModel({ preset: 'tiny', outDir: join(root, 'nbits8'), attention: 'gqa', dtypes: ['q4'], nbits: { bits: 8 } })).dir
-    const b64 = (await buildModel({ preset: 'tiny', outDir: join(root, 'nbits-b64'), dtypes: ['q4'], nbits: { block: 64, accuracyLevel: 0 } })).dir
+    const b64 = (await buildModel({ preset: 'tiny', outDir: join(root, 'nbits-b64'), attention: 'plain', dtypes: ['q4'], nbits: { block: 64, accuracyLevel: 0 } })).dir
     const graph = async (d: string, file: string): Promise<string> => JSON.stringify((await model(d, file)).graph.node.filter((n) => n.op_type === 'MatMulNBits').map((n) => (n.attribute ?? []).map((a) => [a.name, Number(a.i)])))
     expect(await graph(q8, 'model_q4.onnx')).toContain('["bits",8]')
     expect(await graph(b64, 'onnx/model_q4.onnx')).toContain('["block_size",64],["accuracy_level",0]')
@@ -287,7 +287,7 @@ describe('CLI', () => {
     const err: string[] = []
     const errSpy = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => (err.push(String(chunk)), true))
     try {
-      expect(await run(['build', 'tiny', '--out', join(root, 'cli'), '--dtype', 'q4,fp16'])).toBe(0)
+      expect(await run(['build', 'tiny', '--out', join(root, 'cli'), '--attention', 'plain', '--dtype', 'q4,fp16'])).toBe(0)
       expect(JSON.parse(lines[0])).toMatchObject({ preset: 'tiny', dtypes: ['fp32', 'q4', 'fp16'] })
       expect(await listFiles(join(root, 'cli', 'onnx'))).toEqual(['model.onnx', 'model_fp16.onnx', 'model_q4.onnx'])
       expect(await run(['build', 'tiny', '--out', join(root, 'never'), '--dtype', 'q4,int3'])).toBe(2)

@@ -16,14 +16,21 @@ export const DECODER_FIXTURES = [
   { name: 'tiny-qwen35-cuda', fp16: true },
 ] as const
 
-/** The tiny preset in its GroupQueryAttention form (onnxruntime-genai layout), built by test/setup/default-model.ts. */
+/**
+ * The tiny preset in its GroupQueryAttention form (onnxruntime-genai layout), the embedded default model's form, built
+ * by test/setup/default-model.ts.
+ */
 export const tinyGqaModelDir = (): string => {
   const dir = process.env.ONNXD_TEST_MODEL_GQA
   if (!dir) throw new Error('ONNXD_TEST_MODEL_GQA is not set: run the tests through vitest (globalSetup builds the model)')
   return dir
 }
 
-/** The embedded default model (tiny preset), built by test/setup/default-model.ts. */
+/**
+ * The tiny preset in its plain form (Hugging Face export layout: config.json, onnx/model.onnx), built by
+ * test/setup/default-model.ts. It was the embedded default model until the default moved to the GroupQueryAttention
+ * form (tinyGqaModelDir); the suites that take it test through the plain graph.
+ */
 export const defaultModelDir = (): string => {
   const dir = process.env.ONNXD_TEST_MODEL
   if (!dir) throw new Error('ONNXD_TEST_MODEL is not set: run the tests through vitest (globalSetup builds the model)')

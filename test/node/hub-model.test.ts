@@ -139,7 +139,8 @@ describe('models by Hugging Face hub id (issue #35)', () => {
 
   beforeAll(async () => {
     const bundle = tmp()
-    await buildModel({ preset: 'tiny', outDir: bundle, dtypes: ['q4'] })
+    // The Hugging Face export layout (onnx/model_q4.onnx), as hub repositories hold it.
+    await buildModel({ preset: 'tiny', outDir: bundle, attention: 'plain', dtypes: ['q4'] })
     files = repoFiles(bundle)
     // A README and a chat template file beside them, as hub repositories have (the first is not fetched).
     files.set('README.md', Buffer.from('# tiny\n'))
