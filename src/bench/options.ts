@@ -6,7 +6,7 @@
 // ORT references on one execution provider; --llama-gpu puts llama.cpp on a GPU backend.
 import { parseArgs } from 'node:util'
 import { resolve } from 'node:path'
-import { ATTENTION_FORMS, WEIGHT_DTYPES, type Attention } from '../builder/index.js'
+import { ATTENTION_FORMS, DEFAULT_ATTENTION, WEIGHT_DTYPES, type Attention } from '../builder/index.js'
 import { GGUF_TYPES, type GgufType } from '../builder/gguf.js'
 import { RUNTIMES, defaultRuntime, type Runtime } from '../engine/bench-surface.js'
 import { OnnxdError } from '../shared/errors.js'
@@ -39,19 +39,20 @@ const NODE_RUNTIME = defaultRuntime('cpu')
 
 /**
  * The onnxd targets a run starts unless --attention/--runtime say otherwise, per scenario: one constant, which the
- * lead sets by measurement. Standard: the production path (the node's default form and runtime). Long: issue 12's
- * comparison, the C-API runtime against the JS API on the GroupQueryAttention graph.
+ * lead sets by measurement. Standard: the production path (the builder's default form, GroupQueryAttention, and the
+ * node's default runtime). Long: issue 12's comparison, the C-API runtime against the JS API on the
+ * GroupQueryAttention graph.
  */
 export const DEFAULT_TARGETS: Record<ScenarioKind, { attention: Attention[]; runtime: Runtime[]; prefixCaching: boolean[]; baseline: string }> = {
-  standard: { attention: ['plain'], runtime: [NODE_RUNTIME], prefixCaching: [true], baseline: `plain/${NODE_RUNTIME}` },
+  standard: { attention: [DEFAULT_ATTENTION], runtime: [NODE_RUNTIME], prefixCaching: [true], baseline: `${DEFAULT_ATTENTION}/${NODE_RUNTIME}` },
   long: { attention: ['gqa'], runtime: ['js', 'capi'], prefixCaching: [true], baseline: 'gqa/js' },
-  // The chat workload's question: what prefix caching gives on a shared system prompt.
-  chat: { attention: ['plain'], runtime: ['capi'], prefixCaching: [true, false], baseline: 'plain/capi/no-prefix-cache' },
+  // The chat workload's question: what prefix caching gives on a shared system prompt, in the default form.
+  chat: { attention: [DEFAULT_ATTENTION], runtime: ['capi'], prefixCaching: [true, false], baseline: `${DEFAULT_ATTENTION}/capi/no-prefix-cache` },
 }
 
 type TargetFields = Pick<TargetSpec, 'attention' | 'runtime' | 'dtype' | 'prefixCaching'>
 
-/** A target as --baseline names it: `plain/capi`, with `/q4` (etc.) for a weight form other than fp32 and
+/** A target as --baseline names it: `gqa/capi`, with `/q4` (etc.) for a weight form other than fp32 and
  * `/no-prefix-cache` when prefix caching is off. */
 export const targetKey = (t: TargetFields): string => `${t.attention}/${t.runtime}${t.dtype === 'fp32' ? '' : `/${t.dtype}`}${t.prefixCaching ? '' : '/no-prefix-cache'}`
 
@@ -141,15 +142,15 @@ scenario:
                          long (prompt 1024, output 256, concurrency 1,16,64, one wave of requests = concurrency per
                          level, each level cut after --duration (default 240 s); targets gqa/js and gqa/capi) or
                          chat (a shared system prompt of 1000 tokens + 50 own tokens, output 128, concurrency
-                         1,16,64; targets plain/capi with prefix caching on and off)
+                         1,16,64; targets gqa/capi with prefix caching on and off)
 
 targets (each a node the bench starts on the preset; at each level they run one after another, alternating order):
-  --attention LIST       graph forms to build and serve: plain, gqa (default: plain; long: gqa)
+  --attention LIST       graph forms to build and serve: gqa, plain (default: gqa, the builder's default)
   --runtime LIST         step runtimes: js, capi (default: the node's, capi on CPU; long: js,capi; chat: capi)
   --prefix-caching LIST  on, off: nodes with prefix caching on and/or off (default: on; chat: on,off)
   --dtype LIST           weight forms to build and serve: fp32, q4, int8, fp16 (default fp32)
   --baseline KEY         the target every target's output tok/s is divided by, as FORM/RT[/DTYPE][/no-prefix-cache]
-                         (default plain/capi; long: gqa/js; chat: plain/capi/no-prefix-cache; js for capi on a GPU)
+                         (default gqa/capi; long: gqa/js; chat: gqa/capi/no-prefix-cache; js for capi on a GPU)
   --provider NAME        execution provider of the nodes it starts and of the ORT ceiling: cpu (default), webgpu,
                          cuda, tensorrt. On webgpu the runtime is capi (the cache on the device) unless --runtime says
                          js; on cuda and tensorrt it is js. The ORT ceiling runs on that provider (through the C API

@@ -416,10 +416,13 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
   runs.sort((a, b) => Number(b.target === cfg.baseline) - Number(a.target === cfg.baseline))
   const scenarios: BenchReport['scenarios'] = [...runs, ...notWritten, ...notStarted]
   const main = runs[0]
+  // transformers.js reads the Hugging Face export layout only: on a preset whose baseline form is another, the peer
+  // serves the plain form's bundle, the same weights.
+  const peerDir = async (): Promise<string | null> => (preset && base.form !== 'plain' ? ensureBundle(cfg.modelsDir, preset, 'plain', (s) => log.step(s)) : dir)
   const reference = async (kind: 'unbatched' | 'peer', on: boolean, off: string): Promise<void> => {
     if (!on) return void scenarios.push({ name: kind, label: LABELS[kind], ...skipped(off) })
     try {
-      scenarios.push(await drive(kind, x, dir))
+      scenarios.push(await drive(kind, x, kind === 'peer' ? await peerDir() : dir))
     } catch (e) {
       const msg = (e as Error).message
       const reason = /transformers\.js is not installed/.test(msg) ? 'transformers.js (@huggingface/transformers) is not installed' : `failed: ${msg.split('\n').slice(0, 6).join(' | ')}`

@@ -49,12 +49,14 @@ describe('benchConfig', () => {
     expect(c.baseline).toBeNull()
     const m = benchConfig(['--attention', 'plain,gqa', '--runtime', 'js,capi'])
     expect(m.targets.map((t) => t.name)).toEqual(['onnxd plain/js', 'onnxd plain/capi', 'onnxd gqa/js', 'onnxd gqa/capi'])
-    // The standard baseline is the production default, the node's runtime on CPU.
-    expect(DEFAULT_TARGETS.standard).toMatchObject({ runtime: ['capi'], baseline: 'plain/capi' })
-    expect(m.baseline).toBe('onnxd plain/capi')
-    expect(benchConfig(['--attention', 'gqa', '--runtime', 'js,capi', '--baseline', 'gqa/capi']).baseline).toBe('onnxd gqa/capi')
+    // The standard target and baseline are the production default: the builder's default form (GroupQueryAttention)
+    // on the node's runtime on CPU.
+    expect(DEFAULT_TARGETS.standard).toMatchObject({ attention: ['gqa'], runtime: ['capi'], baseline: 'gqa/capi' })
+    expect(c.targets.map((t) => t.name)).toEqual(['onnxd gqa/capi'])
+    expect(m.baseline).toBe('onnxd gqa/capi')
+    expect(benchConfig(['--attention', 'gqa', '--runtime', 'js,capi', '--baseline', 'gqa/js']).baseline).toBe('onnxd gqa/js')
     // A default baseline that is not among the targets: the first target.
-    expect(benchConfig(['--attention', 'gqa', '--runtime', 'capi,js']).baseline).toBe('onnxd gqa/capi')
+    expect(benchConfig(['--attention', 'plain', '--runtime', 'capi,js']).baseline).toBe('onnxd plain/capi')
   })
 
   it('makes --scenario long the long-prompt run: one wave per level, capped, gqa js vs capi, no one-at-a-time references', () => {
@@ -71,14 +73,14 @@ describe('benchConfig', () => {
   it('makes --scenario chat the shared-system-prompt run: the same 1000 tokens before each prompt, prefix caching on against off', () => {
     const c = benchConfig(['--scenario', 'chat'])
     expect(c).toMatchObject({ scenario: 'chat', sharedPrefixLen: 1000, promptLen: { kind: 'fixed', value: 50 }, outputLen: { kind: 'fixed', value: 128 }, concurrency: [1, 16, 64] })
-    expect(c.targets.map((t) => t.name)).toEqual(['onnxd plain/capi', 'onnxd plain/capi/no-prefix-cache'])
+    expect(c.targets.map((t) => t.name)).toEqual(['onnxd gqa/capi', 'onnxd gqa/capi/no-prefix-cache'])
     expect(c.targets.map((t) => t.prefixCaching)).toEqual([true, false])
-    expect(c.baseline).toBe('onnxd plain/capi/no-prefix-cache')
+    expect(c.baseline).toBe('onnxd gqa/capi/no-prefix-cache')
     expect(c.references).toEqual({ ceiling: false, matmul: false, unbatched: false, peer: false })
     expect(describeConfig(c)).toMatchObject({ shared_prefix_len: 1000 })
-    const g = benchConfig(['--scenario', 'chat', '--attention', 'gqa', '--prefix-caching', 'off,on', '--baseline', 'gqa/capi', '--shared-prefix-len', '300'])
-    expect(g.targets.map((t) => t.name)).toEqual(['onnxd gqa/capi/no-prefix-cache', 'onnxd gqa/capi'])
-    expect(g).toMatchObject({ baseline: 'onnxd gqa/capi', sharedPrefixLen: 300 })
+    const g = benchConfig(['--scenario', 'chat', '--attention', 'plain', '--prefix-caching', 'off,on', '--baseline', 'plain/capi', '--shared-prefix-len', '300'])
+    expect(g.targets.map((t) => t.name)).toEqual(['onnxd plain/capi/no-prefix-cache', 'onnxd plain/capi'])
+    expect(g).toMatchObject({ baseline: 'onnxd plain/capi', sharedPrefixLen: 300 })
     // Elsewhere one target per form x runtime, with the node's default (on).
     expect(benchConfig([]).targets.map((t) => t.prefixCaching)).toEqual([true])
     expect(() => benchConfig(['--prefix-caching', 'maybe'])).toThrow(/--prefix-caching must be a comma-separated list of on, off\. Given: maybe/)
@@ -86,11 +88,11 @@ describe('benchConfig', () => {
 
   it('--dtype adds a target per weight form; llama.cpp runs on the paired GGUF types unless told otherwise', () => {
     const c = benchConfig(['--runtime', 'capi', '--dtype', 'fp32,q4,int8,fp16'])
-    expect(c.targets.map((t) => t.name)).toEqual(['onnxd plain/capi', 'onnxd plain/capi/q4', 'onnxd plain/capi/int8', 'onnxd plain/capi/fp16'])
+    expect(c.targets.map((t) => t.name)).toEqual(['onnxd gqa/capi', 'onnxd gqa/capi/q4', 'onnxd gqa/capi/int8', 'onnxd gqa/capi/fp16'])
     expect(c.targets.map((t) => t.dtype)).toEqual(['fp32', 'q4', 'int8', 'fp16'])
     expect(c.llamaCpp.map((l) => l.name)).toEqual(['llama.cpp f32 t1', 'llama.cpp q4_0 t1', 'llama.cpp q8_0 t1', 'llama.cpp f16 t1'])
-    expect(benchConfig(['--dtype', 'q4', '--runtime', 'capi', '--baseline', 'plain/capi/q4']).baseline).toBeNull()
-    expect(benchConfig(['--dtype', 'fp32,q4', '--runtime', 'capi', '--baseline', 'plain/capi/q4']).baseline).toBe('onnxd plain/capi/q4')
+    expect(benchConfig(['--dtype', 'q4', '--runtime', 'capi', '--baseline', 'gqa/capi/q4']).baseline).toBeNull()
+    expect(benchConfig(['--dtype', 'fp32,q4', '--runtime', 'capi', '--baseline', 'gqa/capi/q4']).baseline).toBe('onnxd gqa/capi/q4')
     const t = benchConfig(['--llama-cpp', 'q4_0', '--llama-threads', '1,2'])
     expect(t.llamaCpp).toEqual([
       { type: 'q4_0', threads: 1, gpu: 'none', name: 'llama.cpp q4_0 t1' },
@@ -122,7 +124,7 @@ describe('benchConfig', () => {
       { type: 'q4_0', threads: 1, gpu: 'vulkan', name: 'llama.cpp q4_0 t1 vulkan' },
     ])
     expect(describeConfig(g)).toMatchObject({ provider: 'webgpu', targets: ['onnxd gqa/capi/fp16', 'onnxd gqa/capi/q4'] })
-    expect(benchConfig(['--provider', 'webgpu', '--attention', 'plain,gqa']).baseline).toBe('onnxd plain/capi')
+    expect(benchConfig(['--provider', 'webgpu', '--attention', 'plain,gqa']).baseline).toBe('onnxd gqa/capi')
     // Both runtimes on webgpu (the JS API's cache crosses every step: the comparison the device cache is for).
     expect(benchConfig(['--provider', 'webgpu', '--attention', 'gqa', '--runtime', 'js,capi']).targets.map((t) => t.name)).toEqual(['onnxd gqa/js', 'onnxd gqa/capi'])
     expect(benchConfig(['--provider', 'cuda']).targets.map((t) => t.runtime)).toEqual(['js'])

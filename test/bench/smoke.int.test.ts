@@ -32,7 +32,7 @@ describe('onnxd bench --smoke', () => {
     expect(existsSync(chartPath!) && readFileSync(chartPath!, 'utf8').startsWith('<svg')).toBe(true)
 
     const r: BenchReport = report
-    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 4, scenario: 'standard', baseline: null, target_ratios: [], model: { id: 'onnxd-tiny', preset: 'tiny' } })
+    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 4, scenario: 'standard', baseline: null, target_ratios: [], model: { id: 'onnxd-tiny-gqa', preset: 'tiny' } })
     expect(r.machine).toMatchObject({ provider: 'cpu' })
     expect(r.machine.cores).toBeGreaterThan(0)
     expect(r.machine.cpu.length).toBeGreaterThan(0)
@@ -73,7 +73,7 @@ describe('onnxd bench --smoke', () => {
       expect(e.bound_vs_ceiling).toBeLessThan(1)
       if (haveTf) expect(e.vs_peer).toBeGreaterThan(0)
     }
-    expect(r.targets.map((t) => t.id)).toEqual(['peer_throughput', 'peer_tpot', 'unbatched_throughput', 'ceiling_throughput', ...(haveLlama ? ['llama_cpp:plain/capi:f32 t1:1', 'llama_cpp:plain/capi:f32 t1:16+'] : [])])
+    expect(r.targets.map((t) => t.id)).toEqual(['peer_throughput', 'peer_tpot', 'unbatched_throughput', 'ceiling_throughput', ...(haveLlama ? ['llama_cpp:gqa/capi:f32 t1:1', 'llama_cpp:gqa/capi:f32 t1:16+'] : [])])
     for (const t of r.targets) expect(t.value !== null || (t.reason ?? '').length > 0).toBe(true)
     expect(r.summary).toHaveLength(3)
 

@@ -113,11 +113,11 @@ describe('onnxd bench: several targets', () => {
     const { report: r } = await runBench(benchConfig([...common, ...out(), '--scenario', 'chat']))
     expect(r.scenario).toBe('chat')
     expect(r.config).toMatchObject({ shared_prefix_len: 64, prompt_len: '8', concurrency: [1, 4] })
-    expect(runs(r.scenarios).map((s) => s.target).sort()).toEqual(['onnxd plain/capi', 'onnxd plain/capi/no-prefix-cache'])
-    const on = runs(r.scenarios).find((s) => s.target === 'onnxd plain/capi')!
-    const off = runs(r.scenarios).find((s) => s.target === 'onnxd plain/capi/no-prefix-cache')!
+    expect(runs(r.scenarios).map((s) => s.target).sort()).toEqual(['onnxd gqa/capi', 'onnxd gqa/capi/no-prefix-cache'])
+    const on = runs(r.scenarios).find((s) => s.target === 'onnxd gqa/capi')!
+    const off = runs(r.scenarios).find((s) => s.target === 'onnxd gqa/capi/no-prefix-cache')!
     expect([on.prefix_caching, off.prefix_caching]).toEqual([true, false])
-    expect(r.baseline).toBe('onnxd plain/capi/no-prefix-cache')
+    expect(r.baseline).toBe('onnxd gqa/capi/no-prefix-cache')
     for (const l of on.levels) {
       expect(l.completed).toBeGreaterThan(0)
       // Every request after the first few finds the shared prompt's whole blocks (64 tokens) in the cache.
@@ -125,7 +125,7 @@ describe('onnxd bench: several targets', () => {
       expect(l.cached_input_tokens).toBeLessThan(l.total_input_tokens)
     }
     for (const l of off.levels) expect(l.cached_input_tokens).toBe(0)
-    for (const t of r.target_ratios) expect(Object.keys(t.vs_baseline).sort()).toEqual(['onnxd plain/capi', 'onnxd plain/capi/no-prefix-cache'])
+    for (const t of r.target_ratios) expect(Object.keys(t.vs_baseline).sort()).toEqual(['onnxd gqa/capi', 'onnxd gqa/capi/no-prefix-cache'])
     expect(isSkipped(r.references.ort_ceiling) && r.references.ort_ceiling.reason).toMatch(/not part of --scenario chat/)
   }, 90_000)
 
@@ -137,8 +137,8 @@ describe('onnxd bench: several targets', () => {
       ['llama.cpp q4_0 t1', 'q4_0', 1],
     ])
     expect(runs(r.scenarios).map((s) => [s.target, s.dtype])).toEqual([
-      ['onnxd plain/capi', 'fp32'],
-      ['onnxd plain/capi/q4', 'q4'],
+      ['onnxd gqa/capi', 'fp32'],
+      ['onnxd gqa/capi/q4', 'q4'],
     ])
     for (const s of [...llama, ...runs(r.scenarios)]) {
       expect(s.levels.map((l) => l.max_concurrency)).toEqual([1, 2])
@@ -146,18 +146,18 @@ describe('onnxd bench: several targets', () => {
       for (const l of s.levels) expect(l).toMatchObject({ failed: 0, cut: 0, total_output_tokens: l.completed * 16 })
     }
     // One rotation: the llama.cpp servers take turns with the onnxd targets, reversed from level to level.
-    const asked = ['onnxd plain/capi', 'onnxd plain/capi/q4', 'llama.cpp f32 t1', 'llama.cpp q4_0 t1']
+    const asked = ['onnxd gqa/capi', 'onnxd gqa/capi/q4', 'llama.cpp f32 t1', 'llama.cpp q4_0 t1']
     expect(r.run_order).toEqual([
       { concurrency: 1, targets: asked },
       { concurrency: 2, targets: [...asked].reverse() },
     ])
-    expect(r.llama_cpp_ratios.map((p) => `${p.concurrency} ${p.onnxd} ${p.llama_cpp}`)).toEqual(['1 onnxd plain/capi llama.cpp f32 t1', '2 onnxd plain/capi llama.cpp f32 t1', '1 onnxd plain/capi/q4 llama.cpp q4_0 t1', '2 onnxd plain/capi/q4 llama.cpp q4_0 t1'])
+    expect(r.llama_cpp_ratios.map((p) => `${p.concurrency} ${p.onnxd} ${p.llama_cpp}`)).toEqual(['1 onnxd gqa/capi llama.cpp f32 t1', '2 onnxd gqa/capi llama.cpp f32 t1', '1 onnxd gqa/capi/q4 llama.cpp q4_0 t1', '2 onnxd gqa/capi/q4 llama.cpp q4_0 t1'])
     for (const p of r.llama_cpp_ratios) expect(p.output_throughput).toBeCloseTo(p.onnxd_output_throughput / p.llama_cpp_output_throughput, 9)
     expect(r.targets.filter((t) => t.id.startsWith('llama_cpp:')).map((t) => t.id)).toEqual([
-      'llama_cpp:plain/capi:f32 t1:1',
-      'llama_cpp:plain/capi:f32 t1:16+',
-      'llama_cpp:plain/capi/q4:q4_0 t1:1',
-      'llama_cpp:plain/capi/q4:q4_0 t1:16+',
+      'llama_cpp:gqa/capi:f32 t1:1',
+      'llama_cpp:gqa/capi:f32 t1:16+',
+      'llama_cpp:gqa/capi/q4:q4_0 t1:1',
+      'llama_cpp:gqa/capi/q4:q4_0 t1:16+',
     ])
   }, 120_000)
 })
