@@ -1,5 +1,6 @@
-// Builds the worker node's HTTP app (fastify) over an EngineClient: /health, /health/live, /metrics and
-// /internal/v1/completions, one error handler, graceful drain. Never listens: the CLI (or a test) does.
+// Builds the worker node's HTTP app (fastify) over an EngineClient: /health, /health/live, /metrics,
+// /internal/v1/completions and /internal/v1/tokenize, one error handler, graceful drain. Never listens: the CLI (or a
+// test) does.
 // Imports: node internals, engine types, fastify.
 import Fastify, { type FastifyInstance, type LogLevel } from 'fastify'
 import type { Registry } from 'prom-client'
@@ -12,6 +13,7 @@ import { createMetrics, createRegistry, registerMetricsRoute, type NodeMetrics }
 import { COMPLETIONS_PATH } from '../contract/completions.js'
 import { registerCompletionRoutes, requestIdFor } from './routes/completions.js'
 import { registerHealthRoutes } from './routes/health.js'
+import { registerTokenizeRoute } from './routes/tokenize.js'
 import { bundleHasChatTemplate } from './chat-template.js'
 import { RequestTracing, type Tracing } from '../shared/tracing.js'
 
@@ -89,6 +91,7 @@ export function buildNode(opts: NodeOptions, deps: NodeDeps): FastifyInstance {
   })
   registerMetricsRoute(app, metrics, probeLogLevel)
   registerCompletionRoutes(app, { engine, state, metrics, traces })
+  registerTokenizeRoute(app, { engine, state })
 
   // close() without a drain first (tests, a second signal): stop admitting and end what is still running at once.
   app.addHook('preClose', async () => {

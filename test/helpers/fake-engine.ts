@@ -122,6 +122,8 @@ export interface FakeEngineOptions {
   health?: Partial<PoolHealth>
   /** Receives onStep/onFinish like the real pool's observer would. */
   observer?: EngineObserver
+  /** What countTokens answers (default: one token per character of the prompt, or of the messages' contents). */
+  countTokens?: (req: Pick<EngineRequest, 'messages' | 'prompt' | 'tools'>) => Promise<number>
 }
 
 export const READY_HEALTH: PoolHealth = {
@@ -177,6 +179,15 @@ export class FakeEngine implements EngineClient {
     const script = this.opts.script ?? DEFAULT_SCRIPT
     if (script !== 'manual') void this.#run(seq, typeof script === 'function' ? script(req, seq) : script)
     return () => seq.cancel()
+  }
+
+  /** The prompts countTokens was asked about, in order. */
+  readonly counted: Pick<EngineRequest, 'messages' | 'prompt' | 'tools'>[] = []
+
+  countTokens(req: Pick<EngineRequest, 'messages' | 'prompt' | 'tools'>): Promise<number> {
+    this.counted.push(req)
+    if (this.opts.countTokens) return this.opts.countTokens(req)
+    return Promise.resolve((req.prompt ?? (req.messages ?? []).map((m) => m.content).join('')).length)
   }
 
   health(): PoolHealth {

@@ -30,11 +30,17 @@ describe('node over the real engine pool', () => {
   let engine: EngineClient
   let base: string
   let generated = 0
+  /** The prompt tokens of every sequence the engine finished, in order. */
+  const finished: number[] = []
   beforeAll(async () => {
     const metrics = createMetrics(createRegistry(), 'onnxd-tiny', 'cpu')
     engine = createEnginePool(
       { modelDir: defaultModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1, heartbeatTimeoutMs: 1000, faultInjection: true },
-      { ...metrics.observer, onStep: (s) => { metrics.observer.onStep?.(s); if (s.phase === 'decode') generated += s.batch } },
+      {
+        ...metrics.observer,
+        onStep: (s) => { metrics.observer.onStep?.(s); if (s.phase === 'decode') generated += s.batch },
+        onFinish: (f) => { metrics.observer.onFinish?.(f); finished.push(f.promptTokens) },
+      },
     )
     app = buildNode(testOptions(), { engine, metrics })
     base = await listen(app)
@@ -94,6 +100,26 @@ describe('node over the real engine pool', () => {
     expect(metricValue(metrics, 'onnxd_num_requests_running')).toBe(0)
     // What the steps handed to ONNX Runtime and read back, counted across the worker thread.
     for (const phase of ['prefill', 'decode']) for (const direction of ['in', 'out']) expect(metricValue(metrics, `onnxd_step_io_bytes_total{model_name="onnxd-tiny",phase="${phase}",direction="${direction}"}`)).toBeGreaterThan(0)
+  })
+
+  it('counts a prompt (POST /internal/v1/tokenize) as a completion of it reports its prompt tokens, running no sequence', async () => {
+    const post = async (path: string, body: object): Promise<{ prompt_tokens?: number; usage?: { prompt_tokens: number } }> =>
+      (await (await fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'onnxd-tiny', ...body }) })).json()) as never
+    const tools = [{ type: 'function', function: { name: 'get_time', description: 'The time in a zone', parameters: { type: 'object', properties: { zone: { type: 'string' } }, required: ['zone'] } } }]
+    const prompts = [
+      { messages: [{ role: 'system', content: 'Be brief, and count with care.' }, { role: 'user', content: 'What time is it in Lisbon right now?' }], tools },
+      { messages: [{ role: 'user', content: 'hi there' }] },
+      { prompt: 'Once upon a time' },
+    ]
+    for (const p of prompts) {
+      const from = finished.length
+      const counted = (await post('/internal/v1/tokenize', p)).prompt_tokens!
+      const done = await post(URL_PATH, { ...p, max_tokens: 1 })
+      expect(counted, JSON.stringify(p)).toBe(done.usage!.prompt_tokens)
+      // Finishes reach the main thread in order: a sequence run for the count would have finished before the completion's.
+      await waitFor(async () => finished.slice(from).includes(counted), 'the completion finished')
+      expect(finished.slice(from).filter((n) => n === counted), JSON.stringify(p)).toHaveLength(1)
+    }
   })
 
   it('a hung engine loop turns /health unhealthy while HTTP still answers', async () => {

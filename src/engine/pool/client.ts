@@ -75,6 +75,13 @@ export interface EngineClient {
   ready(): Promise<void>
   /** Starts a request; events arrive on `sink` (accepted, tokens, done | error). Returns a cancel function. */
   submit(req: EngineRequest, sink: (e: SeqEvent) => void): () => void
+  /**
+   * How many tokens a text prompt is: `messages` through the chat template (with `tools`), or `prompt`, rendered and
+   * tokenized as submit() would, on a tokenizer thread; nothing runs on the model. Rejects with the error a
+   * completion of it would get before it reached a replica (503 while loading or draining, a prompt over the byte
+   * bound, no tokenizer, a template that fails).
+   */
+  countTokens(req: Pick<EngineRequest, 'messages' | 'prompt' | 'tools'>): Promise<number>
   health(): PoolHealth
   /** Stops admitting (health turns draining); in-flight requests go on. */
   drain(): void

@@ -222,12 +222,12 @@ export class EnginePool implements EngineClient {
       sink({ type: 'error', error: toErrorData(err) })
       return () => {}
     }
-    if (this.draining || this.closing) return refuse(new OnnxdError('not_ready', 'node is draining', { retryAfterS: 1 }))
-    if (!this.info || !this.piscina || !this.tokenizers) return refuse(new OnnxdError('not_ready', 'model is loading', { retryAfterS: 1 }))
+    const closed = this.refusal()
+    if (closed) return refuse(closed)
     if (req.input_ids !== undefined) return this.dispatch(req, sink)
+    let encoding: Promise<number[]>
     try {
-      checkOnePrompt(req)
-      this.checkPromptBytes(req)
+      encoding = this.encode(req)
     } catch (e) {
       return refuse(e as OnnxdError)
     }
@@ -246,24 +246,54 @@ export class EnginePool implements EngineClient {
       fail: end,
     }
     this.inflight.add(r)
-    this.tokenizers.run({ kind: 'encode', messages: req.messages, prompt: req.prompt, tools: req.tools }).then(
-      (reply) => {
+    encoding.then(
+      (ids) => {
         if (ended) return
-        if (reply.kind !== 'ids') return end(reply.kind === 'error' ? fromErrorData(reply.error) : new OnnxdError('internal', 'tokenizer answered out of turn'))
         ended = true // from here the dispatched request ends itself
         this.inflight.delete(r)
-        inner = this.dispatch({ ...req, messages: undefined, prompt: undefined, input_ids: reply.ids }, sink)
+        inner = this.dispatch({ ...req, messages: undefined, prompt: undefined, input_ids: ids }, sink)
       },
-      (e: Error) => end(isFull(e) ? new OnnxdError('queue_full', 'node is at capacity', { retryAfterS: 1 }) : new OnnxdError('internal', `tokenizer failed: ${e.message}`)),
+      (e: OnnxdError) => end(e),
     )
     return () => r.cancel()
+  }
+
+  async countTokens(req: Pick<EngineRequest, 'messages' | 'prompt' | 'tools'>): Promise<number> {
+    const closed = this.refusal()
+    if (closed) throw closed
+    return (await this.encode(req)).length
+  }
+
+  /** The 503 of a pool that takes no requests now (draining, closing, or still loading its model); else null. */
+  private refusal(): OnnxdError | null {
+    if (this.draining || this.closing) return new OnnxdError('not_ready', 'node is draining', { retryAfterS: 1 })
+    if (!this.info || !this.piscina || !this.tokenizers) return new OnnxdError('not_ready', 'model is loading', { retryAfterS: 1 })
+    return null
+  }
+
+  /**
+   * A text prompt's token ids (messages through the chat template, with tools), from a tokenizer thread: the prompt
+   * rule and the byte bound checked first (throws at once); rejects with the tokenizer's error, or queue_full.
+   */
+  private encode(req: Pick<EngineRequest, 'messages' | 'prompt' | 'input_ids' | 'tools'>): Promise<number[]> {
+    checkOnePrompt(req)
+    this.checkPromptBytes(req)
+    return this.tokenizers!.run({ kind: 'encode', messages: req.messages, prompt: req.prompt, tools: req.tools }).then(
+      (reply) => {
+        if (reply.kind === 'ids') return reply.ids
+        throw reply.kind === 'error' ? fromErrorData(reply.error) : new OnnxdError('internal', 'tokenizer answered out of turn')
+      },
+      (e: Error) => {
+        throw isFull(e) ? new OnnxdError('queue_full', 'node is at capacity', { retryAfterS: 1 }) : new OnnxdError('internal', `tokenizer failed: ${e.message}`)
+      },
+    )
   }
 
   /**
    * Refuses, before any tokenizing, a text prompt with more bytes than the model's context can hold as tokens: one
    * client's megabyte prompts cost a length check, not seconds of tokenizer time.
    */
-  private checkPromptBytes(req: EngineRequest): void {
+  private checkPromptBytes(req: Pick<EngineRequest, 'messages' | 'prompt' | 'tools'>): void {
     const b = this.bound
     const ctx = this.info?.contextLength
     if (!b || !ctx || b.maxTokenBytes === 0) return // no tokenizer: the tokenizer thread answers for it

@@ -30,7 +30,7 @@ export interface CompletionRouteDeps {
  * An unknown model is answered here (422), before the request reaches a worker; while the pool cannot yet say which
  * model it serves, the engine answers with the same check.
  */
-function checkServedModel(engine: EngineClient, model: string): void {
+export function checkServedModel(engine: EngineClient, model: string): void {
   let served: string
   try {
     served = engine.health().model
@@ -38,6 +38,11 @@ function checkServedModel(engine: EngineClient, model: string): void {
     return // the engine will answer for itself
   }
   if (served) checkModel(model, served)
+}
+
+/** Refuses (503, so that a router goes elsewhere) a request that reaches a draining node. */
+export function refuseWhileDraining(state: AdmissionState): void {
+  if (state.draining) throw new OnnxdError('not_ready', 'The node is draining', { retryAfterS: 1 })
 }
 
 /**
@@ -63,14 +68,12 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
         response: { 200: CompletionResponse, '4xx': ErrorBodySchema, '5xx': ErrorBodySchema },
       },
       // A draining node refuses before reading the body: the 503 tells the router to go elsewhere, whatever the body.
-      onRequest: async () => {
-        if (state.draining) throw new OnnxdError('not_ready', 'The node is draining', { retryAfterS: 1 })
-      },
+      onRequest: async () => refuseWhileDraining(state),
     },
     async (request, reply) => {
       const body = request.body
       // Draining may have begun while the body was being read.
-      if (state.draining) throw new OnnxdError('not_ready', 'The node is draining', { retryAfterS: 1 })
+      refuseWhileDraining(state)
       checkOnePrompt(body) // a shape rule the schema cannot say cheaply: 400, like a missing field
       if (body.tools?.length && !body.messages) throw new OnnxdError('invalid_value', '`tools` need `messages`: the chat template renders them', { param: 'tools' })
       checkServedModel(engine, body.model)
