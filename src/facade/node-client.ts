@@ -1,21 +1,27 @@
 // The facade's only way to a worker node: the internal HTTP contract (GET /health, POST /internal/v1/completions,
-// JSON or SSE), spoken with undici over keep-alive connections. With tracing, each completion call is a CLIENT span,
+// JSON or SSE, POST /internal/v1/tokenize), spoken with undici over keep-alive connections. With tracing, each completion call is a CLIENT span,
 // child of the request span active where it is made, whose `traceparent` the node receives; it ends with the
 // answer (a stream's last event). Imports: contract, shared tracing, @opentelemetry/api.
 import { StringDecoder } from 'node:string_decoder'
 import { SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api'
-import { Agent, request } from 'undici'
+import { Agent, request, type Dispatcher } from 'undici'
 import { epochNow, type Tracing } from '../shared/tracing.js'
 import { COMPLETIONS_PATH, type CompletionRequest, type CompletionResponse, type StreamEvent, type Usage } from '../contract/completions.js'
 import { HEALTH_PATH, type HealthBody } from '../contract/health.js'
+import { TOKENIZE_PATH, type TokenizeRequest, type TokenizeResponse } from '../contract/tokenize.js'
 
 /** How a node answered a completion request. Transport failures before an answer are `unreachable`. */
 export type NodeReply =
   | { kind: 'json'; body: CompletionResponse }
   /** Iterating yields the node's events up to `[DONE]`; it throws if the connection breaks; `return()` cancels. */
   | { kind: 'stream'; events: AsyncIterable<StreamEvent> }
-  | { kind: 'error'; status: number; message: string; retryAfterS?: number }
-  | { kind: 'unreachable'; message: string }
+  | NodeFailure
+
+/** A node's answer that is not one: its error (status, message, Retry-After), or no connection at all. */
+export type NodeFailure = { kind: 'error'; status: number; message: string; retryAfterS?: number } | { kind: 'unreachable'; message: string }
+
+/** How a node answered a tokenize request. */
+export type TokenizeReply = { kind: 'json'; body: TokenizeResponse } | NodeFailure
 
 export interface NodeHealth {
   /** HTTP status, or 0 when the node could not be reached. */
@@ -28,6 +34,8 @@ export interface NodeClient {
   health(baseUrl: string, signal: AbortSignal): Promise<NodeHealth>
   /** Aborting `signal` cancels the node's work: the connection is closed, and the node drops the sequence. */
   complete(baseUrl: string, body: CompletionRequest, signal: AbortSignal): Promise<NodeReply>
+  /** A prompt's token count (POST /internal/v1/tokenize): the model does not run. */
+  tokenize(baseUrl: string, body: TokenizeRequest, signal: AbortSignal): Promise<TokenizeReply>
   close(): Promise<void>
 }
 
@@ -211,13 +219,28 @@ export class HttpNodeClient implements NodeClient {
     }
   }
 
+  async tokenize(baseUrl: string, body: TokenizeRequest, signal: AbortSignal): Promise<TokenizeReply> {
+    const res = await this.post(baseUrl + TOKENIZE_PATH, body, 'application/json', signal, {})
+    if ('kind' in res) return res
+    if (res.statusCode !== 200) return this.failure(res, signal)
+    return this.json<TokenizeResponse>(res, signal)
+  }
+
   private async call(baseUrl: string, body: CompletionRequest, signal: AbortSignal, traceHeaders: Record<string, string>): Promise<NodeReply> {
-    let res: Awaited<ReturnType<typeof request>>
+    const res = await this.post(baseUrl + COMPLETIONS_PATH, body, body.stream ? 'text/event-stream' : 'application/json', signal, traceHeaders)
+    if ('kind' in res) return res
+    if (res.statusCode !== 200) return this.failure(res, signal)
+    if (body.stream) return { kind: 'stream', events: streamEvents(res.body) }
+    return this.json<CompletionResponse>(res, signal)
+  }
+
+  /** POSTs `body` as JSON; a transport failure comes back as the reply it means (throws only when `signal` aborted). */
+  private async post(url: string, body: object, accept: string, signal: AbortSignal, headers: Record<string, string>): Promise<Dispatcher.ResponseData | NodeFailure> {
     try {
-      res = await request(baseUrl + COMPLETIONS_PATH, {
+      return await request(url, {
         dispatcher: this.agent,
         method: 'POST',
-        headers: { ...traceHeaders, 'content-type': 'application/json', accept: body.stream ? 'text/event-stream' : 'application/json' },
+        headers: { ...headers, 'content-type': 'application/json', accept },
         body: JSON.stringify(body),
         signal,
       })
@@ -228,17 +251,20 @@ export class HttpNodeClient implements NodeClient {
       if (NOT_CONNECTED.has(why)) return { kind: 'unreachable', message: why }
       return { kind: 'error', status: 500, message: `connection to the node failed: ${why}` }
     }
+  }
 
-    if (res.statusCode === 200) {
-      if (body.stream) return { kind: 'stream', events: streamEvents(res.body) }
-      try {
-        return { kind: 'json', body: (await res.body.json()) as CompletionResponse }
-      } catch (e) {
-        if (signal.aborted) throw e
-        return { kind: 'error', status: 500, message: `unreadable response from the node: ${describe(e)}` }
-      }
+  /** A 200's JSON body; one that cannot be read is the node's failure (500). */
+  private async json<T>(res: Dispatcher.ResponseData, signal: AbortSignal): Promise<{ kind: 'json'; body: T } | NodeFailure> {
+    try {
+      return { kind: 'json', body: (await res.body.json()) as T }
+    } catch (e) {
+      if (signal.aborted) throw e
+      return { kind: 'error', status: 500, message: `unreadable response from the node: ${describe(e)}` }
     }
+  }
 
+  /** A node's error answer: its status, the message of its error object, and its Retry-After. */
+  private async failure(res: Dispatcher.ResponseData, signal: AbortSignal): Promise<NodeFailure> {
     let message = `the node answered ${res.statusCode}`
     try {
       const j = (await res.body.json()) as { error?: { message?: unknown } }

@@ -9,7 +9,8 @@ import type { HealthStatus } from '../contract/health.js'
 import { clip, OnnxdError } from '../shared/errors.js'
 import { codeForStatus } from '../shared/http-errors.js'
 import { affinityKey, nodeHash, weight, type Key } from './affinity.js'
-import type { NodeClient, NodeHealth, NodeReply } from './node-client.js'
+import type { TokenizeRequest } from '../contract/tokenize.js'
+import type { NodeClient, NodeFailure, NodeHealth, NodeReply } from './node-client.js'
 import { addressUrl, parseNodeSource, systemResolve, type NodeSource, type Resolve } from './node-sources.js'
 
 export type NodeStatus = HealthStatus | 'unreachable' | 'unknown'
@@ -53,6 +54,8 @@ export interface RouterOptions {
   log?: FastifyBaseLogger
   now?: () => number
 }
+
+const isFailure = (r: { kind: string }): r is NodeFailure => r.kind === 'error' || r.kind === 'unreachable'
 
 const newNode = (url: string): RemoteNode => ({
   url,
@@ -278,9 +281,22 @@ export class NodeRouter {
     return best
   }
 
-  async dispatch(body: CompletionRequest, signal: AbortSignal): Promise<Dispatched> {
-    const model = body.model
-    const key = affinityKey(body, this.opts.affinityPrefixChars ?? 0)
+  dispatch(body: CompletionRequest, signal: AbortSignal): Promise<Dispatched> {
+    return this.send(body.model, affinityKey(body, this.opts.affinityPrefixChars ?? 0), (url) => this.client.complete(url, body, signal))
+  }
+
+  /**
+   * A prompt's token count from a ready node serving its model (its tokenize endpoint: no sequence runs), with the
+   * failover a completion gets; a node's 4xx (a prompt it cannot render, over its byte bound) passes through.
+   */
+  async countTokens(body: TokenizeRequest, signal: AbortSignal): Promise<number> {
+    const d = await this.send(body.model, null, (url) => this.client.tokenize(url, body, signal))
+    d.release()
+    return d.reply.body.prompt_tokens
+  }
+
+  /** Sends a request by `call` to ready nodes serving `model` until one answers it (see the header for the failover). */
+  private async send<R extends { kind: 'json' | 'stream' }>(model: string, key: Key | null, call: (url: string) => Promise<R | NodeFailure>): Promise<{ reply: R; node: RemoteNode; release(): void }> {
     const tried = new Set<RemoteNode>()
     let node = this.pick(model, tried, key)
     let retried500 = false
@@ -288,14 +304,14 @@ export class NodeRouter {
     while (node) {
       const current: RemoteNode = node
       current.inflight++
-      let reply: NodeReply
+      let reply: R | NodeFailure
       try {
-        reply = await this.client.complete(current.url, body, signal)
+        reply = await call(current.url)
       } catch (e) {
         current.inflight--
         throw e
       }
-      if (reply.kind === 'json' || reply.kind === 'stream') {
+      if (!isFailure(reply)) {
         let released = false
         const release = (): void => {
           if (released) return
@@ -322,7 +338,7 @@ export class NodeRouter {
         continue
       }
       if (reply.status >= 500) {
-        this.opts.log?.warn({ node: current.url, status: reply.status, message: reply.message }, 'node failed a completion')
+        this.opts.log?.warn({ node: current.url, status: reply.status, message: reply.message }, 'node failed a request')
         if (retried500) {
           throw new OnnxdError('internal', 'The inference backend failed to complete the request; it is safe to retry', { expose: true })
         }

@@ -7,7 +7,7 @@ import Anthropic from '@anthropic-ai/sdk'
 import { Ajv } from 'ajv'
 import { Agent, fetch as undiciFetch, type RequestInit as UndiciInit } from 'undici'
 import { afterAll, describe, expect, it } from 'vitest'
-import { abortCount, defaultCostMicros, expectBilledForWhatWasRead, MODEL, nodeAnswer, suiteStack, WEATHER_PARAMETERS, type NodeAnswer } from './stack.js'
+import { abortCount, defaultCostMicros, expectBilledForWhatWasRead, MODEL, nodeAnswer, suiteStack, waitFor, WEATHER_PARAMETERS, type NodeAnswer } from './stack.js'
 
 type Usage = { total: { requests: number; prompt_tokens: number; completion_tokens: number; cost_micros: number } }
 
@@ -107,11 +107,27 @@ describe('POST /v1/messages through the Anthropic SDK', () => {
     expect(usageOf(next)).toEqual({ prompt: d.usage.prompt_tokens, completion: d.usage.completion_tokens })
   })
 
-  it('countTokens: the prompt tokens messages.create is billed for', async () => {
+  it('countTokens: the prompt tokens messages.create is billed for; no sequence runs for it, it is rate limited and not billed', async () => {
+    const key = await stack.s.f.newKey((await stack.s.f.newAccount(1_000_000)).id, 100)
     const body = { model: MODEL, system: 'Be brief.', messages: [{ role: 'user' as const, content: 'How many tokens is this?' }], tools: [weather] }
-    const counted = await anthropic().messages.countTokens(body)
-    const m = await anthropic().messages.create({ ...body, max_tokens: 2 })
+    const from = stack.s.node.finishes.length
+    const { data: counted, response } = await anthropic(key).messages.countTokens(body).withResponse()
+    expect(response.headers.get('x-ratelimit-limit-requests')).toBe('100')
+    expect(response.headers.get('x-ratelimit-remaining-requests')).toBe('99')
+    expect(((await stack.s.client(key).get('/usage')) as Usage).total).toMatchObject({ requests: 0, prompt_tokens: 0, cost_micros: 0 })
+    const m = await anthropic(key).messages.create({ ...body, max_tokens: 2 })
     expect(counted.input_tokens).toBe(usageOf(m).prompt)
+    // Counted on the node's tokenizer: of the sequences finished since, one has this prompt, messages.create's (a
+    // count run as a completion would have finished before it, on the same worker).
+    const since = (): number => stack.s.node.finishes.slice(from).filter((f) => f.promptTokens === counted.input_tokens).length
+    await waitFor(() => since() > 0, 'the message finished')
+    expect(since()).toBe(1)
+    // Without the tools the template renders fewer tokens; an unknown model is the spec's 422.
+    const plain = await anthropic(key).messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'How many tokens is this?' }] })
+    expect(plain.input_tokens).toBeLessThan(counted.input_tokens)
+    const bad = await anthropic(key).messages.countTokens({ model: 'nope', messages: [{ role: 'user', content: 'Hi' }] }).catch((e: unknown) => e)
+    expect(bad).toBeInstanceOf(Anthropic.UnprocessableEntityError)
+    expect((bad as InstanceType<typeof Anthropic.APIError>).error).toMatchObject({ error: { type: 'invalid_request_error', code: 422 } })
   })
 
   it('usage equals what was billed; a client that leaves mid-stream is billed for what it read', async () => {

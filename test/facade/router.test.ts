@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import type { CompletionRequest } from '../../src/contract/completions.js'
 import type { HealthBody } from '../../src/contract/health.js'
-import type { NodeClient, NodeHealth, NodeReply } from '../../src/facade/node-client.js'
+import type { NodeClient, NodeHealth, NodeReply, TokenizeReply } from '../../src/facade/node-client.js'
 import { NodeRouter, type RouterOptions } from '../../src/facade/router.js'
 import { affinityKey } from '../../src/facade/affinity.js'
 import { parseNodeSource } from '../../src/facade/node-sources.js'
@@ -28,6 +28,12 @@ class ScriptedClient implements NodeClient {
   async complete(url: string, body: CompletionRequest): Promise<NodeReply> {
     this.calls.push(url)
     return this.replies.get(url)?.shift() ?? { kind: 'json', body: { id: 'x', model: body.model, text: 'ok', finish_reason: 'stop', usage: { prompt_tokens: 1, completion_tokens: 1 }, timings: { queue_ms: 0, ttft_ms: 0, total_ms: 0 } } }
+  }
+  /** Tokenize answers per node URL (default: a count of 7). */
+  tokenizeReplies = new Map<string, TokenizeReply[]>()
+  async tokenize(url: string, body: { model: string }): Promise<TokenizeReply> {
+    this.calls.push(url)
+    return this.tokenizeReplies.get(url)?.shift() ?? { kind: 'json', body: { model: body.model, prompt_tokens: 7 } }
   }
   async close(): Promise<void> {}
 }
@@ -132,6 +138,22 @@ describe('NodeRouter', () => {
     client.replies.set('b', [{ kind: 'error', status: 422, message: 'too long' }])
     await expect(router.dispatch(req, signal)).rejects.toMatchObject({ code: 'invalid_value', message: 'too long' })
     expect(client.calls).toHaveLength(1)
+  })
+
+  it('counts a prompt on a node serving its model, with the failover of a completion, and holds no slot after', async () => {
+    const { client, router } = await setup({ a: { status: 200, body: health({ capacity: 9 }) }, b: { status: 200, body: health({ capacity: 5 }) }, c: { status: 200, body: health({ models: ['other'], capacity: 50 }) } })
+    client.tokenizeReplies.set('a', [{ kind: 'error', status: 503, message: 'draining', retryAfterS: 1 }])
+    client.tokenizeReplies.set('b', [{ kind: 'json', body: { model: 'm', prompt_tokens: 12 } }])
+    expect(await router.countTokens({ model: 'm', prompt: 'x' }, signal)).toBe(12)
+    expect(client.calls).toEqual(['a', 'b'])
+    expect(router.nodes.map((n) => n.inflight)).toEqual([0, 0, 0])
+    client.tokenizeReplies.set('b', [{ kind: 'error', status: 422, message: 'bad template' }])
+    await router.refresh()
+    client.calls = []
+    client.tokenizeReplies.set('a', [{ kind: 'unreachable', message: 'ECONNREFUSED' }])
+    await expect(router.countTokens({ model: 'm', prompt: 'x' }, signal)).rejects.toMatchObject({ code: 'invalid_value', message: 'bad template' })
+    expect(client.calls).toEqual(['a', 'b'])
+    await expect(router.countTokens({ model: 'nope', prompt: 'x' }, signal)).rejects.toMatchObject({ code: 'no_healthy_node' })
   })
 })
 

@@ -1,12 +1,11 @@
 // Anthropic's Messages API: POST /v1/messages (values 422 → billing 402 → a node → the `message`, JSON or Anthropic's
 // SSE events, through the flow every surface shares, ../completion-flow.ts) and POST /v1/messages/count_tokens (the
-// prompt's tokens as the model's chat template renders it, counted by a node; not billed). Anthropic's clients send
-// the key as `x-api-key` (auth/authenticate.ts takes it). Errors are the spec's error object. Imports: facade parts,
-// shared errors, store ids.
+// prompt's tokens as the model's chat template renders it, counted by a node's tokenize endpoint without running the
+// model; not billed). Anthropic's clients send the key as `x-api-key` (auth/authenticate.ts takes it). Errors are the
+// spec's error object. Imports: facade parts, shared errors, store ids.
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
-import { OnnxdError } from '../../../shared/errors.js'
 import { ErrorBodySchema } from '../../../shared/http-errors.js'
 import { randomBase62 } from '../../../store/ids.js'
 import type { FacadeContext } from '../../context.js'
@@ -42,7 +41,8 @@ export function messagesRoutes(app: FastifyInstance, ctx: FacadeContext): void {
       const principal = keyPrincipal(request)
       const params = parseMessageParams({ ...(request.body as Record<string, unknown>), max_tokens: 1, stream: false }, true)
       checkModel(ctx, params.model, 'messages')
-      // The node renders and tokenizes the prompt as it would for the message; one token is generated and not billed.
+      // The node renders and tokenizes the prompt as it would for the message; nothing is generated or billed.
+      const { model, messages, prompt, tools } = toNodeRequest(params)
       const release = ctx.sequences.acquire(principal.key.id, 1)
       const gone = new AbortController()
       const onClose = (): void => {
@@ -50,13 +50,7 @@ export function messagesRoutes(app: FastifyInstance, ctx: FacadeContext): void {
       }
       reply.raw.on('close', onClose)
       try {
-        const d = await ctx.router.dispatch({ ...toNodeRequest(params), max_tokens: 1, request_id: `count-${randomBase62(16)}`, tenant: principal.key.id }, gone.signal)
-        try {
-          if (d.reply.kind !== 'json') throw new OnnxdError('internal', 'a node answered a JSON request with a stream')
-          return { input_tokens: d.reply.body.usage.prompt_tokens }
-        } finally {
-          d.release()
-        }
+        return { input_tokens: await ctx.router.countTokens({ model, messages, prompt, tools }, gone.signal) }
       } finally {
         reply.raw.off('close', onClose)
         release()
