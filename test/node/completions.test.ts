@@ -1,7 +1,7 @@
 // POST /internal/v1/completions answered as JSON (app.inject, fake engine): success shape, and every error status
 // the node answers itself or maps from the engine, in the spec's error object.
 import { afterEach, describe, expect, it } from 'vitest'
-import { completionBody, testNode, URL_PATH, type TestNode } from './helpers.js'
+import { completionBody, errorOf, testNode, URL_PATH, type TestNode } from './helpers.js'
 import { REQUEST_ID_PATTERN } from '../../src/contract/completions.js'
 import { deferred } from '../helpers/fake-engine.js'
 
@@ -10,13 +10,6 @@ afterEach(async () => {
   await node?.app.close()
   node = null
 })
-
-function errorOf(res: { statusCode: number; json(): unknown }): { message: string; type: string; code: number } {
-  const body = res.json() as { error: { message: string; type: string; code: number } }
-  expect(Object.keys(body)).toEqual(['error'])
-  expect(body.error.code).toBe(res.statusCode)
-  return body.error
-}
 
 describe('POST /internal/v1/completions (JSON)', () => {
   it('answers id, model, text, finish_reason, usage, timings and output_ids', async () => {

@@ -1,5 +1,7 @@
-// Shared set-up for the node's HTTP tests: an app over a fake engine, its options, a listening server, SSE parsing.
+// Shared set-up for the node's HTTP tests: an app over a fake engine, its options, a listening server, SSE parsing,
+// the error object's check.
 import type { FastifyInstance } from 'fastify'
+import { expect } from 'vitest'
 import { buildNode, type NodeDeps } from '../../src/node/app.js'
 import { loadNodeOptions, type NodeOptions } from '../../src/node/options.js'
 import { createMetrics, createRegistry, type NodeMetrics } from '../../src/node/plugins/metrics.js'
@@ -75,3 +77,11 @@ export function completionBody(extra: Record<string, unknown> = {}): Record<stri
 /** POSTs a JSON body to the node's completion endpoint. */
 export const post = (base: string, body: unknown): Promise<Response> =>
   fetch(`${base}${URL_PATH}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+
+/** An injected error answer's error object, checked to be the spec's: `{"error":{…}}` alone, its code the status. */
+export function errorOf(res: { statusCode: number; json(): unknown }): { message: string; type: string; code: number } {
+  const body = res.json() as { error: { message: string; type: string; code: number } }
+  expect(Object.keys(body)).toEqual(['error'])
+  expect(body.error.code).toBe(res.statusCode)
+  return body.error
+}

@@ -3,7 +3,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { OnnxdError } from '../../src/shared/errors.js'
 import { deferred } from '../helpers/fake-engine.js'
-import { testNode, type TestNode } from './helpers.js'
+import { errorOf, testNode, type TestNode } from './helpers.js'
 
 const PATH = '/internal/v1/tokenize'
 let node: TestNode | null = null
@@ -11,13 +11,6 @@ afterEach(async () => {
   await node?.app.close()
   node = null
 })
-
-const errorOf = (res: { statusCode: number; json(): unknown }): { message: string; type: string; code: number } => {
-  const body = res.json() as { error: { message: string; type: string; code: number } }
-  expect(Object.keys(body)).toEqual(['error'])
-  expect(body.error.code).toBe(res.statusCode)
-  return body.error
-}
 
 describe('POST /internal/v1/tokenize', () => {
   it('answers the count of chat messages with their tools, and of a raw prompt, without submitting a sequence', async () => {
