@@ -5,10 +5,10 @@
 
 // What the node serves, as its own layers see it: the pool, its request and event types, the step runtimes and the
 // production default (the standard run serves what `onnxd node` serves).
-export { createEnginePool, RUNTIMES, defaultRuntime, type EngineRequest, type Runtime, type SeqEvent } from './index.js'
+export { createEnginePool, RUNTIMES, defaultRuntime, type EngineRequest, type Runtime, type SeqEvent, type StepObservation } from './index.js'
 
-// One engine in this process, without the pool's threads (engine.bench, grammar.bench), and the batcher's defaults
-// the serving benchmark reports its nodes ran with.
+// One engine in this process, without the pool's threads (engine.bench, grammar.bench, speculative.bench), and the
+// batcher's defaults the serving benchmark reports its nodes ran with.
 export { DEFAULT_BATCHER, Engine } from './engine.js'
 
 // A model bundle read and loaded as the engine loads it: the quality check and the context sweep step its session
@@ -28,7 +28,7 @@ export { applyMask } from './generation/sampling.js'
 // The graph exactly as the engine runs it, and ORT's C API as the engine calls it: the ORT references (refs/: ORT
 // alone doing the engine's work, the decode ceiling) must run the same graph, and the context sweep counts the bytes
 // bound to the C-API runner's IoBinding.
-export { externalDataConfig, prepareDecoderGraph } from './model/decoder-graph.js'
+export { externalDataConfig, LOGITS_AT_INPUT, prepareDecoderGraph } from './model/decoder-graph.js'
 export { DataType, ModelProto, encodeModel, type ValueInfo } from './model/onnx-proto.js'
 export { loadCApi } from './model/capi-session.js'
 export { Binding, NativeBuffer, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor } from './model/ort-capi.js'

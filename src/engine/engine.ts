@@ -29,6 +29,7 @@ export const DEFAULT_BATCHER: BatcherOptions = {
   maxBatchedTokens: 512,
   kvBudgetBytes: 2 * 1024 ** 3,
   prefixCaching: true,
+  speculativeTokens: 0,
 }
 
 /** The batcher limits of `opts`, defaults filled in. */
@@ -39,6 +40,7 @@ export function batcherOptions(opts: Partial<BatcherOptions>): BatcherOptions {
     maxBatchedTokens: opts.maxBatchedTokens ?? DEFAULT_BATCHER.maxBatchedTokens,
     kvBudgetBytes: opts.kvBudgetBytes ?? DEFAULT_BATCHER.kvBudgetBytes,
     prefixCaching: opts.prefixCaching ?? DEFAULT_BATCHER.prefixCaching,
+    speculativeTokens: opts.speculativeTokens ?? DEFAULT_BATCHER.speculativeTokens,
   }
 }
 

@@ -89,6 +89,9 @@ export interface StepObservation {
   /** Bytes of the step's inputs handed to ONNX Runtime, and of its outputs read back (model/step-io.ts StepTraffic). */
   bytesIn: number
   bytesOut: number
+  /** Speculative decoding (a decode step that carried drafts): draft tokens fed, and those the model's picks confirmed. */
+  drafted?: number
+  accepted?: number
 }
 
 export interface FinishObservation {

@@ -52,6 +52,11 @@ export const NodeOptions = Type.Object(
     kvBudgetMb: Type.Integer({ minimum: 1 }),
     /** Turns automatic prefix caching off: every prompt is computed whole (it is on by default). */
     noPrefixCaching: Type.Boolean({ default: false }),
+    /**
+     * Speculative decoding by n-gram lookup in each sequence's own tokens: up to this many draft tokens per row and
+     * decode step, checked in that step, when every row decodes greedily; 0 (the default) is off.
+     */
+    speculativeTokens: Type.Integer({ minimum: 0, maximum: 16, default: 0 }),
     heartbeatTimeoutMs: Type.Integer({ minimum: 100, default: 5000 }),
     /** A worker whose step loop shows no life for this long is replaced (its requests end with a retryable 500). */
     stallTimeoutMs: Type.Integer({ minimum: 100, default: 30_000 }),
@@ -96,6 +101,7 @@ export const NODE_ENV: Record<Field, string> = {
   maxBatchedTokens: 'ONNXD_MAX_BATCHED_TOKENS',
   kvBudgetMb: 'ONNXD_KV_BUDGET_MB',
   noPrefixCaching: 'ONNXD_NO_PREFIX_CACHING',
+  speculativeTokens: 'ONNXD_SPECULATIVE_TOKENS',
   heartbeatTimeoutMs: 'ONNXD_HEARTBEAT_TIMEOUT_MS',
   stallTimeoutMs: 'ONNXD_STALL_TIMEOUT_MS',
   grammarCompileMs: 'ONNXD_GRAMMAR_COMPILE_MS',
@@ -202,6 +208,7 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
     // The pool hands kvBudgetBytes to every worker; memory is per machine, so split the node's budget.
     kvBudgetBytes: Math.floor((opts.kvBudgetMb * MiB) / opts.workers),
     prefixCaching: !opts.noPrefixCaching,
+    speculativeTokens: opts.speculativeTokens,
     heartbeatTimeoutMs: opts.heartbeatTimeoutMs,
     stallTimeoutMs: opts.stallTimeoutMs,
     tokenizerThreads: opts.tokenizerThreads,

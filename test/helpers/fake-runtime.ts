@@ -11,7 +11,10 @@ import type { ForwardInput, ForwardOutput, GreedyOutput, KvTensor, Signature } f
 
 export const FAKE_VOCAB = 97
 
-/** The fake model: the next token after `history`. */
+/** A fake model: the next token after `history`. */
+export type NextFn = (history: readonly number[]) => number
+
+/** The default fake model: a hash of the whole history. */
 export function next(history: readonly number[]): number {
   let h = history.length
   for (const t of history) h = (h * 31 + t + 7) % 1_000_003
@@ -19,11 +22,11 @@ export function next(history: readonly number[]): number {
 }
 
 /** The greedy completion of `prompt`, `n` tokens, as the fake model gives it alone. */
-export function expected(prompt: readonly number[], n: number): number[] {
+export function expected(prompt: readonly number[], n: number, model: NextFn = next): number[] {
   const h = [...prompt]
   const out: number[] = []
   for (let i = 0; i < n; i++) {
-    const t = next(h)
+    const t = model(h)
     out.push(t)
     h.push(t)
   }
@@ -35,7 +38,7 @@ const SIGNATURE: Signature = {
   mask: { name: 'attention_mask', dtype: 'int64' },
   positions: { name: 'position_ids', dtype: 'int64' },
   kv: { layers: 1, stacked: false, heads: 1, headDim: 1, dtype: 'float32', pastNames: ['past.key', 'past.value'], presentNames: ['present.key', 'present.value'], present: 'new' },
-  logits: { name: 'logits', dtype: 'float32', vocab: FAKE_VOCAB, lastOnly: false },
+  logits: { name: 'logits', dtype: 'float32', vocab: FAKE_VOCAB, at: null },
   nextToken: null,
   lengths: null,
 }
@@ -48,7 +51,7 @@ export interface FakeLog {
 }
 
 export class FakeSession {
-  readonly signature = SIGNATURE
+  readonly signature: Signature
   readonly provider = 'cpu'
   readonly runtime = 'js'
   readonly deviceResident = false
@@ -57,6 +60,18 @@ export class FakeSession {
   readonly log: FakeLog = { steps: [], badPositions: [] }
   /** Steps from now on that fail as a device error would (ORT throws from the run). */
   failSteps = 0
+
+  /** `greedy`: the graph has a next-token output and computes logits at the positions a step names. */
+  constructor(
+    private readonly model: NextFn = next,
+    greedy = false,
+  ) {
+    this.signature = greedy ? { ...SIGNATURE, logits: { ...SIGNATURE.logits, at: 'onnxd_logits_at' }, nextToken: 'onnxd_next_token' } : SIGNATURE
+  }
+
+  get multiTokenRows(): number {
+    return this.chunkedPrefill ? Infinity : 0
+  }
 
   deviceKv(): null {
     return null
@@ -70,8 +85,13 @@ export class FakeSession {
 
   async dispose(): Promise<void> {}
 
-  async forwardGreedy(): Promise<GreedyOutput> {
-    throw new Error('the fake graph has no next-token output')
+  async forwardGreedy(x: ForwardInput, positions?: readonly number[]): Promise<GreedyOutput> {
+    if (!this.signature.nextToken) throw new Error('the fake graph has no next-token output')
+    const at = positions?.length ? positions : [x.seq - 1]
+    const picks = Array.from({ length: x.rows }, (_, r) => at.map((j) => r * x.seq + j)).flat()
+    const { logits, present, traffic } = await this.forward(x, picks)
+    const tokens = Int32Array.from(picks, (_, i) => logits.subarray(i * FAKE_VOCAB, (i + 1) * FAKE_VOCAB).indexOf(10))
+    return { tokens, present, traffic }
   }
 
   async forward(x: ForwardInput, picks: number[]): Promise<ForwardOutput> {
@@ -113,7 +133,7 @@ export class FakeSession {
       const r = Math.floor(p / x.seq)
       const j = p % x.seq
       const n = ats[r][j]
-      const t = next(histories[r].slice(0, n < 0 ? histories[r].length : n))
+      const t = this.model(histories[r].slice(0, n < 0 ? histories[r].length : n))
       logits[i * FAKE_VOCAB + t] = 10
     })
     const dims = [x.rows, 1, x.seq, 1]
@@ -125,9 +145,9 @@ export class FakeSession {
   }
 }
 
-/** A loaded model over the fake runtime. */
-export function fakeModel(): { model: LoadedModel; session: FakeSession } {
-  const session = new FakeSession()
+/** A loaded model over the fake runtime: `next` its model, `greedy` whether its graph gives next tokens (FakeSession). */
+export function fakeModel(opts: { next?: NextFn; greedy?: boolean } = {}): { model: LoadedModel; session: FakeSession } {
+  const session = new FakeSession(opts.next, opts.greedy)
   const model = {
     id: 'fake',
     bundle: null,

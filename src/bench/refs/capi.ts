@@ -9,7 +9,7 @@
 // past_key_values.* it takes. Imports: the engine's graph preparation, C API and runner (its per-thread API),
 // through its bench surface.
 import { readFileSync } from 'node:fs'
-import { externalDataConfig, loadCApi, ModelProto, NativeBuffer, prepareDecoderGraph, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
+import { externalDataConfig, loadCApi, LOGITS_AT_INPUT, ModelProto, NativeBuffer, prepareDecoderGraph, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
 import { time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
 
 const ELEM: Record<number, ElementType> = { 1: 'float32', 6: 'int32', 7: 'int64', 10: 'float16' }
@@ -95,6 +95,8 @@ function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: numbe
       // GroupQueryAttention's per-row length: the total (past + new) minus one.
       else if (/(^|_)seqlens_k$/.test(inp.name)) t = int(inp, [batch], () => past + seq - 1)
       else if (/(^|_)total_sequence_length$/.test(inp.name)) t = int(inp, inp.dims.length ? [1] : [], () => past + seq)
+      // The positions whose logits the step computes (decoder-graph.ts positionLogits): its last, as the engine's.
+      else if (inp.name === LOGITS_AT_INPUT) t = int(inp, [1], () => seq - 1)
       else throw new Error(`the graph's input ${inp.name} is not one a decoder step feeds`)
       b.bindInput(inp.name, t)
       small.push([inp.name, t])

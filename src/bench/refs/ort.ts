@@ -9,7 +9,7 @@
 // export's slower full-cache outputs.
 import { readFileSync } from 'node:fs'
 import * as ort from 'onnxruntime-node'
-import { DataType, encodeModel, externalDataConfig, prepareDecoderGraph } from '../../engine/bench-surface.js'
+import { DataType, encodeModel, externalDataConfig, LOGITS_AT_INPUT, prepareDecoderGraph } from '../../engine/bench-surface.js'
 import { median, rsd } from '../stats.js'
 
 export interface StepTiming {
@@ -84,6 +84,8 @@ interface Layout {
   /** A GroupQueryAttention graph as the engine rewrites it: the fed row lengths (int32 [batch], each length - 1) and
    * total length (int32 scalar), by input name; null for a plain-op graph. */
   lengths: { seqlens: string; total: string } | null
+  /** The input naming the positions whose logits the step computes (decoder-graph.ts positionLogits), or null. */
+  logitsAt: string | null
 }
 
 function layout(s: ort.InferenceSession): Layout {
@@ -100,7 +102,7 @@ function layout(s: ort.InferenceSession): Layout {
   const seqlens = [...ins.keys()].find((n) => n.endsWith('seqlens_k'))
   const total = [...ins.keys()].find((n) => n.endsWith('total_sequence_length'))
   const lengths = seqlens && total ? { seqlens, total } : null
-  return { pasts, ids: ins.get('input_ids')!.type, mask: ins.get('attention_mask')?.type ?? null, positions: ins.get('position_ids')?.type ?? null, lengths }
+  return { pasts, ids: ins.get('input_ids')!.type, mask: ins.get('attention_mask')?.type ?? null, positions: ins.get('position_ids')?.type ?? null, lengths, logitsAt: ins.has(LOGITS_AT_INPUT) ? LOGITS_AT_INPUT : null }
 }
 
 function intTensor(type: Meta['type'], n: number, value: (i: number) => number, dims: number[]): ort.Tensor {
@@ -121,6 +123,8 @@ function feeds(l: Layout, batch: number, seq: number, past: number, masked = 0):
     f[l.lengths.total] = new ort.Tensor('int32', Int32Array.of(past + seq), [])
   }
   if (l.positions) f.position_ids = intTensor(l.positions, batch * seq, (i) => past - masked + (i % seq), [batch, seq])
+  // The engine's graph computes logits at the positions a step names: a step names its last.
+  if (l.logitsAt) f[l.logitsAt] = intTensor('int64', 1, () => seq - 1, [1])
   for (const p of l.pasts) {
     const dims = p.dims(batch, past)
     const n = dims.reduce((a, b) => a * b, 1)

@@ -104,6 +104,10 @@ function copyGraph(sig: Signature): Uint8Array {
   })
 }
 
+/** The positions a step computes logits at (ForwardInput.logitsAt; default its last), and how many. */
+const logitsAt = (x: ForwardInput): Int32Array => x.logitsAt ?? Int32Array.of(x.seq - 1)
+const logitsCount = (x: ForwardInput): number => x.logitsAt?.length ?? 1
+
 const BYTES: Record<'int32' | 'int64' | 'float32' | 'float16', number> = { int32: 4, int64: 8, float32: 4, float16: 2 }
 
 const sameDims = (a: readonly number[], b: readonly number[]): boolean => a.length === b.length && a.every((d, i) => d === b[i])
@@ -275,8 +279,8 @@ export class CapiRunner {
   /** The dims of each output a step binds, by output name. */
   private outputDims(x: ForwardInput, name: string): number[] {
     const { kv, logits, nextToken } = this.sig
-    if (name === nextToken) return [x.rows, 1]
-    if (name === logits.name) return [x.rows, logits.lastOnly ? 1 : x.seq, logits.vocab]
+    if (name === nextToken) return [x.rows, logitsCount(x)]
+    if (name === logits.name) return [x.rows, logits.at ? logitsCount(x) : x.seq, logits.vocab]
     const seq = kv.present === 'new' ? x.seq : x.pastLen + x.seq
     return kv.stacked ? [2, x.rows, kv.heads, seq, kv.headDim] : [x.rows, kv.heads, seq, kv.headDim]
   }
@@ -322,6 +326,7 @@ export class CapiRunner {
         int(sig.lengths.total, 'int32', [total], [])
       }
       if (sig.positions) int(sig.positions.name, sig.positions.dtype, x.positions, [x.rows, x.seq])
+      if (sig.logits.at) int(sig.logits.at, 'int64', logitsAt(x), [logitsCount(x)])
       const out: Record<string, StepValue> = {}
       // A different set of outputs than bound (a greedy step after a sampled one): ORT's binding has no unbind by
       // name, so every output is rebound.
@@ -463,11 +468,18 @@ export class CapiRunner {
       })
       this.deviceBound = [...tensors]
     }
+    if (sig.logits.at) {
+      const at = logitsAt(x)
+      const ab = buf(`in:${sig.logits.at}`, at.length * 8)
+      write(ab, 'int64', at)
+      bindIn(sig.logits.at, ab, 'int64', [at.length])
+    }
     const outs: Array<{ name: string; buf: NativeBuffer; type: ElementType; per: number; dims: number[] }> = []
+    const n = sig.logits.at ? logitsCount(x) : seq
     for (const name of names) {
       const type: ElementType = name === sig.nextToken ? 'int64' : sig.logits.dtype
-      const per = name === sig.nextToken ? 1 : (sig.logits.lastOnly ? 1 : seq) * sig.logits.vocab
-      const dims = name === sig.nextToken ? [hi, 1] : [hi, sig.logits.lastOnly ? 1 : seq, sig.logits.vocab]
+      const per = name === sig.nextToken ? n : n * sig.logits.vocab
+      const dims = name === sig.nextToken ? [hi, n] : [hi, n, sig.logits.vocab]
       const nb = buf(`out:${name}`, hi * per * BYTES[type as keyof typeof BYTES])
       this.bindOver(b, 'out', name, nb, type, dims)
       traffic.out += hi * per * BYTES[type as keyof typeof BYTES]

@@ -6,9 +6,10 @@
 //   the concat's second input (the new rows, [batch, heads, seq, headDim]). No full cache leaves the session: at
 //   batch 64 on the 135m preset a decode step takes half the time. Where attention reads the concat (HF exports)
 //   ONNX Runtime still builds it; where nothing else reads it (the builder's graph) the concat goes too.
-// - Logits for the last position only: a prefill chunk skips the LM head (a fifth of the 135m preset's weights)
-//   for every other prompt token, and returns one row of logits per sequence.
-// - Each row's greedy next token (ArgMax of those logits) as one more output. A decode step whose rows all decode
+// - Logits only at the positions a step names (an input): a prefill chunk names its last, skipping the LM head (a
+//   fifth of the 135m preset's weights) for every other prompt token and returning one row of logits per sequence;
+//   a step carrying a draft of several tokens per row names each of them.
+// - Each row's greedy next token at those positions (ArgMax of those logits) as one more output. A decode step whose rows all decode
 //   greedily fetches it instead of the logits: ONNX Runtime neither copies [batch, vocab] floats out of the step
 //   nor does JS scan them (at batch 64 on the 135m preset that is 12.6 MB a step).
 // - GroupQueryAttention lengths fed, not computed from the mask. com.microsoft GroupQueryAttention reads each row's
@@ -191,14 +192,18 @@ function headReader(v: GraphView, head: { node: Node; field: Field }): { node: N
   return readers.every((f) => headNodes.has(f)) ? dql : undefined
 }
 
+/** The graph input positionLogits() adds: the positions within a step (int64 [n]) whose logits it computes, for every row. */
+export const LOGITS_AT_INPUT = 'onnxd_logits_at'
+
 /**
- * Rewrites `model` so that `logits` ([batch, seq, vocab]) is computed for the last position of each row only
- * ([batch, 1, vocab]): a Gather of the last hidden state goes in front of the LM head's MatMul (found through any
- * Cast or Identity after it). A prefill chunk then skips the LM head for every other position, and ONNX Runtime
- * returns one row of logits per sequence instead of one per prompt token. Null when the head is not such a MatMul
- * (or a quantized form of one: headReader).
+ * Rewrites `model` so that `logits` ([batch, seq, vocab]) is computed only at the positions the step names in the new
+ * input LOGITS_AT_INPUT (int64 [n], the same for every row), giving [batch, n, vocab]: a Gather of those hidden
+ * states goes in front of the LM head's MatMul (found through any Cast or Identity after it). A prefill chunk names
+ * its last position and skips the LM head for every other one, returning one row of logits per sequence instead of
+ * one per prompt token; a step that carries several tokens per row (a draft to verify) names each of them. Null
+ * when the head is not such a MatMul (or a quantized form of one: headReader).
  */
-export function lastPositionLogits(model: Uint8Array, logits: string): Uint8Array | null {
+export function positionLogits(model: Uint8Array, logits: string): Uint8Array | null {
   const v = readGraph(model)
   if (!v) return null
   let head = v.producer.get(logits)
@@ -206,18 +211,22 @@ export function lastPositionLogits(model: Uint8Array, logits: string): Uint8Arra
   head = head && headReader(v, head)
   if (!head) return null
   const { node, field } = head
-  const index = '/onnxd/last_position/index'
-  const last = '/onnxd/last_position/hidden'
-  const raw = new Uint8Array(BigInt64Array.of(-1n).buffer)
-  const constant = { name: '/onnxd/last_position/Constant', op_type: 'Constant', input: [], output: [index], attribute: [{ name: 'value', type: AttrType.TENSOR, t: { name: index, dims: [1], data_type: DataType.INT64, raw_data: raw } }] }
-  const gather = { name: '/onnxd/last_position/Gather', op_type: 'Gather', input: [node.input[0], index], output: [last], attribute: [{ name: 'axis', type: AttrType.INT, i: 1 }] }
+  const picked = '/onnxd/logits_at/hidden'
+  const gather = { name: '/onnxd/logits_at/Gather', op_type: 'Gather', input: [node.input[0], LOGITS_AT_INPUT], output: [picked], attribute: [{ name: 'axis', type: AttrType.INT, i: 1 }] }
   // Re-encoded from a decode without defaults: the view's nodes carry every attribute field filled in, which ORT
   // refuses on a node with attributes (MatMulNBits' K, N, ...) as a type/data mismatch.
   const asExported = NodeProto.toObject(NodeProto.decode(field.data!), { longs: Number }) as Node
-  return writeGraph(model, v, (f) => (f === field ? [encodeNode(constant), encodeNode(gather), encodeNode({ ...asExported, input: [last, ...asExported.input.slice(1)] })] : undefined))
+  const inputs = v.fields.filter((f) => f.no === INPUT)
+  const lastInput = inputs[inputs.length - 1]
+  const info = { name: LOGITS_AT_INPUT, type: { tensor_type: { elem_type: DataType.INT64, shape: { dim: [{ dim_param: 'logits_positions' }] } } } }
+  return writeGraph(model, v, (f) => {
+    if (f === field) return [encodeNode(gather), encodeNode({ ...asExported, input: [picked, ...asExported.input.slice(1)] })]
+    if (f === lastInput) return [v.graph.data!.subarray(f.start, f.end), lengthDelimited(INPUT, ValueInfoProto.encode(ValueInfoProto.fromObject(info)).finish())]
+    return undefined
+  })
 }
 
-/** The output greedyTokens() adds: each row's argmax over the last position's logits, int64 [batch, 1]. */
+/** The output greedyTokens() adds: each row's argmax at each position the logits have, int64 [batch, positions]. */
 export const NEXT_TOKEN_OUTPUT = 'onnxd_next_token'
 
 /**
@@ -360,9 +369,9 @@ export interface PreparedGraph {
   rewritten: boolean
   /** Present output as exported -> output that now carries only the new rows; null when the cache outputs are as exported. */
   kvOutputs: Map<string, string> | null
-  /** Logits are computed for each row's last position only. */
-  lastLogitsOnly: boolean
-  /** The output holding each row's greedy next token (NEXT_TOKEN_OUTPUT), or null. */
+  /** Logits are computed only at the positions a step feeds in LOGITS_AT_INPUT (positionLogits). */
+  logitsAt: string | null
+  /** The output holding each row's greedy next token at each of those positions (NEXT_TOKEN_OUTPUT), or null. */
   nextToken: string | null
   /** GroupQueryAttention reads its lengths from SEQLENS_K_INPUT and TOTAL_LENGTH_INPUT (feedAttentionLengths). */
   lengthsFed: boolean
@@ -370,7 +379,7 @@ export interface PreparedGraph {
 
 /**
  * The decoder graph onnxd runs for an exported one: HF cache outputs `present.<i>.key|value` reduced to the new
- * rows, logits reduced to the last position (unless `allLogits`), with last-position logits the greedy next token
+ * rows, logits computed at the positions each step names (unless `allLogits`), with their greedy next tokens
  * beside them, and GroupQueryAttention's lengths as inputs. Each rewrite applies only where the graph has the
  * expected shape.
  */
@@ -384,11 +393,11 @@ export function prepareDecoderGraph(exported: Uint8Array, opts: { allLogits?: bo
   )
   const kv = pastOf.size ? fetchNewKvOnly(model, pastOf, 4) : null
   if (kv) model = kv.model
-  const last = opts.allLogits ? null : lastPositionLogits(model, 'logits')
+  const last = opts.allLogits ? null : positionLogits(model, 'logits')
   if (last) model = last
   const next = last ? greedyTokens(model, 'logits') : null
   if (next) model = next
   const lengths = feedAttentionLengths(model)
   if (lengths) model = lengths.model
-  return { model, rewritten: model !== exported, kvOutputs: kv?.outputs ?? null, lastLogitsOnly: last !== null, nextToken: next ? NEXT_TOKEN_OUTPUT : null, lengthsFed: lengths !== null }
+  return { model, rewritten: model !== exported, kvOutputs: kv?.outputs ?? null, logitsAt: last ? LOGITS_AT_INPUT : null, nextToken: next ? NEXT_TOKEN_OUTPUT : null, lengthsFed: lengths !== null }
 }

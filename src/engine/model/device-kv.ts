@@ -12,7 +12,7 @@
 // own (zero) length and are not read back. Imports: ort-capi and step-io types only.
 import { OnnxdError } from '../../shared/errors.js'
 import type { DeviceAllocator, DeviceTensor } from './ort-capi.js'
-import type { KvRows, KvTensor, Signature } from './step-io.js'
+import { truncatedLength, type KvRows, type KvTensor, type Signature } from './step-io.js'
 
 /** The slot of a row another cache took. */
 const TAKEN = -1
@@ -261,6 +261,11 @@ export class DeviceKv implements KvRows {
   /** The step wrote the new rows in place on the device: only the lengths move. */
   append(_present: KvTensor[], counts: readonly number[]): void {
     for (let r = 0; r < this.rows; r++) this.lens[r] += counts[r]
+  }
+
+  /** Only the length moves: the slot's later tokens stay on the device until the row's next step writes over them. */
+  truncate(r: number, len: number): void {
+    this.lens[r] = truncatedLength(this.lens[r], len)
   }
 
   /**

@@ -159,7 +159,7 @@ function discover(s: ort.InferenceSession, where: string, renamed: ReadonlyMap<s
       presentNames: presentOutputs,
       present: renamed ? 'new' : 'appended',
     },
-    logits: { name: 'logits', dtype: logitsMeta.type, vocab, lastOnly: false },
+    logits: { name: 'logits', dtype: logitsMeta.type, vocab, at: null },
     nextToken: null,
     lengths: lengthsOf(ins, where),
   }
@@ -243,7 +243,7 @@ export class DecoderSession {
       throw new OnnxdError('bad_bundle', `${bundle.onnxPath}: cannot load ONNX model: ${(e as Error).message}`)
     }
     const sig = discover(session, bundle.onnxPath, g.kvOutputs)
-    sig.logits.lastOnly = g.lastLogitsOnly
+    sig.logits.at = g.logitsAt
     sig.nextToken = g.nextToken
     if (bundle.padding === 'right') sig.kv.present = 'in-place'
     let capi: CapiRunner | null = null
@@ -283,6 +283,17 @@ export class DecoderSession {
     const p = this.capi?.pool?.running
     if (!p) return null
     return { slots: p.slots, cap: p.cap, bytes: p.bytes(), allocations: p.allocations, memory: p.all[0]?.deviceType() ?? null }
+  }
+
+  /**
+   * The most rows a step may have whose rows carry several tokens on top of a cache (a draft to check): any number on
+   * plain-op graphs that take chunks; one on GroupQueryAttention graphs, which ORT refuses at batch > 1 ("batch_size
+   * must be 1 when sequence_length > 1 and past context is given", on the CPU and on WebGPU), and none on a device
+   * cache, whose steps run over dummy slots beside the real rows, or on graphs that take no chunks.
+   */
+  get multiTokenRows(): number {
+    if (!this.chunkedPrefill || this.deviceResident) return 0
+    return this.signature.kv.present === 'in-place' ? 1 : Infinity
   }
 
   /** Whether this session keeps its KV cache on the device (runtime 'capi' on a GPU provider). */
@@ -328,20 +339,21 @@ export class DecoderSession {
 
   /**
    * Runs one step. `picks` are flat indices (row * seq + position) whose logits are wanted; only those rows are
-   * converted to float32, so a long prefill never copies logits it does not use.
+   * converted to float32, so a long prefill never copies logits it does not use. A graph that computes logits at
+   * named positions (signature.logits.at) computes them at the picks' positions only (its last when there is none).
    */
   async forward(x: ForwardInput, picks: number[]): Promise<ForwardOutput> {
     const sig = this.signature
+    if (sig.logits.at) {
+      const at = logitsPositions(picks.map((p) => p % x.seq), x.seq)
+      x = { ...x, logitsAt: at }
+      // Row r's logits at position j are its (indexOf j)-th of at.length.
+      const index = new Map(Array.from(at, (j, i) => [j, i]))
+      picks = picks.map((p) => Math.floor(p / x.seq) * at.length + index.get(p % x.seq)!)
+    }
     const out = await this.run(x)
     const V = sig.logits.vocab
     const src = out[sig.logits.name].data as Float32Array | Uint16Array
-    if (sig.logits.lastOnly) {
-      // One row of logits per sequence: pick (row * seq + seq - 1) is row `row`.
-      picks = picks.map((p) => {
-        if (p % x.seq !== x.seq - 1) throw new OnnxdError('internal', `logits of position ${p % x.seq} wanted, but this session computes each row's last position only`)
-        return Math.floor(p / x.seq)
-      })
-    }
     let logits: Float32Array
     if (src instanceof Float32Array && src.length === picks.length * V && picks.every((p, i) => p === i)) {
       // A decode step wants every row in order: ORT's output (a fresh JS copy, or the C runner's buffer, which
@@ -356,11 +368,13 @@ export class DecoderSession {
 
   /**
    * Runs one step and returns each row's greedy next token instead of logits: the step's sampling when every row
-   * decodes greedily. Only graphs with a next-token output (signature.nextToken) can.
+   * decodes greedily. `positions` (ascending, in [0, seq)) are where each row's tokens are wanted, [rows *
+   * positions.length] (default: its last). Only graphs with a next-token output (signature.nextToken) can.
    */
-  async forwardGreedy(x: ForwardInput): Promise<GreedyOutput> {
+  async forwardGreedy(x: ForwardInput, positions?: readonly number[]): Promise<GreedyOutput> {
     const sig = this.signature
     if (!sig.nextToken) throw new OnnxdError('internal', 'this session has no next-token output')
+    x = { ...x, logitsAt: logitsPositions(positions ?? [], x.seq) }
     const out = await this.run(x, [sig.nextToken, ...sig.kv.presentNames])
     const ids = out[sig.nextToken].data as BigInt64Array
     return { tokens: Int32Array.from(ids, Number), present: this.present(out), traffic: this.traffic }
@@ -395,6 +409,10 @@ export class DecoderSession {
       feeds[sig.lengths.total] = new ort.Tensor('int32', Int32Array.of(x.pastLen + x.seq), [])
     }
     if (sig.positions) feeds[sig.positions.name] = intTensor(sig.positions.dtype, x.positions, [x.rows, x.seq])
+    if (sig.logits.at) {
+      const at = x.logitsAt ?? Int32Array.of(x.seq - 1)
+      feeds[sig.logits.at] = intTensor('int64', at, [at.length])
+    }
     sig.kv.pastNames.forEach((n, i) => {
       feeds[n] = new ort.Tensor(sig.kv.dtype, x.past[i].data, x.past[i].dims)
     })
@@ -482,4 +500,14 @@ export class DecoderSession {
       this.gate?.exit()
     }
   }
+}
+
+/**
+ * The positions a step computes logits at (ForwardInput.logitsAt): `wanted` ascending without repeats, or the step's
+ * last position when none is wanted. Throws on a position outside [0, seq).
+ */
+export function logitsPositions(wanted: readonly number[], seq: number): Int32Array {
+  if (wanted.length === 0) return Int32Array.of(seq - 1)
+  for (const j of wanted) if (!(j >= 0 && j < seq)) throw new OnnxdError('internal', `logits of position ${j} wanted in a step of ${seq}`)
+  return Int32Array.from(new Set(wanted)).sort()
 }

@@ -1,7 +1,7 @@
 // What one forward step takes and gives, in either step runtime (session.ts's JS API, capi-session.ts's C API): the
-// graph's signature as discovered at load, the KV tensors, a step's input and outputs. Plain types, in their own
-// module so that the session, its C-API runner, the step helpers and the scheduler share one definition without
-// importing each other. Imports: nothing.
+// graph's signature as discovered at load, the KV tensors, a step's input and outputs, the rows of a cache. Plain
+// types (and the rollback rule), in their own module so that the session, its C-API runner, the step helpers and the
+// scheduler share one definition without importing each other. Imports: nothing.
 
 export type IntDtype = 'int64' | 'int32'
 export type KvDtype = 'float32' | 'float16'
@@ -38,9 +38,12 @@ export interface Signature {
     presentNames: string[]
     present: PresentLayout
   }
-  /** lastOnly: the graph computes the last position of each row only ([batch, 1, vocab]). */
-  logits: { name: string; dtype: KvDtype; vocab: number; lastOnly: boolean }
-  /** The output holding each row's greedy next token (argmax of its last logits), or null. */
+  /**
+   * `at`: the input naming the positions whose logits the graph computes, the same for every row ([batch, n, vocab]
+   * for n positions; decoder-graph.ts positionLogits); null: every position's ([batch, seq, vocab]).
+   */
+  logits: { name: string; dtype: KvDtype; vocab: number; at: string | null }
+  /** The output holding each row's greedy next token (argmax of its logits) at each computed position, or null. */
   nextToken: string | null
   /**
    * GroupQueryAttention's lengths as inputs (decoder-graph.ts feedAttentionLengths): `seqlens` int32 [batch] (each
@@ -65,6 +68,11 @@ export interface ForwardInput {
   past: KvTensor[]
   /** The cache the step runs over, when its runtime binds the cache itself (a device cache; `past` is then empty). */
   cache?: KvRows
+  /**
+   * The positions in [0, seq) whose logits the step computes, for every row, ascending, on graphs that take them
+   * (signature.logits.at); absent: the last one. The session sets it from the step's picks.
+   */
+  logitsAt?: Int32Array
 }
 
 /**
@@ -85,7 +93,7 @@ export interface ForwardOutput {
 }
 
 export interface GreedyOutput {
-  /** Each row's argmax over its last position's logits. */
+  /** Each row's argmax at each of the step's logits positions, [rows * positions] (one per row by default: its last). */
   tokens: Int32Array
   present: KvTensor[]
   traffic: StepTraffic
@@ -98,7 +106,7 @@ export interface GreedyOutput {
  * reads). The step runtime that made a cache is the one that runs steps over it.
  */
 export interface KvRows {
-  /** Each row's tokens in the cache (the scheduler may set a row back: a rollback to fewer tokens). */
+  /** Each row's tokens in the cache. */
   readonly lens: number[]
   readonly rows: number
   /** Slots per row: the past length a step over this cache feeds. */
@@ -115,6 +123,11 @@ export interface KvRows {
   past(): KvTensor[]
   /** Row r gained `counts[r]` tokens in the step that returned `present`. */
   append(present: KvTensor[], counts: readonly number[]): void
+  /**
+   * Sets row r back to its first `len` tokens (a rollback): the tokens a step wrote after them, a draft's rejected
+   * ones, are dropped, and the row's next step writes over them.
+   */
+  truncate(r: number, len: number): void
   /** Appends row `r` of `src` (a cache of the same kind) as a new last row. */
   takeRow(src: KvRows, r: number): void
   /** Removes row `r` by moving the last row into its place. */
@@ -123,4 +136,10 @@ export interface KvRows {
   clear(): void
   /** Gives the memory back once no row is left. */
   release(): void
+}
+
+/** A row's length after a rollback to `len` tokens, which must be within what it holds. */
+export function truncatedLength(held: number, len: number): number {
+  if (!Number.isInteger(len) || len < 0 || len > held) throw new RangeError(`cannot set a row of ${held} tokens back to ${len}`)
+  return len
 }

@@ -7,13 +7,14 @@
 // on top of a cache (see DecoderSession.chunkedPrefill) prefill a whole group at once: then the bound is one
 // group, whose rows x prompt width admit() keeps within maxBatchedTokens unless a single prompt is longer.
 import type { LoadedModel } from '../model/load.js'
-import type { ForwardInput, KvRows } from '../model/step-io.js'
+import type { KvRows } from '../model/step-io.js'
 import { DeviceKv } from '../model/device-kv.js'
 import { OnnxdError, toErrorData } from '../../shared/errors.js'
 import type { EngineStats, FinishObservation, StepObservation } from '../types.js'
 import { KvCache, kvShapeOf, type KvShape } from './kv.js'
 import type { Sequence } from './sequence.js'
 import { FairQueue } from './fair-queue.js'
+import { planStep } from './step-plan.js'
 import { PREFIX_BLOCK, PrefixCache, type PrefixHit } from './prefix-cache.js'
 
 /** A prompt without a cached prefix (or with prefix caching off). */
@@ -36,8 +37,8 @@ async function prepareGrammars(seqs: readonly Sequence[]): Promise<boolean> {
 /** Fewest prompt columns per row a prefill chunk is cut to when a group has many rows (see admit()). */
 const MIN_CHUNK = 32
 
-/** The mask of a step whose graph reads none (signature.mask null): the rows' lengths say it all. */
-const NO_MASK = new Uint8Array(0)
+/** What a row that sits a step out feeds. */
+const NO_TOKENS: readonly number[] = []
 
 export interface BatcherOptions {
   /** Max sequences decoding together (running batch rows plus the prefill group). */
@@ -53,6 +54,11 @@ export interface BatcherOptions {
   kvBudgetBytes: number
   /** Automatic prefix caching (prefix-cache.ts): prompts reuse the KV rows of cached prefixes. */
   prefixCaching: boolean
+  /**
+   * Speculative decoding by n-gram lookup (generation/draft.ts): up to this many draft tokens per row and decode step,
+   * checked in the step itself, in steps where every row decodes greedily; 0 is off.
+   */
+  speculativeTokens: number
 }
 
 export interface BatcherObserver {
@@ -88,6 +94,8 @@ export class Batcher {
   private readonly kvShape: KvShape
   /** Null when off, or when the graph cannot take new tokens on top of a cache (then a prefix cannot be reused). */
   private readonly prefix: PrefixCache | null
+  /** Whether decode steps may carry drafts (opts.speculativeTokens, where the session takes them). */
+  private readonly speculative: boolean
 
   constructor(
     private readonly model: LoadedModel,
@@ -98,6 +106,15 @@ export class Batcher {
     this.kv = this.newKv()
     // A device cache is never read by the host: its prefix blocks would have to be copied on the device (not built).
     this.prefix = opts.prefixCaching && model.session.chunkedPrefill && !model.session.deviceResident ? new PrefixCache() : null
+    this.speculative = opts.speculativeTokens > 0 && model.session.signature.nextToken !== null && model.session.multiTokenRows > 0
+    if (opts.speculativeTokens > 0 && !this.speculative) {
+      const why = model.session.deviceResident
+        ? 'a cache on the device takes no steps of several tokens per row'
+        : model.session.signature.nextToken === null
+          ? 'the graph gives no greedy next token (its LM head was not found, or its logits are not float32)'
+          : 'the graph takes no steps of several tokens per row on top of a cache'
+      process.emitWarning(`speculative decoding off: ${why}`, { code: 'ONNXD_SPECULATIVE_OFF' })
+    }
     this.loopDone = this.loop()
   }
 
@@ -360,33 +377,13 @@ export class Batcher {
       return
     }
     // Row r's prompt is left-padded by pads[r]: this chunk's first columns may still be padding.
-    const counts = g.pads.map((pad) => Math.max(0, total - Math.max(pad, g.cursor)))
-    g.kv.makeRoom(counts)
-    const P = g.kv.cap
-    const masked = this.model.session.signature.mask !== null
-    const lengths = new Int32Array(rows)
-    const x: ForwardInput = {
-      rows,
-      seq,
-      pastLen: P,
-      ids: new Int32Array(rows * seq),
-      mask: masked ? new Uint8Array(rows * (P + seq)) : NO_MASK,
-      lengths,
-      positions: new Int32Array(rows * seq),
-      past: g.kv.past(),
-      cache: g.kv,
-    }
-    for (let r = 0; r < rows; r++) {
-      const pad = g.pads[r]
-      x.ids.set(g.ids.subarray(r * g.width + g.cursor, r * g.width + total), r * seq)
-      lengths[r] = g.kv.lens[r] + counts[r]
-      if (masked) g.kv.maskRow(x.mask, r, seq, counts[r])
-      for (let j = 0; j < seq; j++) x.positions[r * seq + j] = g.cached[r] + Math.max(0, g.cursor + j - pad)
-    }
-    const picks = last ? g.seqs.map((_, r) => r * seq + seq - 1) : []
+    const chunk = g.pads.map((pad, r) => g.ids.subarray(r * g.width + Math.max(pad, g.cursor), r * g.width + total))
+    const { x, counts, first } = planStep(g.kv, this.model.session.signature, chunk)
+    // Each row's last prompt token (a chunk ends every row's prompt together).
+    const picks = last ? g.seqs.map((_, r) => r * x.seq + first[r] + counts[r] - 1) : []
     const t0 = performance.now()
     const out = await this.model.session.forward(x, picks)
-    this.observer.onStep?.({ phase: 'prefill', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows * seq, bytesIn: out.traffic.in, bytesOut: out.traffic.out })
+    this.observer.onStep?.({ phase: 'prefill', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows * x.seq, bytesIn: out.traffic.in, bytesOut: out.traffic.out })
     g.cursor = total
     g.kv.append(out.present, counts)
     if (!last) return
@@ -442,9 +439,8 @@ export class Batcher {
       this.keepRunning((s) => !s.done && !s.cancelled)
       if (this.running.length === 0) return
     }
-    // A row whose mask is behind a grammar compile sits this step out: it runs with the others (the same token at
-    // the same position, so whatever it writes in place is written again alike), but nothing of it is kept or
-    // sampled. The others never wait for the compile.
+    // A row whose mask is behind a grammar compile sits this step out: it runs with the others, fed a pad that its
+    // cache does not keep (step-plan.ts), and nothing of it is sampled. The others never wait for the compile.
     const sits = ready ? null : this.running.map((s) => !s.maskReady)
     if (sits?.every(Boolean)) {
       // Nothing to step: wait for a mask, unless a prefill is waiting to go on.
@@ -453,46 +449,54 @@ export class Batcher {
     }
     const kv = this.kv
     const rows = this.running.length
-    const ones = this.running.map(() => 1)
-    const counts = sits ? sits.map((s) => (s ? 0 : 1)) : ones
-    kv.makeRoom(ones)
-    const P = kv.cap
     const session = this.model.session
-    // A graph fed GroupQueryAttention's lengths may read no mask: then none is built (it grows with the context).
-    const masked = session.signature.mask !== null
-    const lengths = new Int32Array(rows)
-    const x: ForwardInput = {
-      rows,
-      seq: 1,
-      pastLen: P,
-      ids: new Int32Array(rows),
-      mask: masked ? new Uint8Array(rows * (P + 1)) : NO_MASK,
-      lengths,
-      positions: new Int32Array(rows),
-      past: kv.past(),
-      cache: kv,
-    }
-    for (let r = 0; r < rows; r++) {
-      x.ids[r] = this.running[r].pending
-      x.positions[r] = kv.lens[r]
-      lengths[r] = kv.lens[r] + 1
-      if (masked) kv.maskRow(x.mask, r, 1, 1)
-    }
     // When every row decodes greedily the graph's argmax is the step's sampling: no logits leave ORT.
     const greedy = session.signature.nextToken !== null && this.running.every((s) => s.greedyNow)
+    // Speculative decoding: each row's token and a draft after it, checked against the graph's argmax at each.
+    // GroupQueryAttention takes them with one running row only (DecoderSession.multiTokenRows).
+    const drafts = greedy && this.speculative && rows <= session.multiTokenRows ? this.running.map((s) => s.draft(this.opts.speculativeTokens)) : null
+    const drafting = drafts !== null && drafts.some((d) => d.length > 0)
+    const tokens = this.running.map((s, r) => (sits?.[r] ? NO_TOKENS : drafting ? [s.pending, ...drafts[r]] : [s.pending]))
+    const { x, counts, first } = planStep(kv, session.signature, tokens)
     const t0 = performance.now()
-    const out = greedy ? await session.forwardGreedy(x) : await session.forward(x, this.running.map((_, r) => r))
-    this.observer.onStep?.({ phase: 'decode', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows, bytesIn: out.traffic.in, bytesOut: out.traffic.out })
+    const out = greedy
+      ? await session.forwardGreedy(x, drafting ? Array.from({ length: x.seq }, (_, j) => j) : undefined)
+      : await session.forward(x, this.running.map((_, r) => r))
+    const seconds = (performance.now() - t0) / 1000
+    const drafted = drafting ? drafts.reduce((n, d) => n + d.length, 0) : 0
+    let accepted = 0
     kv.append(out.present, counts)
     const V = this.model.vocab
     let finished = false
+    const finish = (s: Sequence): void => {
+      finished = true
+      this.observer.onFinish?.(s.observation('done'))
+    }
     this.running.forEach((s, r) => {
       if (s.cancelled || sits?.[r]) return
-      if ('tokens' in out ? s.stepToken(out.tokens[r]) : s.step(out.logits.subarray(r * V, (r + 1) * V))) {
-        finished = true
-        this.observer.onFinish?.(s.observation('done'))
+      if (!('tokens' in out)) {
+        if (s.step(out.logits.subarray(r * V, (r + 1) * V))) finish(s)
+        return
       }
+      // The graph's pick after the row's token, then after each draft token while the draft was right: every pick is
+      // the row's next token, the first wrong draft token ends them.
+      const draft = drafting ? drafts[r] : NO_TOKENS
+      const at = r * x.seq + first[r]
+      let k = 0
+      for (;;) {
+        const token = out.tokens[at + k]
+        if (s.stepToken(token)) {
+          finish(s)
+          break
+        }
+        if (k === draft.length || token !== draft[k]) break
+        k++
+      }
+      accepted += k
+      // The cache keeps the row's token and the draft tokens it accepted; the next step writes over the rest.
+      if (draft.length > k) kv.truncate(r, kv.lens[r] - (draft.length - k))
     })
+    this.observer.onStep?.({ phase: 'decode', seconds, batch: rows, tokens: counts.reduce((n, c) => n + c, 0), bytesIn: out.traffic.in, bytesOut: out.traffic.out, ...(drafting ? { drafted, accepted } : {}) })
     if (finished) this.keepRunning((s) => !s.done && !s.cancelled)
   }
 }

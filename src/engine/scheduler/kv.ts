@@ -4,7 +4,7 @@
 // (decoder-graph.ts), which append() copies into the slots after each row's length. Sequences join and leave by
 // copying one row. The slot stride follows the longest row (moving rows in place); the buffers are reallocated
 // only when the rows outgrow them, never shrink while the batcher is busy, and go back when it is idle.
-import type { KvData, KvDtype, KvRows, KvTensor, PresentLayout, Signature } from '../model/step-io.js'
+import { truncatedLength, type KvData, type KvDtype, type KvRows, type KvTensor, type PresentLayout, type Signature } from '../model/step-io.js'
 
 /**
  * Slots grow in chunks, so rows are re-laid out once every `chunk` decode steps at most. Attention reads every slot,
@@ -195,6 +195,10 @@ export class KvCache implements KvRows {
       })
     })
     this.lens[r] = len
+  }
+
+  truncate(r: number, len: number): void {
+    this.lens[r] = truncatedLength(this.lens[r], len)
   }
 
   /** Appends row `r` of `src` as a new last row. */

@@ -7,6 +7,7 @@ import type { SamplingParams } from '../../shared/sampling.js'
 import { Sampler, SamplerScratch, TokenHistory, type StepLogprobs } from '../generation/sampling.js'
 import { StopMatcher } from '../generation/stopping.js'
 import { IncrementalDecoder } from '../generation/detokenize.js'
+import { ngramDraft } from '../generation/draft.js'
 import type { TokenMask } from '../generation/grammar.js'
 
 export type SeqSink = (e: SeqEvent) => void
@@ -142,6 +143,15 @@ export class Sequence {
 
   private get atLength(): boolean {
     return this.generated.length >= this.params.max_tokens || this.promptIds.length + this.generated.length >= this.model.contextLength
+  }
+
+  /**
+   * Up to `k` tokens guessed to follow `pending` (generation/draft.ts), for a decode step to check: no more than the
+   * sequence may still produce after the token that step yields anyway.
+   */
+  draft(k: number): number[] {
+    const room = Math.min(this.params.max_tokens - this.generated.length, this.model.contextLength - this.promptIds.length - this.generated.length) - 1
+    return ngramDraft(this.promptIds, this.generated, Math.min(k, room))
   }
 
   /** Samples the next token from this row's logits (overwriting them); returns true when the sequence has finished. */

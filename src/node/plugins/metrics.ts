@@ -175,13 +175,16 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
     labelNames: [...L, 'phase', 'direction'],
     registers,
   })
+  // As vLLM's spec_decode_num_draft_tokens / _num_accepted_tokens: accepted / draft is the draft's hit rate.
+  const draftTokens = new Counter({ name: 'onnxd_spec_decode_draft_tokens_total', help: 'Draft tokens fed to decode steps to be checked (speculative decoding, --speculative-tokens).', labelNames: L, registers })
+  const acceptedTokens = new Counter({ name: 'onnxd_spec_decode_accepted_tokens_total', help: "Draft tokens the model's own picks confirmed: each one a token that took no decode step of its own.", labelNames: L, registers })
   const restarts = new Counter({ name: 'onnxd_worker_restarts_total', help: 'Engine worker threads restarted after a crash or stall.', labelNames: L, registers })
 
   // Series exist from the first scrape, so rate() and absent() work before any traffic (as vLLM does).
   for (const h of [ttft, tpot, itl, e2e, queue, promptHist, genHist]) h.zero(m)
   for (const h of [iterTokens, iterTokensOld, batchSize, stepSeconds]) for (const phase of PHASES) h.zero({ ...m, phase })
   for (const phase of PHASES) for (const direction of ['in', 'out']) stepBytes.inc({ ...m, phase, direction }, 0)
-  for (const c of [promptTokens, genTokens, prefixQueries, prefixHits, restarts]) c.inc(m, 0)
+  for (const c of [promptTokens, genTokens, prefixQueries, prefixHits, draftTokens, acceptedTokens, restarts]) c.inc(m, 0)
   for (const r of FINISH_REASONS) success.inc({ ...m, finished_reason: r }, 0)
 
   const observer: EngineObserver = {
@@ -193,6 +196,10 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
       stepSeconds.observe(l, s.seconds)
       stepBytes.inc({ ...l, direction: 'in' }, s.bytesIn)
       stepBytes.inc({ ...l, direction: 'out' }, s.bytesOut)
+      if (s.drafted) {
+        draftTokens.inc(m, s.drafted)
+        acceptedTokens.inc(m, s.accepted ?? 0)
+      }
     },
     onFinish(f: FinishObservation) {
       success.inc({ ...m, finished_reason: f.finishReason })

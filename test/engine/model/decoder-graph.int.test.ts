@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import * as ort from 'onnxruntime-node'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { readBundle } from '../../../src/engine/model/bundle.js'
-import { NEXT_TOKEN_OUTPUT, externalDataConfig, fetchNewKvOnly, graphOutputNames, greedyTokens, prepareDecoderGraph } from '../../../src/engine/model/decoder-graph.js'
+import { LOGITS_AT_INPUT, NEXT_TOKEN_OUTPUT, externalDataConfig, fetchNewKvOnly, graphOutputNames, greedyTokens, prepareDecoderGraph } from '../../../src/engine/model/decoder-graph.js'
 import { ModelProto, type Node } from '../../../src/engine/model/onnx-proto.js'
 import { defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
@@ -149,7 +149,7 @@ describe('fetchNewKvOnly on the embedded default model', () => {
 })
 
 describe('greedyTokens', () => {
-  it('adds each row\'s argmax of the last logits as an int64 output, first index on ties', async () => {
+  it('adds each row\'s argmax of the logits at each named position as an int64 output, first index on ties', async () => {
     const tiny = loadTiny()
     const g = prepareDecoderGraph(tiny.bytes)
     expect(g.nextToken).toBe(NEXT_TOKEN_OUTPUT)
@@ -162,16 +162,19 @@ describe('greedyTokens', () => {
         input_ids: i64(Array.from({ length: rows * seq }, (_, i) => (i * 37 + 5) % 2000), [rows, seq]),
         attention_mask: i64(new Array<number>(rows * seq).fill(1), [rows, seq]),
         position_ids: i64(Array.from({ length: rows * seq }, (_, i) => i % seq), [rows, seq]),
+        // Two positions per row: where a draft's tokens are checked.
+        [LOGITS_AT_INPUT]: i64([1, seq - 1], [2]),
       }
       for (const past of tiny.map.values()) feeds[past] = new ort.Tensor('float32', new Float32Array(0), [rows, tiny.kvHeads, 0, tiny.headDim])
       const out = await s.run(feeds)
       const logits = out.logits.data as Float32Array
-      const V = logits.length / rows
-      const want = Array.from({ length: rows }, (_, r) => {
-        const row = logits.subarray(r * V, (r + 1) * V)
+      expect(out.logits.dims.slice(0, 2)).toEqual([rows, 2])
+      const V = logits.length / (rows * 2)
+      const want = Array.from({ length: rows * 2 }, (_, k) => {
+        const row = logits.subarray(k * V, (k + 1) * V)
         return row.indexOf(Math.max(...row))
       })
-      expect(out[NEXT_TOKEN_OUTPUT].dims).toEqual([rows, 1])
+      expect(out[NEXT_TOKEN_OUTPUT].dims).toEqual([rows, 2])
       expect(Array.from(out[NEXT_TOKEN_OUTPUT].data as BigInt64Array, Number)).toEqual(want)
     } finally {
       await s.release()

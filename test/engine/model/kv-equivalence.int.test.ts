@@ -78,8 +78,11 @@ describe('KV cache equivalence on the embedded default model, both forms and bot
   }
 })
 
-/** A prompt's next-token logits from a session that computes the last position only and one that computes all. */
-async function maxDiffLastOnlyVsAll(dir: string): Promise<{ diff: number; scale: number; lastOnly: boolean }> {
+/**
+ * Logits at a step's named positions from a session that computes only those (decoder-graph.ts positionLogits) and
+ * from one that computes all: each row's last (a prompt's next token), then several per row in one step (a draft).
+ */
+async function maxDiffPickedVsAll(dir: string): Promise<{ diff: number; scale: number; named: boolean }> {
   const last = await DecoderSession.create(readBundle(dir))
   const all = await DecoderSession.create(readBundle(dir), { allLogits: true })
   try {
@@ -88,34 +91,35 @@ async function maxDiffLastOnlyVsAll(dir: string): Promise<{ diff: number; scale:
     const n = 5
     const ids = Int32Array.from({ length: 2 * n }, (_, i) => (i * 53 + 11) % V)
     const x = { rows: 2, seq: n, pastLen: 0, ids, mask: new Uint8Array(2 * n).fill(1), positions: Int32Array.from({ length: 2 * n }, (_, i) => i % n), past: all.emptyPast(2) }
-    const picks = [n - 1, 2 * n - 1]
-    const a = await last.forward(x, picks)
-    const b = await all.forward(x, picks)
     let diff = 0
     let scale = 0
-    for (let i = 0; i < 2 * V; i++) {
-      diff = Math.max(diff, Math.abs(a.logits[i] - b.logits[i]))
-      scale = Math.max(scale, Math.abs(b.logits[i]))
+    for (const picks of [[n - 1, 2 * n - 1], [0, 2, n - 1, n + 1, n + 2, 2 * n - 1]]) {
+      const a = await last.forward(x, picks)
+      const b = await all.forward(x, picks)
+      expect(a.logits.length).toBe(picks.length * V)
+      for (let i = 0; i < picks.length * V; i++) {
+        diff = Math.max(diff, Math.abs(a.logits[i] - b.logits[i]))
+        scale = Math.max(scale, Math.abs(b.logits[i]))
+      }
     }
-    await expect(last.forward(x, [0])).rejects.toThrow(/last position only/)
-    return { diff, scale, lastOnly: last.signature.logits.lastOnly }
+    return { diff, scale, named: last.signature.logits.at !== null }
   } finally {
     await last.dispose()
     await all.dispose()
   }
 }
 
-describe('last-position logits', () => {
-  it('onnxd-tiny: the rewritten LM head gives the same next-token logits', async () => {
-    const { diff, scale, lastOnly } = await maxDiffLastOnlyVsAll(defaultModelDir())
-    expect(lastOnly).toBe(true)
+describe('logits at named positions', () => {
+  it('onnxd-tiny: the rewritten LM head gives the same logits at the last position, and at several per row', async () => {
+    const { diff, scale, named } = await maxDiffPickedVsAll(defaultModelDir())
+    expect(named).toBe(true)
     expect(scale).toBeGreaterThan(0)
     expect(diff).toBeLessThanOrEqual(1e-4)
   })
 
   for (const f of DECODER_FIXTURES) {
-    it.skipIf(!haveFixtures)(`${f.name}: same next-token logits`, async () => {
-      const { diff, scale } = await maxDiffLastOnlyVsAll(fixture(f.name))
+    it.skipIf(!haveFixtures)(`${f.name}: the same logits at the named positions`, async () => {
+      const { diff, scale } = await maxDiffPickedVsAll(fixture(f.name))
       expect(scale).toBeGreaterThan(0)
       expect(diff).toBeLessThanOrEqual(f.fp16 ? 1e-2 * Math.max(1, scale) : 1e-4)
     })

@@ -5,7 +5,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { Engine } from '../../../src/engine/engine.js'
 import { runRequest } from '../../helpers/engine-run.js'
-import { expected, fakeModel, FAKE_VOCAB, type FakeSession } from '../../helpers/fake-runtime.js'
+import { expected, fakeModel, FAKE_VOCAB, next, type FakeSession } from '../../helpers/fake-runtime.js'
 
 const prompt = (n: number, salt: number): number[] => Array.from({ length: n }, (_, i) => 1 + ((i * 13 + salt * 29) % (FAKE_VOCAB - 1)))
 
@@ -77,5 +77,69 @@ describe('batcher over a fake step runtime', () => {
     expect((await waiting).ids).toEqual(expected(c.input_ids, 6))
     const b = { input_ids: prompt(7, 8), max_tokens: 9, temperature: 0, ignore_eos: true }
     expect((await runRequest(e, b)).ids).toEqual(expected(b.input_ids, 9))
+  })
+
+  describe('speculative decoding (n-gram drafts checked in the step)', () => {
+    // A model that repeats its input with a period of 5: after a few tokens every n-gram draft is right.
+    const periodic = (h: readonly number[]): number => (h.length >= 5 ? h[h.length - 5] : 1 + ((h.length * 7) % (FAKE_VOCAB - 1)))
+    const startSpec = (speculativeTokens: number, next = periodic): { e: Engine; steps: Array<{ drafted?: number; accepted?: number; tokens: number; batch: number }> } => {
+      const f = fakeModel({ next, greedy: true })
+      session = f.session
+      const steps: Array<{ drafted?: number; accepted?: number; tokens: number; batch: number }> = []
+      engine = Engine.over(f.model, { prefixCaching: false, speculativeTokens }, { onStep: (s) => s.phase === 'decode' && steps.push(s) })
+      return { e: engine, steps }
+    }
+
+    it('gives the tokens decoding one at a time gives, in fewer steps, where drafts are right', async () => {
+      const req = { input_ids: prompt(12, 2), max_tokens: 40, temperature: 0, ignore_eos: true }
+      const { e, steps } = startSpec(4)
+      const got = await runRequest(e, req)
+      expect(got.ids).toEqual(expected(req.input_ids, 40, periodic))
+      expect(session.log.badPositions).toEqual([])
+      const drafted = steps.reduce((n, s) => n + (s.drafted ?? 0), 0)
+      const accepted = steps.reduce((n, s) => n + (s.accepted ?? 0), 0)
+      expect(accepted).toBeGreaterThan(20)
+      expect(accepted).toBeLessThanOrEqual(drafted)
+      // 39 tokens after the first (which prefill gives): one per step plus each step's accepted drafts.
+      expect(steps.length).toBe(39 - accepted)
+    })
+
+    it('keeps every row’s cache right when drafts are wrong, in a changing batch', async () => {
+      // The hash model never repeats: drafts (from chance repeats) are mostly wrong and rolled back.
+      const { e, steps } = startSpec(3, next)
+      const reqs = Array.from({ length: 8 }, (_, i) => ({ input_ids: [...prompt(6, i), ...prompt(6, i)], max_tokens: 6 + i * 3, temperature: 0, ignore_eos: true }))
+      const got = await Promise.all(reqs.map((r) => runRequest(e, r).then((x) => x.ids)))
+      expect(got).toEqual(reqs.map((r) => expected(r.input_ids, r.max_tokens)))
+      expect(session.log.badPositions).toEqual([])
+      // Drafts were made (the prompts repeat) and some were wrong.
+      const drafted = steps.reduce((n, s) => n + (s.drafted ?? 0), 0)
+      const accepted = steps.reduce((n, s) => n + (s.accepted ?? 0), 0)
+      expect(drafted).toBeGreaterThan(accepted)
+    })
+
+    it('mixes rows with periodic output and rows sampled at a temperature: no drafts in steps with a sampled row', async () => {
+      const { e, steps } = startSpec(4)
+      const greedy = { input_ids: prompt(10, 7), max_tokens: 30, temperature: 0, ignore_eos: true }
+      const sampled = { input_ids: prompt(10, 8), max_tokens: 10, temperature: 1, seed: 3, ignore_eos: true }
+      const [g] = await Promise.all([runRequest(e, greedy), runRequest(e, sampled)])
+      expect(g.ids).toEqual(expected(greedy.input_ids, 30, periodic))
+      expect(steps.filter((s) => s.batch === 2).every((s) => !s.drafted)).toBe(true)
+      expect(steps.some((s) => (s.accepted ?? 0) > 0)).toBe(true)
+    })
+
+    it('never drafts past max_tokens', async () => {
+      const { e, steps } = startSpec(8)
+      const req = { input_ids: prompt(12, 4), max_tokens: 7, temperature: 0, ignore_eos: true }
+      const got = await runRequest(e, req)
+      expect(got.ids).toEqual(expected(req.input_ids, 7, periodic))
+      // A step yields its own pick and the draft tokens accepted: it drafts no more than may follow that pick.
+      let generated = 1
+      for (const s of steps) {
+        expect(s.drafted ?? 0).toBeLessThanOrEqual(7 - generated - 1)
+        generated += 1 + (s.accepted ?? 0)
+      }
+      expect(generated).toBe(7)
+      expect(steps.some((s) => (s.drafted ?? 0) > 0)).toBe(true)
+    })
   })
 })
