@@ -3,14 +3,15 @@
 import type { FastifyInstance } from 'fastify'
 import { expect } from 'vitest'
 import { buildNode, type NodeDeps } from '../../src/node/app.js'
-import { loadNodeOptions, type NodeOptions } from '../../src/node/options.js'
+import { DEFAULT_MODEL_DIR, loadNodeOptions, type NodeOptions } from '../../src/node/options.js'
 import { createMetrics, createRegistry, type NodeMetrics } from '../../src/node/plugins/metrics.js'
 import { fakeEngine, type FakeEngine, type FakeEngineOptions } from '../helpers/fake-engine.js'
 
 export const URL_PATH = '/internal/v1/completions'
 
 export function testOptions(flags: Partial<Record<keyof NodeOptions, unknown>> = {}): NodeOptions {
-  return loadNodeOptions({}, { logLevel: 'silent', model: 'models/onnxd-tiny', ...flags }, {}, { totalMemBytes: 8 * 1024 ** 3 })
+  // The embedded default model (served as onnxd-tiny); the fake engine loads nothing.
+  return loadNodeOptions({}, { logLevel: 'silent', model: DEFAULT_MODEL_DIR, ...flags }, {}, { totalMemBytes: 8 * 1024 ** 3 })
 }
 
 export interface TestNode {

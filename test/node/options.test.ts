@@ -3,7 +3,7 @@
 import { totalmem } from 'node:os'
 import { describe, expect, it, vi } from 'vitest'
 import { isOnnxdError, type OnnxdError } from '../../src/shared/errors.js'
-import { defaultKvBudgetMb, loadNodeOptions, memoryLimitBytes, NODE_ENV, NODE_FLAGS, nodeFlags, servedModelId, toPoolOptions } from '../../src/node/options.js'
+import { DEFAULT_MODEL_DIR, defaultKvBudgetMb, loadNodeOptions, memoryLimitBytes, NODE_ENV, NODE_FLAGS, nodeFlags, servedModelId, toPoolOptions } from '../../src/node/options.js'
 
 const GiB = 1024 ** 3
 const sys = { totalMemBytes: 8 * GiB }
@@ -23,7 +23,7 @@ describe('loadNodeOptions', () => {
     expect(loadNodeOptions({}, {}, {}, sys)).toEqual({
       port: 8081,
       host: '127.0.0.1',
-      model: 'models/onnxd-tiny',
+      model: 'models/onnxd-tiny-gqa',
       provider: 'cpu',
       deviceId: 0,
       allowCpuFallback: false,
@@ -57,7 +57,7 @@ describe('loadNodeOptions', () => {
     try {
       spy.mockReturnValue(2 * GiB)
       expect(memoryLimitBytes()).toBe(Math.min(2 * GiB, totalmem()))
-      expect(loadNodeOptions({}, { model: 'models/onnxd-tiny' }).kvBudgetMb).toBe(Math.floor(Math.min(2 * GiB, totalmem()) / 4 / 1024 ** 2))
+      expect(loadNodeOptions({}, { model: DEFAULT_MODEL_DIR }).kvBudgetMb).toBe(Math.floor(Math.min(2 * GiB, totalmem()) / 4 / 1024 ** 2))
       // No limit (0), or one above the host's memory: the host's memory.
       spy.mockReturnValue(0)
       expect(memoryLimitBytes()).toBe(totalmem())
