@@ -25,7 +25,8 @@ describe.skipIf(!llama)('GGUF in llama.cpp (tiny preset)', () => {
   const models = new Map<GgufType, LlamaModel>()
   beforeAll(async () => {
     root = await mkdtemp(join(tmpdir(), 'onnxd-gguf-int-'))
-    dir = (await buildModel({ preset: 'tiny', outDir: join(root, 'tiny') })).dir
+    // The plain form: its ONNX graph takes position_ids, as the log-probability check below feeds it.
+    dir = (await buildModel({ preset: 'tiny', outDir: join(root, 'tiny'), attention: 'plain' })).dir
     for (const type of GGUF_TYPES) {
       const file = join(dir, `model-${type}.gguf`)
       await writeGguf(file, { preset: p, name: 'onnxd-tiny', seed: 0, type })
