@@ -30,6 +30,7 @@ export const DEFAULT_BATCHER: BatcherOptions = {
   kvBudgetBytes: 2 * 1024 ** 3,
   prefixCaching: true,
   speculativeTokens: 0,
+  speculativeMaxRows: 4,
 }
 
 /** The batcher limits of `opts`, defaults filled in. */
@@ -41,6 +42,7 @@ export function batcherOptions(opts: Partial<BatcherOptions>): BatcherOptions {
     kvBudgetBytes: opts.kvBudgetBytes ?? DEFAULT_BATCHER.kvBudgetBytes,
     prefixCaching: opts.prefixCaching ?? DEFAULT_BATCHER.prefixCaching,
     speculativeTokens: opts.speculativeTokens ?? DEFAULT_BATCHER.speculativeTokens,
+    speculativeMaxRows: opts.speculativeMaxRows ?? DEFAULT_BATCHER.speculativeMaxRows,
   }
 }
 

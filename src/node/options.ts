@@ -57,6 +57,8 @@ export const NodeOptions = Type.Object(
      * decode step, checked in that step, when every row decodes greedily; 0 (the default) is off.
      */
     speculativeTokens: Type.Integer({ minimum: 0, maximum: 16, default: 0 }),
+    /** Speculative decoding drafts only while at most this many sequences run (vLLM's disable-by-batch-size). */
+    speculativeMaxRows: Type.Integer({ minimum: 1, maximum: 1024, default: 4 }),
     heartbeatTimeoutMs: Type.Integer({ minimum: 100, default: 5000 }),
     /** A worker whose step loop shows no life for this long is replaced (its requests end with a retryable 500). */
     stallTimeoutMs: Type.Integer({ minimum: 100, default: 30_000 }),
@@ -102,6 +104,7 @@ export const NODE_ENV: Record<Field, string> = {
   kvBudgetMb: 'ONNXD_KV_BUDGET_MB',
   noPrefixCaching: 'ONNXD_NO_PREFIX_CACHING',
   speculativeTokens: 'ONNXD_SPECULATIVE_TOKENS',
+  speculativeMaxRows: 'ONNXD_SPECULATIVE_MAX_ROWS',
   heartbeatTimeoutMs: 'ONNXD_HEARTBEAT_TIMEOUT_MS',
   stallTimeoutMs: 'ONNXD_STALL_TIMEOUT_MS',
   grammarCompileMs: 'ONNXD_GRAMMAR_COMPILE_MS',
@@ -209,6 +212,7 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
     kvBudgetBytes: Math.floor((opts.kvBudgetMb * MiB) / opts.workers),
     prefixCaching: !opts.noPrefixCaching,
     speculativeTokens: opts.speculativeTokens,
+    speculativeMaxRows: opts.speculativeMaxRows,
     heartbeatTimeoutMs: opts.heartbeatTimeoutMs,
     stallTimeoutMs: opts.stallTimeoutMs,
     tokenizerThreads: opts.tokenizerThreads,

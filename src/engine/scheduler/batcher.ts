@@ -59,6 +59,11 @@ export interface BatcherOptions {
    * checked in the step itself, in steps where every row decodes greedily; 0 is off.
    */
   speculativeTokens: number
+  /**
+   * Drafts only while at most this many rows run: a draft widens the whole step, which pays where a step costs about
+   * the same for a few more tokens (few rows) and costs more than it saves where the step is compute-bound.
+   */
+  speculativeMaxRows: number
 }
 
 export interface BatcherObserver {
@@ -454,7 +459,7 @@ export class Batcher {
     const greedy = session.signature.nextToken !== null && this.running.every((s) => s.greedyNow)
     // Speculative decoding: each row's token and a draft after it, checked against the graph's argmax at each.
     // GroupQueryAttention takes them with one running row only (DecoderSession.multiTokenRows).
-    const drafts = greedy && this.speculative && rows <= session.multiTokenRows ? this.running.map((s) => s.draft(this.opts.speculativeTokens)) : null
+    const drafts = greedy && this.speculative && rows <= Math.min(session.multiTokenRows, this.opts.speculativeMaxRows) ? this.running.map((s) => s.draft(this.opts.speculativeTokens)) : null
     const drafting = drafts !== null && drafts.some((d) => d.length > 0)
     const tokens = this.running.map((s, r) => (sits?.[r] ? NO_TOKENS : drafting ? [s.pending, ...drafts[r]] : [s.pending]))
     const { x, counts, first } = planStep(kv, session.signature, tokens)

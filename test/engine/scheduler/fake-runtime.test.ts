@@ -82,11 +82,11 @@ describe('batcher over a fake step runtime', () => {
   describe('speculative decoding (n-gram drafts checked in the step)', () => {
     // A model that repeats its input with a period of 5: after a few tokens every n-gram draft is right.
     const periodic = (h: readonly number[]): number => (h.length >= 5 ? h[h.length - 5] : 1 + ((h.length * 7) % (FAKE_VOCAB - 1)))
-    const startSpec = (speculativeTokens: number, next = periodic): { e: Engine; steps: Array<{ drafted?: number; accepted?: number; tokens: number; batch: number }> } => {
+    const startSpec = (speculativeTokens: number, next = periodic, speculativeMaxRows = 64): { e: Engine; steps: Array<{ drafted?: number; accepted?: number; tokens: number; batch: number }> } => {
       const f = fakeModel({ next, greedy: true })
       session = f.session
       const steps: Array<{ drafted?: number; accepted?: number; tokens: number; batch: number }> = []
-      engine = Engine.over(f.model, { prefixCaching: false, speculativeTokens }, { onStep: (s) => s.phase === 'decode' && steps.push(s) })
+      engine = Engine.over(f.model, { prefixCaching: false, speculativeTokens, speculativeMaxRows }, { onStep: (s) => s.phase === 'decode' && steps.push(s) })
       return { e: engine, steps }
     }
 
@@ -125,6 +125,16 @@ describe('batcher over a fake step runtime', () => {
       expect(g.ids).toEqual(expected(greedy.input_ids, 30, periodic))
       expect(steps.filter((s) => s.batch === 2).every((s) => !s.drafted)).toBe(true)
       expect(steps.some((s) => (s.accepted ?? 0) > 0)).toBe(true)
+    })
+
+    it('drafts only while at most speculativeMaxRows rows run', async () => {
+      const { e, steps } = startSpec(4, periodic, 2)
+      const reqs = Array.from({ length: 4 }, (_, i) => ({ input_ids: prompt(10, 20 + i), max_tokens: 12 + 6 * i, temperature: 0, ignore_eos: true }))
+      const got = await Promise.all(reqs.map((r) => runRequest(e, r).then((x) => x.ids)))
+      expect(got).toEqual(reqs.map((r) => expected(r.input_ids, r.max_tokens, periodic)))
+      expect(steps.some((s) => s.batch > 2)).toBe(true)
+      expect(steps.filter((s) => s.batch > 2).every((s) => !s.drafted)).toBe(true)
+      expect(steps.some((s) => s.batch <= 2 && (s.accepted ?? 0) > 0)).toBe(true)
     })
 
     it('never drafts past max_tokens', async () => {
