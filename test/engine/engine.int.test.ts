@@ -1,7 +1,7 @@
 // The engine end to end on a real trained model (stories260K-hf): determinism, stop strings, validation.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../src/engine/engine.js'
-import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures.js'
+import { defaultModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../helpers/fixtures.js'
 import { runRequest } from '../helpers/engine-run.js'
 
 describe.skipIf(!haveFixtures)('engine on stories260K-hf', () => {
@@ -182,10 +182,10 @@ describe.each(['capi', 'js'] as const)('runtime %s: the loop turns the event loo
 
 describe('prefill groups (onnxd-tiny, 128-token steps)', () => {
   /** The prefill steps (rows, tokens) of a burst of `n` prompts of `len` tokens. */
-  async function prefillSteps(n: number, len: number): Promise<Array<{ batch: number; tokens: number }>> {
+  async function prefillSteps(n: number, len: number, modelDir = defaultModelDir()): Promise<Array<{ batch: number; tokens: number }>> {
     const steps: Array<{ batch: number; tokens: number }> = []
     // The prompts are all the same: with prefix caching on, every group after the first would reuse the first's.
-    const engine = await Engine.load({ modelDir: defaultModelDir(), maxBatchedTokens: 128, prefixCaching: false }, { onStep: (s) => s.phase === 'prefill' && steps.push({ batch: s.batch, tokens: s.tokens }) })
+    const engine = await Engine.load({ modelDir, maxBatchedTokens: 128, prefixCaching: false }, { onStep: (s) => s.phase === 'prefill' && steps.push({ batch: s.batch, tokens: s.tokens }) })
     try {
       const ids = Array.from({ length: len }, (_, i) => 5 + i)
       const runs = await Promise.all(Array.from({ length: n }, () => runRequest(engine, { input_ids: ids, max_tokens: 2, temperature: 0, ignore_eos: true })))
@@ -212,5 +212,16 @@ describe('prefill groups (onnxd-tiny, 128-token steps)', () => {
     const steps = await prefillSteps(12, 8)
     expect(Math.max(...steps.map((s) => s.batch))).toBeGreaterThan(4)
     for (const s of steps) expect(s.tokens).toBeLessThanOrEqual(128)
+  })
+
+  it('GroupQueryAttention: prompts that fit one step whole are prefilled together, longer ones one at a time', async () => {
+    const short = await prefillSteps(12, 8, tinyGqaModelDir())
+    expect(Math.max(...short.map((s) => s.batch))).toBeGreaterThan(4)
+    expect(short.reduce((n, s) => n + s.tokens, 0)).toBe(12 * 8)
+    for (const s of short) expect(s.tokens).toBeLessThanOrEqual(128)
+    // Two prompts of 70 tokens do not fit 128 whole: chunks over a past, where GroupQueryAttention takes one row.
+    const long = await prefillSteps(3, 70, tinyGqaModelDir())
+    expect(long.reduce((n, s) => n + s.tokens, 0)).toBe(3 * 70)
+    for (const s of long) expect(s.batch).toBe(1)
   })
 })

@@ -10,7 +10,7 @@ import { OnnxdError } from '../../shared/errors.js'
 import type { Provider } from '../../shared/model.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
-import type { ForwardInput, ForwardOutput, GreedyOutput, IntDtype, KvData, KvTensor, Signature, StepTraffic } from './step-io.js'
+import { emptyPast, type ForwardInput, type ForwardOutput, type GreedyOutput, type IntDtype, type KvData, type KvTensor, type Signature, type StepTraffic } from './step-io.js'
 import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 import { CapiRunner } from './capi-session.js'
@@ -332,9 +332,7 @@ export class DecoderSession {
 
   /** An empty cache for `rows` sequences (past length 0). */
   emptyPast(rows: number): KvTensor[] {
-    const { stacked, heads, headDim, dtype, pastNames } = this.signature.kv
-    const dims = stacked ? [2, rows, heads, 0, headDim] : [rows, heads, 0, headDim]
-    return pastNames.map(() => ({ data: dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims }))
+    return emptyPast(this.signature.kv, rows)
   }
 
   /**

@@ -1,7 +1,7 @@
 // What one forward step takes and gives, in either step runtime (session.ts's JS API, capi-session.ts's C API): the
 // graph's signature as discovered at load, the KV tensors, a step's input and outputs, the rows of a cache. Plain
-// types (and the rollback rule), in their own module so that the session, its C-API runner, the step helpers and the
-// scheduler share one definition without importing each other. Imports: nothing.
+// types (and the rollback rule, an empty past), in their own module so that the session, its C-API runner, the step
+// helpers and the scheduler share one definition without importing each other. Imports: nothing.
 
 export type IntDtype = 'int64' | 'int32'
 export type KvDtype = 'float32' | 'float16'
@@ -142,4 +142,10 @@ export interface KvRows {
 export function truncatedLength(held: number, len: number): number {
   if (!Number.isInteger(len) || len < 0 || len > held) throw new RangeError(`cannot set a row of ${held} tokens back to ${len}`)
   return len
+}
+
+/** Past tensors of length 0 for `rows` rows: a step over no cache. */
+export function emptyPast(kv: Signature['kv'], rows: number): KvTensor[] {
+  const dims = kv.stacked ? [2, rows, kv.heads, 0, kv.headDim] : [rows, kv.heads, 0, kv.headDim]
+  return kv.pastNames.map(() => ({ data: kv.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims }))
 }

@@ -285,11 +285,13 @@ export class Batcher {
    */
   private admit(): void {
     const take: Sequence[] = []
-    // GroupQueryAttention graphs keep each row's cache left-aligned, so their prompts are prefilled one at a time.
-    // Otherwise a group is as many prompts as fit one step whole, or as many as still get chunks of at least
-    // MIN_CHUNK columns: many rows of a few columns each run slower (135m, 512-token steps: 16 rows x 32 columns
-    // prefill 1681 tokens/s, 64 x 8 only 1368).
-    const oneAtATime = this.kvShape.present === 'in-place'
+    // GroupQueryAttention takes several tokens per row at batch > 1 only over no past (DecoderSession.multiTokenRows):
+    // its prompts go together only when none has a cached prefix and all fit one step whole, on a host cache (a
+    // device cache prefills in a one-slot staging pool); else one at a time. Otherwise a group is as many prompts as
+    // fit one step whole, or as many as still get chunks of at least MIN_CHUNK columns: many rows of a few columns
+    // each run slower (135m, 512-token steps: 16 rows x 32 columns prefill 1681 tokens/s, 64 x 8 only 1368).
+    const inPlace = this.kvShape.present === 'in-place'
+    const device = this.model.session.deviceResident
     const maxGroup = Math.max(1, Math.floor(this.opts.maxBatchedTokens / MIN_CHUNK))
     const chunked = this.model.session.chunkedPrefill
     let width = 0
@@ -300,16 +302,18 @@ export class Batcher {
     // Each taken prompt's longest cached prefix, looked up once, leaving at least its last token to compute (its
     // logits are wanted).
     const hits: PrefixHit[] = []
+    const together = (): boolean => (inPlace ? !device && hits.every((h) => h.tokens === 0) && fitsWhole() : (chunked && take.length < maxGroup) || fitsWhole())
     while (
       this.waiting.length &&
-      (take.length === 0 || (!oneAtATime && ((chunked && take.length < maxGroup) || fitsWhole()))) &&
+      (take.length === 0 || together()) &&
       this.running.length + take.length < this.opts.maxRunning &&
       this.reserveBytes([...take, this.waiting.peek()!]) <= this.opts.kvBudgetBytes &&
       this.fitsDevice(this.waiting.peek()!)
     ) {
       const s = this.waiting.shift()!
       const hit = this.prefix?.lookup(s.promptIds, s.promptIds.length - 1) ?? NO_HIT
-      if (this.sharesUncachedBlock(s, hit.tokens, take)) {
+      // A prompt with a cached prefix joins no GroupQueryAttention group: it goes alone, on top of its prefix.
+      if (this.sharesUncachedBlock(s, hit.tokens, take) || (inPlace && take.length > 0 && hit.tokens > 0)) {
         later.push(s)
         continue
       }
@@ -383,7 +387,9 @@ export class Batcher {
     }
     // Row r's prompt is left-padded by pads[r]: this chunk's first columns may still be padding.
     const chunk = g.pads.map((pad, r) => g.ids.subarray(r * g.width + Math.max(pad, g.cursor), r * g.width + total))
-    const { x, counts, first } = planStep(g.kv, this.model.session.signature, chunk)
+    // GroupQueryAttention takes a group's prompts together only as its first step, over no past (admit()).
+    const fresh = this.kvShape.present === 'in-place' && rows > 1
+    const { x, counts, first } = planStep(g.kv, this.model.session.signature, chunk, { fresh })
     // Each row's last prompt token (a chunk ends every row's prompt together).
     const picks = last ? g.seqs.map((_, r) => r * x.seq + first[r] + counts[r] - 1) : []
     const t0 = performance.now()

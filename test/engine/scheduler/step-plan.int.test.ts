@@ -97,6 +97,40 @@ describe('steps of several tokens per row, and rollback', () => {
     }
   }
 
+  for (const runtime of ['js', 'capi'] as Runtime[]) {
+    it(`onnxd-tiny gqa / ${runtime}: prompts of different lengths prefilled together over no past, then decoded together`, async () => {
+      const s = await DecoderSession.create(readBundle(tinyGqaModelDir()), { runtime })
+      try {
+        const V = s.signature.logits.vocab
+        const tok = (i: number): number => (i * 71 + 3) % V
+        const prompts = [[1, 2, 3, 4, 5, 6, 7].map(tok), [8, 9].map(tok), [10, 11, 12, 13].map(tok)]
+        const kv = new KvCache(kvShapeOf(s.signature.kv))
+        kv.addRows(3)
+        // Reserved as the batcher does: the cache has slots, which this first step does not run over.
+        kv.reserve(3, 16)
+        const { x, counts, first } = planStep(kv, s.signature, prompts, { fresh: true })
+        expect(x.pastLen).toBe(0)
+        const out = await s.forward(x, prompts.map((p, r) => r * x.seq + first[r] + p.length - 1))
+        const got: Logits[] = prompts.map((_, r) => [out.logits.slice(r * V, (r + 1) * V)])
+        kv.append(out.present, counts)
+        expect(kv.lens).toEqual([7, 2, 4])
+        for (let k = 0; k < 3; k++) {
+          const next = await step(s, kv, prompts.map((_, r) => [tok(20 + 3 * k + r)]))
+          next.forEach((l, r) => got[r].push(l[0]))
+        }
+        for (let r = 0; r < 3; r++) {
+          const ref = (await alone(s, [...prompts[r], ...[0, 1, 2].map((k) => tok(20 + 3 * k + r))])).slice(prompts[r].length - 1)
+          const { diff, scale } = maxDiff(got[r], ref)
+          expect(scale).toBeGreaterThan(0)
+          expect(diff, `row ${r}`).toBeLessThanOrEqual(1e-3 * Math.max(1, scale))
+        }
+        expect(() => planStep(kv, s.signature, [[1], [2], [3]], { fresh: true })).toThrow(/nothing in the cache/)
+      } finally {
+        await s.dispose()
+      }
+    })
+  }
+
   it('a rollback is to fewer tokens than the row holds', () => {
     const kv = new KvCache({ tensors: 2, outer: 1, heads: 1, headDim: 1, dtype: 'float32', present: 'new' })
     kv.addRows(1)
