@@ -1,13 +1,14 @@
 // The KV cache on the device (issue #33): the C-API runtime on WebGPU keeps a GroupQueryAttention graph's cache in GPU
 // memory (model/device-kv.ts). Per decode step only ids, positions, lengths and the next tokens (or logits) cross,
 // whatever the context; the cache is allocated once while requests join and leave; sampled steps (logits leave the
-// device) give the CPU's tokens as greedy ones do. Lavapipe stands in for a GPU on CPU-only machines (.ci/lavapipe);
+// device) give the CPU's tokens as greedy ones do; a prompt that starts as an earlier one copies that start from the
+// slot that keeps it. Lavapipe stands in for a GPU on CPU-only machines (.ci/lavapipe);
 // skipped, saying why, where no WebGPU adapter exists.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../src/engine/engine.js'
 import type { StepObservation } from '../../src/engine/types.js'
 import { tinyGqaModelDir } from '../helpers/fixtures.js'
-import { runRequest } from '../helpers/engine-run.js'
+import { runRequest, type RunResult } from '../helpers/engine-run.js'
 import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
 
 const SLOW = { timeout: 300_000 }
@@ -52,9 +53,10 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('KV cache on the device (webgpu, 
     expect(short.length).toBeGreaterThanOrEqual(4)
     const bytes = new Set([...short, ...long].map((s) => `${s.bytesIn}/${s.bytesOut}`))
     expect([...bytes]).toHaveLength(1)
-    // One row: an int64 id and position, an int32 length and the int32 total in; one int64 token out.
+    // One row: an int64 id (and position, where the graph takes one), an int32 length, the int32 total and the int64
+    // position whose logits the step computes in; one int64 token out.
     expect(short[0]!.bytesOut).toBe(8)
-    expect(short[0]!.bytesIn).toBeLessThanOrEqual(8 + 8 + 4 + 4)
+    expect(short[0]!.bytesIn).toBeLessThanOrEqual(8 + 8 + 4 + 4 + 8)
   })
 
   it('allocates its cache once while requests join and leave', SLOW, async () => {
@@ -78,5 +80,30 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('KV cache on the device (webgpu, 
     expect(Math.max(...decode.map((s) => s.batch))).toBeGreaterThanOrEqual(2)
     // Logits leave the device: a row of vocab floats per row of the step (its slots), nothing of the cache.
     for (const s of decode) expect(s.bytesOut % (V * 4)).toBe(0)
+  })
+
+  it('keeps the prompts rows joined with in their slots: a prompt that starts the same way copies that start on the device', SLOW, async () => {
+    const V = gpu.model.vocab
+    const shared = prompt(40, 60, V)
+    const a = { input_ids: [...shared, 7], max_tokens: 12, temperature: 0, ignore_eos: true }
+    const b = { input_ids: prompt(9, 61, V), max_tokens: 40, temperature: 0, ignore_eos: true }
+    const c = { input_ids: [...shared, 8, 9], max_tokens: 6, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 1 }
+    const want = await Promise.all([a, b, c].map((r) => runRequest(cpu, r).then((x) => x.ids)))
+    // The same request on the device without prefix caching: its log-probabilities are what a copied start must give.
+    const fresh = await Engine.load({ modelDir: tinyGqaModelDir(), provider: 'webgpu', prefixCaching: false })
+    const ref = await runRequest(fresh, c).finally(() => fresh.close())
+    // a joins first (slot 0), b beside it (slot 1) while a runs; a ends while b runs, so slot 0 rides along b's steps
+    // as a dummy row, which must write after a's prompt, not over it; c comes once b has stepped on without a.
+    const pa = runRequest(gpu, a)
+    let rc: Promise<RunResult> | null = null
+    const rb = runRequest(gpu, b, (n) => n === 30 && (rc = runRequest(gpu, c)))
+    expect((await pa).ids).toEqual(want[0])
+    expect((await rb).ids).toEqual(want[1])
+    const gotC = await rc!
+    expect(gotC.ids).toEqual(want[2])
+    expect(gotC.end.type === 'done' && gotC.end.usage.prompt_tokens_details?.cached_tokens).toBe(32)
+    const logprobs = (x: RunResult): number[] => x.events.flatMap((e) => (e.type === 'token' || e.type === 'done' ? (e.logprobs ?? []).map((l) => l.logprob) : []))
+    expect(logprobs(gotC)).toHaveLength(6)
+    expect(logprobs(gotC).map((v, i) => Math.abs(v - logprobs(ref)[i]))).toEqual(Array.from({ length: 6 }, () => expect.closeTo(0, 5)))
   })
 })

@@ -7,7 +7,7 @@
 import { OnnxdError } from '../../shared/errors.js'
 import { NativeBuffer, OrtCApi, type Binding, type CSession, type DeviceTensor, type ElementType, type Tensor } from './ort-capi.js'
 import { DeviceCaches, DeviceKv } from './device-kv.js'
-import { DataType, encodeModel } from './onnx-proto.js'
+import { AttrType, DataType, encodeModel } from './onnx-proto.js'
 import type { ForwardInput, KvData, Signature, StepTraffic } from './step-io.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 
@@ -76,9 +76,10 @@ function narrowMask(x: ForwardInput, width: number): Uint8Array {
 }
 
 /**
- * The graph that copies a staging row into a slot of the running pool (device-kv.ts): per past input i,
- * out_i = ScatterND(cache_i, slot, row_i), with out_i bound to cache_i itself, which ORT's ScatterND updates in place
- * (only the row's elements are written).
+ * The graph that copies a slot of one device pool into a slot of another (device-kv.ts: a prefilled staging row into
+ * the running pool, a running slot's cached prompt into the staging row): per past input i,
+ * out_i = ScatterND(cache_i, slot, Gather(row_i, from)), with out_i bound to cache_i itself, which ORT's ScatterND
+ * updates in place (only the row's elements are written).
  */
 function copyGraph(sig: Signature): Uint8Array {
   const t = sig.kv.dtype === 'float16' ? DataType.FLOAT16 : DataType.FLOAT
@@ -96,9 +97,12 @@ function copyGraph(sig: Signature): Uint8Array {
     producer_version: '1',
     graph: {
       name: 'onnxd_kv_copy',
-      node: ids.map((i) => ({ name: `copy_${i}`, op_type: 'ScatterND', input: [`cache_${i}`, 'slot', `row_${i}`], output: [`out_${i}`] })),
+      node: ids.flatMap((i) => [
+        { name: `pick_${i}`, op_type: 'Gather', input: [`row_${i}`, 'from'], output: [`picked_${i}`], attribute: [{ name: 'axis', type: AttrType.INT, i: 0 }] },
+        { name: `copy_${i}`, op_type: 'ScatterND', input: [`cache_${i}`, 'slot', `picked_${i}`], output: [`out_${i}`] },
+      ]),
       initializer: [],
-      input: [vi('slot', DataType.INT64, [1, 1]), ...ids.flatMap((i) => [vi(`cache_${i}`, t, ['slots', H, 'cap', D]), vi(`row_${i}`, t, [1, H, 'cap', D])])],
+      input: [vi('slot', DataType.INT64, [1, 1]), vi('from', DataType.INT64, [1]), ...ids.flatMap((i) => [vi(`cache_${i}`, t, ['slots', H, 'cap', D]), vi(`row_${i}`, t, ['rows', H, 'cap', D])])],
       output: ids.map((i) => vi(`out_${i}`, t, ['slots', H, 'cap', D])),
     },
   })
@@ -142,6 +146,7 @@ export class CapiRunner {
   private readonly copier: CSession | null = null
   private copyBinding: Binding | null = null
   private copySlot: Tensor<'int64'> | null = null
+  private copyFrom: Tensor<'int64'> | null = null
 
   private constructor(
     private readonly session: CSession,
@@ -150,12 +155,15 @@ export class CapiRunner {
   ) {
     if (device) {
       const copier = (this.copier = device.copier)
-      this.pool = new DeviceCaches(session.deviceAllocator(device.memory), sig.kv, (from, to, slot) => {
+      this.pool = new DeviceCaches(session.deviceAllocator(device.memory), sig.kv, (from, fromSlot, to, slot) => {
         const b = (this.copyBinding ??= copier.binding())
         this.copySlot ??= copier.alloc('int64', [1, 1])
+        this.copyFrom ??= copier.alloc('int64', [1])
         this.copySlot.data[0] = BigInt(slot)
-        // Bound after it is written: ORT uploads a host input when it is bound.
+        this.copyFrom.data[0] = BigInt(fromSlot)
+        // Bound after they are written: ORT uploads a host input when it is bound.
         b.bindInput('slot', this.copySlot)
+        b.bindInput('from', this.copyFrom)
         from.forEach((t, i) => {
           b.bindDeviceInput(`cache_${i}`, to[i])
           b.bindDeviceInput(`row_${i}`, t)
@@ -556,6 +564,7 @@ export class CapiRunner {
     this.pool?.close()
     this.copier?.dispose()
     this.copySlot?.dispose()
+    this.copyFrom?.dispose()
     this.session.dispose()
     for (const s of this.scratch.values()) s.dispose()
     this.scratch.clear()

@@ -9,7 +9,10 @@
 // device-side copy into a free slot (DeviceCopier: ScatterND in place, on the same provider). Rows never move after
 // that: the scheduler's row order is a map onto slots (DeviceKv.slotOf), so that a row leaving is a change of the map.
 // A step runs over slots [0, hi) of its pool: free slots below hi ride along as dummy rows, which write past their
-// own (zero) length and are not read back. Imports: ort-capi and step-io types only.
+// own length (the prompt a slot keeps for prefix caching, or zero) and are not read back. A slot keeps the prompt its
+// last row joined with (notePrompt), so a later prompt that starts the same way is copied from it into the staging
+// row (cachedPrompt, loadPrompt) instead of computed: prefix caching on the device, in the pool's own slots, as
+// llama-server's slots keep their prompts. Imports: ort-capi and step-io types only.
 import { OnnxdError } from '../../shared/errors.js'
 import type { DeviceAllocator, DeviceTensor } from './ort-capi.js'
 import { truncatedLength, type KvRows, type KvTensor, type Signature } from './step-io.js'
@@ -27,8 +30,8 @@ export interface DevicePoolLimits {
   contextLength: number
 }
 
-/** Copies the one slot of a staging pool's tensors into slot `slot` of a pool's, on the device. */
-export type DeviceCopier = (from: readonly DeviceTensor[], to: readonly DeviceTensor[], slot: number) => void
+/** Copies slot `fromSlot` of one pool's tensors into slot `slot` of another's, on the device. */
+export type DeviceCopier = (from: readonly DeviceTensor[], fromSlot: number, to: readonly DeviceTensor[], slot: number) => void
 
 /** The device tensors of one pool, and which cache owns each slot. */
 export class DevicePool {
@@ -37,6 +40,12 @@ export class DevicePool {
   private views: DeviceTensor[] = []
   private viewRows = 0
   private owners: Array<DeviceKv | null> = []
+  /**
+   * The prompt whose keys and values slot s holds from its start (noted when a row joins it), or null: kept after the
+   * row leaves, until the slot is taken again or the pool reallocated, so that a later prompt starting the same way
+   * copies them instead of computing them (llama-server's slot prompt cache, on the device).
+   */
+  private prompts: Array<readonly number[] | null> = []
   slots = 0
   cap = 0
   /** What the scheduler reserved last: rows and slots per row (the pool's size when next allocated). */
@@ -76,10 +85,13 @@ export class DevicePool {
     return this.owners.reduce((n, o) => n + (o ? 1 : 0), 0)
   }
 
-  /** The length of the row in slot `s` (0 for a free slot). */
+  /**
+   * The length of the row in slot `s`; for a free slot, the length of the prompt it keeps (0 for none), so that a step
+   * running it as a dummy row writes after that prompt, not over it.
+   */
   lenAt(s: number): number {
     const o = this.owners[s]
-    return o ? o.lens[o.rowOf(s)] : 0
+    return o ? o.lens[o.rowOf(s)] : (this.prompts[s]?.length ?? 0)
   }
 
   reserve(rows: number, slots: number): void {
@@ -101,7 +113,30 @@ export class DevicePool {
     const s = this.owners.indexOf(null)
     if (s < 0 || s >= this.slots) throw new OnnxdError('internal', `no free KV slot on the device (${this.slots} slots)`)
     this.owners[s] = owner
+    this.prompts[s] = null
     return s
+  }
+
+  /** Slot `s` holds `prompt`'s keys and values from its start. */
+  notePrompt(s: number, prompt: readonly number[]): void {
+    this.prompts[s] = prompt
+  }
+
+  /**
+   * The slot holding the longest start of `ids` (at most `limit` tokens, in whole blocks of `block`), and how many
+   * tokens of it; null when none holds a block.
+   */
+  longestPrompt(ids: readonly number[], limit: number, block: number): { slot: number; tokens: number } | null {
+    let best: { slot: number; tokens: number } | null = null
+    this.prompts.forEach((p, slot) => {
+      if (!p) return
+      const n = Math.min(p.length, limit)
+      let k = 0
+      while (k < n && p[k] === ids[k]) k++
+      const tokens = Math.floor(k / block) * block
+      if (tokens > 0 && tokens > (best?.tokens ?? 0)) best = { slot, tokens }
+    })
+    return best
   }
 
   give(s: number, owner: DeviceKv): void {
@@ -144,6 +179,7 @@ export class DevicePool {
     this.slots = slots
     this.cap = cap
     this.owners = Array.from({ length: slots }, () => null)
+    this.prompts = Array.from({ length: slots }, () => null)
   }
 
   /** Each past tensor's first `rows` slots, [rows, heads, cap, headDim]: what a step over those slots binds. */
@@ -176,6 +212,7 @@ export class DevicePool {
     this.viewRows = 0
     this.tensors = []
     this.owners = []
+    this.prompts = []
     this.slots = 0
     this.cap = 0
   }
@@ -281,7 +318,7 @@ export class DeviceKv implements KvRows {
     else {
       // From the staging pool (one slot): copied on the device into a free slot here.
       slot = this.pool.take(this)
-      this.caches.copy(src.pool.all, this.pool.all, slot)
+      this.caches.copy(src.pool.all, 0, this.pool.all, slot)
       src.pool.free(from)
     }
     this.slotOf.push(slot)
@@ -306,6 +343,27 @@ export class DeviceKv implements KvRows {
 
   release(): void {
     if (this.rows === 0) this.pool.release()
+  }
+
+  /** Row r holds `prompt` from its start (after a prefill): later prompts that start the same way may copy it. */
+  notePrompt(r: number, prompt: readonly number[]): void {
+    if (this.slotOf[r] >= 0) this.pool.notePrompt(this.slotOf[r], prompt)
+  }
+
+  /**
+   * The longest start of `ids` (at most `limit` tokens, whole blocks of `block`) that a slot of the running pool holds,
+   * or null (device-side prefix caching: slots keep the prompt a row left in them).
+   */
+  cachedPrompt(ids: readonly number[], limit: number, block: number): { slot: number; tokens: number } | null {
+    return this.caches.running.longestPrompt(ids, limit, block)
+  }
+
+  /** Fills the empty row r with the first `tokens` tokens of running-pool slot `slot` (a cachedPrompt() hit), on the device. */
+  loadPrompt(r: number, hit: { slot: number; tokens: number }): void {
+    if (this.lens[r] !== 0) throw new Error(`row ${r} is not empty`)
+    if (hit.tokens > this.cap) throw new Error(`a prefix of ${hit.tokens} tokens does not fit slots of ${this.cap}`)
+    this.caches.copy(this.caches.running.all, hit.slot, this.pool.all, this.slotOf[r])
+    this.lens[r] = hit.tokens
   }
 
   /** Whether a sequence of `tokens` tokens can join the running pool now (a free slot with room for it). */

@@ -109,7 +109,7 @@ export class Batcher {
   ) {
     this.kvShape = kvShapeOf(model.session.signature.kv)
     this.kv = this.newKv()
-    // A device cache is never read by the host: its prefix blocks would have to be copied on the device (not built).
+    // A device cache is never read by the host: it keeps prompts in its own slots instead (admit()).
     this.prefix = opts.prefixCaching && model.session.chunkedPrefill && !model.session.deviceResident ? new PrefixCache() : null
     this.speculative = opts.speculativeTokens > 0 && model.session.signature.nextToken !== null && model.session.multiTokenRows > 0
     if (opts.speculativeTokens > 0 && !this.speculative) {
@@ -323,21 +323,30 @@ export class Batcher {
     }
     this.waiting.unshift(...later)
     if (!take.length) return
-    const cached = hits.map((h) => h.tokens)
-    width = take.reduce((m, s, r) => Math.max(m, s.promptIds.length - cached[r]), 0)
-    const ids = new Int32Array(take.length * width)
-    const pads = take.map((s, r) => {
-      const pad = width - (s.promptIds.length - cached[r])
-      ids.set(s.promptIds.slice(cached[r]), r * width + pad)
-      s.admitted(this.prefix ? cached[r] : null)
-      return pad
-    })
     const kv = this.newKv(true)
     // A device cache's rows keep their slot to the end: it is sized for the whole sequence from the start.
     const longest = take.reduce((m, s) => Math.max(m, s.promptIds.length + (this.model.session.deviceResident ? s.maxTokens : 0)), 0)
     kv.reserve(take.length, longest)
     kv.addRows(take.length)
     if (kv instanceof KvCache) hits.forEach((h, r) => h.tokens && kv.loadPrefix(r, h.blocks, PREFIX_BLOCK))
+    // On the device (one prompt per group): the running pool's slots keep the prompts their rows joined with; the
+    // longest start of this prompt one of them holds is copied into its staging row. Looked up once the row has its
+    // slot, since taking it may have reallocated the pool.
+    const onDevice = kv instanceof DeviceKv && this.opts.prefixCaching ? kv : null
+    const devHit = onDevice?.cachedPrompt(take[0].promptIds, take[0].promptIds.length - 1, PREFIX_BLOCK)
+    if (onDevice && devHit) {
+      onDevice.loadPrompt(0, devHit)
+      hits[0] = { tokens: devHit.tokens, blocks: [] }
+    }
+    const cached = hits.map((h) => h.tokens)
+    width = take.reduce((m, s, r) => Math.max(m, s.promptIds.length - cached[r]), 0)
+    const ids = new Int32Array(take.length * width)
+    const pads = take.map((s, r) => {
+      const pad = width - (s.promptIds.length - cached[r])
+      ids.set(s.promptIds.slice(cached[r]), r * width + pad)
+      s.admitted(this.prefix || onDevice ? cached[r] : null)
+      return pad
+    })
     this.group = { seqs: take, width, cursor: 0, ids, pads, cached, kv }
     this.reserveKv()
     this.fitPrefixCache()
@@ -418,6 +427,8 @@ export class Batcher {
       if (s.step(out.logits.subarray(r * V, (r + 1) * V))) this.observer.onFinish?.(s.observation('done'))
       else {
         this.kv.takeRow(g.kv, r)
+        // Its slot keeps the prompt for later prompts that start the same way (prefix caching on the device).
+        if (this.kv instanceof DeviceKv && this.opts.prefixCaching) this.kv.notePrompt(this.kv.rows - 1, s.promptIds)
         this.running.push(s)
       }
     })
