@@ -403,7 +403,7 @@ export class Batcher {
     const picks = last ? g.seqs.map((_, r) => r * x.seq + first[r] + counts[r] - 1) : []
     const t0 = performance.now()
     const out = await this.model.session.forward(x, picks)
-    this.observer.onStep?.({ phase: 'prefill', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: rows * x.seq, bytesIn: out.traffic.in, bytesOut: out.traffic.out })
+    this.observer.onStep?.({ phase: 'prefill', seconds: (performance.now() - t0) / 1000, batch: rows, tokens: counts.reduce((n, c) => n + c, 0), bytesIn: out.traffic.in, bytesOut: out.traffic.out })
     g.cursor = total
     g.kv.append(out.present, counts)
     if (!last) return
@@ -485,7 +485,7 @@ export class Batcher {
       ? await session.forwardGreedy(x, drafting ? Array.from({ length: x.seq }, (_, j) => j) : undefined)
       : await session.forward(x, this.running.map((_, r) => r))
     const seconds = (performance.now() - t0) / 1000
-    const drafted = drafting ? drafts.reduce((n, d) => n + d.length, 0) : 0
+    let drafted = 0
     let accepted = 0
     kv.append(out.present, counts)
     const V = this.model.vocab
@@ -509,11 +509,14 @@ export class Batcher {
         const token = out.tokens[at + k]
         if (s.stepToken(token)) {
           finish(s)
+          // A right draft token that ends the sequence (EOS, a stop, the length) was accepted too.
+          if (token === draft[k]) k++
           break
         }
         if (k === draft.length || token !== draft[k]) break
         k++
       }
+      drafted += draft.length
       accepted += k
       // The cache keeps the row's token and the draft tokens it accepted; the next step writes over the rest.
       if (draft.length > k) kv.truncate(r, kv.lens[r] - (draft.length - k))

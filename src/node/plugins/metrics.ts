@@ -145,7 +145,7 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
   const promptHist = histogram('onnxd_request_prompt_tokens', 'Histogram of prompt tokens per request.', BUCKETS.requestTokens, L)
   const genHist = histogram('onnxd_request_generation_tokens', 'Histogram of generated tokens per request.', BUCKETS.requestTokens, L)
   const PL = ['model_name', 'phase'] as const
-  const iterHelp = 'Histogram of tokens per engine step.'
+  const iterHelp = "Histogram of tokens per engine step: the tokens its rows were fed, padding left out, a decode step's draft tokens included."
   const iterTokens = histogram('onnxd_iteration_tokens', iterHelp, BUCKETS.iterationTokens, PL)
   const iterTokensOld = histogram(deprecation('onnxd_iteration_tokens').name, deprecatedHelp(deprecation('onnxd_iteration_tokens'), iterHelp), BUCKETS.iterationTokens, PL)
   const batchSize = histogram('onnxd_batch_size', 'Histogram of sequences (rows) per engine step.', BUCKETS.batchSize, PL)
