@@ -128,6 +128,10 @@ describe('benchConfig', () => {
     // Both runtimes on webgpu (the JS API's cache crosses every step: the comparison the device cache is for).
     expect(benchConfig(['--provider', 'webgpu', '--attention', 'gqa', '--runtime', 'js,capi']).targets.map((t) => t.name)).toEqual(['onnxd gqa/js', 'onnxd gqa/capi'])
     expect(benchConfig(['--provider', 'cuda']).targets.map((t) => t.runtime)).toEqual(['js'])
+    // On the js runtime a GroupQueryAttention cache crosses every step: the plain form by default there.
+    expect(benchConfig(['--provider', 'cuda']).targets.map((t) => t.name)).toEqual(['onnxd plain/js'])
+    expect(benchConfig(['--provider', 'tensorrt', '--dtype', 'fp32,q4']).baseline).toBe('onnxd plain/js')
+    expect(benchConfig(['--provider', 'cuda', '--attention', 'gqa']).targets.map((t) => t.name)).toEqual(['onnxd gqa/js'])
     expect(() => benchConfig(['--provider', 'metal', '--llama-gpu', 'opencl'])).toThrow(/--provider must be one of cpu, webgpu, cuda, tensorrt\. Given: metal[\s\S]*--llama-gpu must be one of none, vulkan, cuda\. Given: opencl/)
     expect(() => benchConfig(['--provider', 'cuda', '--runtime', 'js,capi'])).toThrow(/--runtime capi runs on the cpu and webgpu providers only; --provider cuda runs js/)
     expect(() => benchConfig(['--no-llama-cpp', '--llama-gpu', 'vulkan'])).toThrow(/--no-llama-cpp and --llama-gpu are exclusive/)
