@@ -13,7 +13,7 @@ import { Rng } from '../src/shared/prng.js'
 import { createApiKey } from '../src/facade/accounts.js'
 import { buildNode } from '../src/node/app.js'
 import { createMetrics, createRegistry } from '../src/node/plugins/metrics.js'
-import { defaultModelDir } from './helpers/fixtures.js'
+import { tinyPlainModelDir } from './helpers/fixtures.js'
 import { facadeFixture, TEST_SECRET, type FacadeFixture } from './helpers/facade.js'
 import { RawConnection, type RawResponse } from './helpers/raw-http.js'
 import { listen, testOptions } from './node/helpers.js'
@@ -439,7 +439,7 @@ describe('fuzz: the facade and the node under hostile input (issue #10)', () => 
 
   beforeAll(async () => {
     const metrics = createMetrics(createRegistry(), MODEL, 'cpu')
-    engine = createEnginePool({ modelDir: defaultModelDir(), modelId: MODEL, workers: 1, intraOpThreads: 1 }, metrics.observer)
+    engine = createEnginePool({ modelDir: tinyPlainModelDir(), modelId: MODEL, workers: 1, intraOpThreads: 1 }, metrics.observer)
     node = buildNode(testOptions({ logLevel: 'silent' }), { engine, metrics })
     nodeUrl = await listen(node)
     await engine.ready()

@@ -5,13 +5,13 @@
 import { Ajv } from 'ajv'
 import { describe, expect, it } from 'vitest'
 import { measureMaskCost, SCHEMA } from '../../bench/grammar.bench.js'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 
 describe('bench/grammar.bench.ts --smoke', () => {
   it('times real schema masks and decode steps at batch 1 and 16', async () => {
     const valid = new Ajv({ strict: false }).compile(SCHEMA)
     const steps = 100
-    const rows = await measureMaskCost(defaultModelDir(), [1, 16], steps)
+    const rows = await measureMaskCost(tinyPlainModelDir(), [1, 16], steps)
     expect(rows.map((r) => r.batch)).toEqual([1, 16])
     for (const r of rows) {
       // Each figure is a median over the steps it says, at that batch.

@@ -6,12 +6,12 @@
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { measureCeiling } from '../../src/bench/refs/ort.js'
-import { defaultModelDir, tinyGqaModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir, tinyGqaModelDir } from '../helpers/fixtures.js'
 import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
 
 const budget = { warmup: 1, minRuns: 2, minSeconds: 0, maxRuns: 2 }
 const graphs = () => [
-  { form: 'plain', onnxPath: join(defaultModelDir(), 'onnx', 'model.onnx') },
+  { form: 'plain', onnxPath: join(tinyPlainModelDir(), 'onnx', 'model.onnx') },
   { form: 'gqa', onnxPath: join(tinyGqaModelDir(), 'model.onnx') },
 ]
 

@@ -7,7 +7,7 @@ import { createServer, type AddressInfo, type Server } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { freePort } from '../helpers/servers.js'
 
 const ENTRY = join(import.meta.dirname, '../helpers/onnxd-src.ts')
@@ -39,7 +39,7 @@ const inUse = (command: string): RegExp => new RegExp(`^onnxd ${command}: port $
 
 describe('a port already in use', () => {
   it('onnxd node: one line naming the port, exit 1', async () => {
-    const r = await onnxd(['node', '--port', String(busy), '--model', defaultModelDir()])
+    const r = await onnxd(['node', '--port', String(busy), '--model', tinyPlainModelDir()])
     expect(r.stderr).toMatch(inUse('node'))
     expect(r).toMatchObject({ code: 1, signal: null })
   })
@@ -51,13 +51,13 @@ describe('a port already in use', () => {
   })
 
   it("onnxd serve: the node's port taken, one line naming it, exit 1", async () => {
-    const r = await onnxd(['serve', '--node-port', String(busy), '--port', String(await freePort()), '--model', defaultModelDir()])
+    const r = await onnxd(['serve', '--node-port', String(busy), '--port', String(await freePort()), '--model', tinyPlainModelDir()])
     expect(r.stderr).toMatch(inUse('serve'))
     expect(r).toMatchObject({ code: 1, signal: null })
   })
 
   it("onnxd serve: the facade's port taken while the node's model loads, one line naming it, exit 1", async () => {
-    const r = await onnxd(['serve', '--port', String(busy), '--node-port', String(await freePort()), '--model', defaultModelDir()])
+    const r = await onnxd(['serve', '--port', String(busy), '--node-port', String(await freePort()), '--model', tinyPlainModelDir()])
     expect(r.stderr).toMatch(inUse('serve'))
     expect(r).toMatchObject({ code: 1, signal: null })
   })

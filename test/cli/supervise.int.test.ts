@@ -13,7 +13,7 @@ import { basename, dirname, join, posix } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { FACADE_ENV, FacadeOptions } from '../../src/facade/options.js'
 import { DEFAULT_MODEL_DIR, NODE_ENV, NodeOptions } from '../../src/node/options.js'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { alive, runToEnd } from '../helpers/servers.js'
 
 const REPO = join(import.meta.dirname, '../..')
@@ -210,7 +210,7 @@ describe('the built server: the Dockerfile CMD and npm start', () => {
       ...image.env,
       [FACADE_ENV.port]: String(facadePort),
       [NODE_ENV.port]: String(nodePort),
-      [NODE_ENV.model]: defaultModelDir(),
+      [NODE_ENV.model]: tinyPlainModelDir(),
       [FACADE_ENV.jwtSecret]: randomBytes(48).toString('base64url'),
     }
     const cli = async (...args: string[]): Promise<Record<string, unknown>> => {
@@ -289,7 +289,7 @@ describe('the built server: the Dockerfile CMD and npm start', () => {
       ...inherited(),
       [FACADE_ENV.port]: String(await freePort()),
       [NODE_ENV.port]: String(await freePort()),
-      [NODE_ENV.model]: defaultModelDir(),
+      [NODE_ENV.model]: tinyPlainModelDir(),
       ONNXD_LOG_LEVEL: 'info',
     }
     const npm = spawn('npm', ['start', '--silent'], { cwd: app, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] })

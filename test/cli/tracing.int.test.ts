@@ -9,7 +9,7 @@ import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createApiKey } from '../../src/facade/accounts.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { clientTraceparent, startCollector, type Collector } from '../helpers/tracing-collector.js'
 import { freePort } from '../helpers/servers.js'
 
@@ -33,7 +33,7 @@ describe('onnxd serve with OTEL_EXPORTER_OTLP_ENDPOINT', () => {
     const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ONNXD_') && !k.startsWith('OTEL_')))
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', ENTRY, 'serve', '--port', String(port), '--node-port', String(nodePort), '--model', defaultModelDir(), '--workers', '1'],
+      ['--import', 'tsx', ENTRY, 'serve', '--port', String(port), '--node-port', String(nodePort), '--model', tinyPlainModelDir(), '--workers', '1'],
       {
         env: { ...env, ONNXD_DATA_DIR: dataDir, ONNXD_LOG_LEVEL: 'warn', ONNXD_MODEL_ID: 'traced-tiny', OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_BSP_SCHEDULE_DELAY: '600000' },
         stdio: ['ignore', 'ignore', 'pipe'],

@@ -8,7 +8,7 @@ import type OpenAI from 'openai'
 import { UnprocessableEntityError } from 'openai'
 import * as ort from 'onnxruntime-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { apiError, MODEL, nodeCompletion, startStack, type Stack } from './stack.js'
 
 /** Log-softmax of the last position's logits after a full forward pass over `ids`, computed in float64. */
@@ -37,7 +37,7 @@ describe('logprobs and logit_bias on the tiny default model', () => {
   beforeAll(async () => {
     s = await startStack()
     client = s.client()
-    const dir = defaultModelDir()
+    const dir = tinyPlainModelDir()
     const c = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as { num_hidden_layers: number; num_key_value_heads: number; hidden_size: number; num_attention_heads: number }
     cfg = { layers: c.num_hidden_layers, kvHeads: c.num_key_value_heads, headDim: c.hidden_size / c.num_attention_heads }
     session = await ort.InferenceSession.create(join(dir, 'onnx/model.onnx'))

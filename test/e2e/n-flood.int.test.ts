@@ -6,7 +6,7 @@ import type { FastifyInstance } from 'fastify'
 import { buildNode } from '../../src/node/app.js'
 import { createEnginePool } from '../../src/engine/pool/pool.js'
 import type { EngineClient } from '../../src/engine/index.js'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { facadeFixture, sseEvents, type FacadeFixture } from '../helpers/facade.js'
 import { listen, testOptions } from '../node/helpers.js'
 
@@ -25,7 +25,7 @@ describe('an n flood against the real facade and node', () => {
   let baseURL: string
   let finished = 0
   beforeAll(async () => {
-    engine = createEnginePool({ modelDir: defaultModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1, maxRunning: 4 }, { onFinish: () => finished++ })
+    engine = createEnginePool({ modelDir: tinyPlainModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1, maxRunning: 4 }, { onFinish: () => finished++ })
     node = buildNode(testOptions(), { engine })
     const nodeUrl = await listen(node)
     await engine.ready()

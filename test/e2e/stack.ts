@@ -11,7 +11,7 @@ import { buildNode } from '../../src/node/app.js'
 import { readChatTemplate } from '../../src/node/options.js'
 import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
 import { facadeFixture, type FacadeFixture } from '../helpers/facade.js'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { testOptions } from '../node/helpers.js'
 
 export const MODEL = 'onnxd-tiny'
@@ -43,7 +43,7 @@ export interface RealNode {
  */
 export async function startRealNode(o: { port?: number; ready?: boolean } & Bundle = {}): Promise<RealNode> {
   const finishes: FinishObservation[] = []
-  const modelDir = o.modelDir ?? defaultModelDir()
+  const modelDir = o.modelDir ?? tinyPlainModelDir()
   const modelId = o.modelId ?? MODEL
   const metrics = createMetrics(createRegistry(), modelId, 'cpu')
   const engine = createEnginePool(

@@ -12,7 +12,7 @@ import { buildNode } from '../../src/node/app.js'
 import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
 import { openTracing, type Tracing } from '../../src/shared/tracing.js'
 import { bearer, facadeFixture, type FacadeFixture } from '../helpers/facade.js'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { arrived, clientTraceparent, KIND, startCollector, type CollectedSpan, type Collector } from '../helpers/tracing-collector.js'
 import { listen, testOptions } from '../node/helpers.js'
 
@@ -36,7 +36,7 @@ let off: Side
 
 /** A node app over the shared engine pool, recording the headers of completion requests, and a facade before it. */
 async function side(tracing: { node: Tracing | null; facade: Tracing | null }): Promise<Side> {
-  const modelDir = defaultModelDir()
+  const modelDir = tinyPlainModelDir()
   const node = buildNode(testOptions({ model: modelDir, modelId: MODEL }), { engine, metrics: createMetrics(createRegistry(), MODEL, 'cpu'), modelDir, tracing: tracing.node })
   const received: IncomingHttpHeaders[] = []
   node.addHook('onRequest', async (request) => {
@@ -53,7 +53,7 @@ beforeAll(async () => {
   const env = { OTEL_EXPORTER_OTLP_ENDPOINT: collector.url }
   nodeTracing = (await openTracing(env, 'onnxd-node'))!
   facadeTracing = (await openTracing(env, 'onnxd-facade'))!
-  engine = createEnginePool({ modelDir: defaultModelDir(), modelId: MODEL, workers: 1, intraOpThreads: 1 })
+  engine = createEnginePool({ modelDir: tinyPlainModelDir(), modelId: MODEL, workers: 1, intraOpThreads: 1 })
   await engine.ready()
   on = await side({ node: nodeTracing, facade: facadeTracing })
   off = await side({ node: null, facade: null })

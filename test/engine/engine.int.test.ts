@@ -1,7 +1,7 @@
 // The engine end to end on a real trained model (stories260K-hf): determinism, stop strings, validation.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../src/engine/engine.js'
-import { defaultModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../helpers/fixtures.js'
 import { runRequest } from '../helpers/engine-run.js'
 
 describe.skipIf(!haveFixtures)('engine on stories260K-hf', () => {
@@ -102,7 +102,7 @@ describe.skipIf(!haveFixtures)('engine on stories260K-hf', () => {
 describe('engine on the embedded default model (onnxd-tiny)', () => {
   let engine: Engine
   beforeAll(async () => {
-    engine = await Engine.load({ modelDir: defaultModelDir() })
+    engine = await Engine.load({ modelDir: tinyPlainModelDir() })
   })
   afterAll(() => engine.close())
 
@@ -147,7 +147,7 @@ describe('engine on the embedded default model (onnxd-tiny)', () => {
 describe.each(['capi', 'js'] as const)('runtime %s: the loop turns the event loop between steps', (runtime) => {
   let engine: Engine
   beforeAll(async () => {
-    engine = await Engine.load({ modelDir: defaultModelDir(), runtime })
+    engine = await Engine.load({ modelDir: tinyPlainModelDir(), runtime })
   })
   afterAll(() => engine.close())
 
@@ -182,7 +182,7 @@ describe.each(['capi', 'js'] as const)('runtime %s: the loop turns the event loo
 
 describe('prefill groups (onnxd-tiny, 128-token steps)', () => {
   /** The prefill steps (rows, tokens) of a burst of `n` prompts of `len` tokens. */
-  async function prefillSteps(n: number, len: number, modelDir = defaultModelDir()): Promise<Array<{ batch: number; tokens: number }>> {
+  async function prefillSteps(n: number, len: number, modelDir = tinyPlainModelDir()): Promise<Array<{ batch: number; tokens: number }>> {
     const steps: Array<{ batch: number; tokens: number }> = []
     // The prompts are all the same: with prefix caching on, every group after the first would reuse the first's.
     const engine = await Engine.load({ modelDir, maxBatchedTokens: 128, prefixCaching: false }, { onStep: (s) => s.phase === 'prefill' && steps.push({ batch: s.batch, tokens: s.tokens }) })

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest'
 import { Engine } from '../../src/engine/engine.js'
 import type { StepObservation } from '../../src/engine/types.js'
 import type { Runtime } from '../../src/engine/model/runtime.js'
-import { defaultModelDir, tinyGqaModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir, tinyGqaModelDir } from '../helpers/fixtures.js'
 
 /** The decode steps of one greedy request of `tokens` tokens. */
 async function decodeSteps(modelDir: string, runtime: Runtime, tokens: number): Promise<{ steps: StepObservation[]; kvBytesPerToken: number; vocab: number }> {
@@ -26,7 +26,7 @@ async function decodeSteps(modelDir: string, runtime: Runtime, tokens: number): 
 
 describe('step traffic', () => {
   it('js over the plain graph: each decode step hands in at least the past, and reads back only the new rows', async () => {
-    const { steps, kvBytesPerToken, vocab } = await decodeSteps(defaultModelDir(), 'js', 24)
+    const { steps, kvBytesPerToken, vocab } = await decodeSteps(tinyPlainModelDir(), 'js', 24)
     expect(steps.length).toBeGreaterThan(20)
     // The cache's buffers go in whole (their slots past a row's length are masked holes): at least every cached token.
     steps.forEach((s, i) => expect(s.bytesIn).toBeGreaterThanOrEqual((4 + i) * kvBytesPerToken))

@@ -4,7 +4,7 @@
 // why, where no WebGPU adapter exists. Lavapipe is slow: few tokens, and generous timeouts for its shader compiles.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../src/engine/engine.js'
-import { defaultModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../helpers/fixtures.js'
 import { runRequest } from '../helpers/engine-run.js'
 import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
 
@@ -13,7 +13,7 @@ const prompt = (n: number, salt: number, vocab: number): number[] => Array.from(
 // `device`: the graph keeps its cache on the device (runtime 'capi', GroupQueryAttention); the others run through
 // the JS API, which the node says at start.
 const MODELS = [
-  { name: 'onnxd-tiny (plain)', dir: defaultModelDir, needsFixtures: false, device: false },
+  { name: 'onnxd-tiny (plain)', dir: tinyPlainModelDir, needsFixtures: false, device: false },
   { name: 'onnxd-tiny (GroupQueryAttention)', dir: tinyGqaModelDir, needsFixtures: false, device: true },
   { name: 'stories260K-hf', dir: () => fixture('stories260K-hf'), needsFixtures: true, device: false },
 ]

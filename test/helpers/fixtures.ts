@@ -28,10 +28,10 @@ export const tinyGqaModelDir = (): string => {
 
 /**
  * The tiny preset in its plain form (Hugging Face export layout: config.json, onnx/model.onnx), built by
- * test/setup/default-model.ts. It was the embedded default model until the default moved to the GroupQueryAttention
- * form (tinyGqaModelDir); the suites that take it test through the plain graph.
+ * test/setup/default-model.ts. It was the embedded default model (as defaultModelDir) until the default moved to the
+ * GroupQueryAttention form (tinyGqaModelDir); the suites that take it test through the plain graph.
  */
-export const defaultModelDir = (): string => {
+export const tinyPlainModelDir = (): string => {
   const dir = process.env.ONNXD_TEST_MODEL
   if (!dir) throw new Error('ONNXD_TEST_MODEL is not set: run the tests through vitest (globalSetup builds the model)')
   return dir

@@ -6,13 +6,13 @@ import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 
 const CYCLES = 50
 
 describe('drain with streams in flight', () => {
   it(`exits 0 in ${CYCLES} of ${CYCLES} drain-timeout runs`, async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'drain-loop.child.ts'), defaultModelDir(), String(CYCLES), '3', '50'], {
+    const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'drain-loop.child.ts'), tinyPlainModelDir(), String(CYCLES), '3', '50'], {
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     let stdout = ''

@@ -2,7 +2,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import type { PoolHealth } from '../../src/engine/index.js'
 import { testNode, type TestNode } from './helpers.js'
-import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures.js'
+import { tinyPlainModelDir, fixture, haveFixtures } from '../helpers/fixtures.js'
 
 let node: TestNode | null = null
 afterEach(async () => {
@@ -99,7 +99,7 @@ describe('GET /health: chat_template', () => {
   }
 
   it('says whether the served bundle has a chat template (the facade lists chat for it only then)', async () => {
-    expect(await chatTemplate(defaultModelDir())).toBe(true)
+    expect(await chatTemplate(tinyPlainModelDir())).toBe(true)
   })
 
   it.skipIf(!haveFixtures)('is false for a base model without one (stories260K-hf)', async () => {

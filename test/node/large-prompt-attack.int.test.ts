@@ -10,7 +10,7 @@ import type { EngineClient } from '../../src/engine/index.js'
 import { readTokenizerFiles } from '../../src/engine/model/bundle.js'
 import { TextTokenizer } from '../../src/engine/tokenizer/tokenizer.js'
 import { promptByteLimit } from '../../src/engine/tokenizer/prompt.js'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { facadeFixture, type FacadeFixture } from '../helpers/facade.js'
 import { listen, testOptions } from './helpers.js'
 
@@ -39,13 +39,13 @@ describe('large prompts against the real facade and node', () => {
   let baseURL: string
   let byteLimit: number
   beforeAll(async () => {
-    engine = createEnginePool({ modelDir: defaultModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1 })
+    engine = createEnginePool({ modelDir: tinyPlainModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1 })
     node = buildNode(testOptions(), { engine })
     nodeUrl = await listen(node)
     await engine.ready()
     f = await facadeFixture({ nodeUrls: [nodeUrl], options: { keyRpm: 0, fleetRpm: 0, healthIntervalMs: 2000 }, deps: { pollHealth: true } })
     baseURL = `${await f.app.listen({ port: 0, host: '127.0.0.1' })}/v1`
-    const files = readTokenizerFiles(defaultModelDir())
+    const files = readTokenizerFiles(tinyPlainModelDir())
     byteLimit = promptByteLimit(engine.health().contextLength!, new TextTokenizer(files.tokenizer!.json, files.tokenizer!.config, files.chatTemplate))
   })
   afterAll(async () => {

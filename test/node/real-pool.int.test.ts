@@ -5,7 +5,7 @@ import { buildNode } from '../../src/node/app.js'
 import { createEnginePool } from '../../src/engine/pool/pool.js'
 import type { EngineClient } from '../../src/engine/index.js'
 import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { listen, readUntil, sseData, testOptions, URL_PATH } from './helpers.js'
 
 /** Polls an observable condition (worker stats reach the main thread every 250 ms). */
@@ -35,7 +35,7 @@ describe('node over the real engine pool', () => {
   beforeAll(async () => {
     const metrics = createMetrics(createRegistry(), 'onnxd-tiny', 'cpu')
     engine = createEnginePool(
-      { modelDir: defaultModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1, heartbeatTimeoutMs: 1000, faultInjection: true },
+      { modelDir: tinyPlainModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1, heartbeatTimeoutMs: 1000, faultInjection: true },
       {
         ...metrics.observer,
         onStep: (s) => { metrics.observer.onStep?.(s); if (s.phase === 'decode') generated += s.batch },

@@ -7,7 +7,7 @@ import { buildNode } from '../../src/node/app.js'
 import { createEnginePool } from '../../src/engine/pool/pool.js'
 import type { EngineClient, Runtime } from '../../src/engine/index.js'
 import { createMetrics, createRegistry } from '../../src/node/plugins/metrics.js'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { listen, testOptions, URL_PATH } from './helpers.js'
 
 const nodes = new Map<Runtime | 'default', { app: FastifyInstance; engine: EngineClient; base: string }>()
@@ -16,7 +16,7 @@ beforeAll(async () => {
   for (const runtime of ['default', 'js'] as const) {
     const metrics = createMetrics(createRegistry(), 'onnxd-tiny', 'cpu')
     const engine = createEnginePool({
-      modelDir: defaultModelDir(),
+      modelDir: tinyPlainModelDir(),
       modelId: 'onnxd-tiny',
       workers: 1,
       intraOpThreads: 1,

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest'
 import { freePort } from '../../src/bench/targets/spawn.js'
 import { serveNode } from '../../src/node/server.js'
 import { deferred } from '../helpers/deferred.js'
-import { defaultModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { completionBody, post, testOptions } from './helpers.js'
 
 /** Resolves once something can listen on `port` again (the node released it), then lets it go. */
@@ -33,7 +33,7 @@ async function waitReady(url: string): Promise<void> {
 describe('serveNode (src/node/server.ts)', () => {
   it('listens before the model loads, serves once ready, and drains on shutdown: resolves 0, port released', async () => {
     const port = await freePort()
-    const opts = testOptions({ model: defaultModelDir(), modelId: 'onnxd-tiny', port, host: '127.0.0.1', workers: 1, intraOpThreads: 1 })
+    const opts = testOptions({ model: tinyPlainModelDir(), modelId: 'onnxd-tiny', port, host: '127.0.0.1', workers: 1, intraOpThreads: 1 })
     const shutdown = deferred<NodeJS.Signals>()
     const listening = deferred<{ url: string; live: number; health: string }>()
     const drained = deferred()
@@ -73,7 +73,7 @@ describe('serveNode (src/node/server.ts)', () => {
     await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r))
     const port = (busy.address() as { port: number }).port
     try {
-      const opts = testOptions({ model: defaultModelDir(), modelId: 'onnxd-tiny', port, host: '127.0.0.1', workers: 1 })
+      const opts = testOptions({ model: tinyPlainModelDir(), modelId: 'onnxd-tiny', port, host: '127.0.0.1', workers: 1 })
       await expect(serveNode(opts, new Promise(() => {}))).rejects.toMatchObject({ code: 'EADDRINUSE', syscall: 'listen' })
     } finally {
       await new Promise((r) => busy.close(r))

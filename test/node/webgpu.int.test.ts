@@ -9,7 +9,7 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import { defaultModelDir, tinyGqaModelDir } from '../helpers/fixtures.js'
+import { tinyPlainModelDir, tinyGqaModelDir } from '../helpers/fixtures.js'
 import { freePort } from '../helpers/servers.js'
 import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
 import { completionBody, post } from './helpers.js'
@@ -28,7 +28,7 @@ afterEach(async () => {
 })
 
 /** Starts `onnxd node <argv>` on a free port with no ONNXD_* variables of ours; `exited` resolves with its exit. */
-async function startNode(argv: string[], env: Record<string, string> = {}, model = defaultModelDir()): Promise<{ url: string; stderr: () => string; exited: Promise<number | null> }> {
+async function startNode(argv: string[], env: Record<string, string> = {}, model = tinyPlainModelDir()): Promise<{ url: string; stderr: () => string; exited: Promise<number | null> }> {
   const port = await freePort()
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ONNXD_') && k !== 'VK_ICD_FILENAMES'))
   const c = spawn(process.execPath, ['--import', 'tsx', ENTRY, 'node', '--port', String(port), '--model', model, '--workers', '1', ...argv], {

@@ -12,9 +12,9 @@ import { Engine } from '../../../src/engine/engine.js'
 import { OnnxdError } from '../../../src/shared/errors.js'
 import type { StructuredOutput } from '../../../src/shared/sampling.js'
 import type { SeqEvent } from '../../../src/engine/types.js'
-import { defaultModelDir } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../../helpers/fixtures.js'
 
-const dir = defaultModelDir()
+const dir = tinyPlainModelDir()
 const tok = new TextTokenizer(JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object, JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>, null)
 const EOS = 2
 const vocabulary = (): ReturnType<TextTokenizer['vocabulary']> => tok.vocabulary(tok.vocabSize)

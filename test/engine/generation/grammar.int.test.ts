@@ -7,9 +7,9 @@ import { describe, expect, it } from 'vitest'
 import { Grammars } from '../../../src/engine/generation/grammar.js'
 import { TextTokenizer } from '../../../src/engine/tokenizer/tokenizer.js'
 import type { StructuredOutput } from '../../../src/shared/sampling.js'
-import { defaultModelDir } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../../helpers/fixtures.js'
 
-const dir = defaultModelDir()
+const dir = tinyPlainModelDir()
 const tok = new TextTokenizer(JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object, JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>, null)
 const EOS = 2
 const grammars = new Grammars(() => tok.vocabulary(tok.vocabSize), [EOS])

@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { TextTokenizer } from '../../../src/engine/tokenizer/tokenizer.js'
-import { defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
 const load = (dir: string): TextTokenizer =>
   new TextTokenizer(JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object, JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>, null)
@@ -13,7 +13,7 @@ const load = (dir: string): TextTokenizer =>
 const TEXTS = ['plain words', 'naïve café — 日本語 🙂', 'tab\tand\nnewline']
 
 describe('token bytes', () => {
-  const cases: [string, () => string][] = [['byte-level BPE (embedded model)', defaultModelDir]]
+  const cases: [string, () => string][] = [['byte-level BPE (embedded model)', tinyPlainModelDir]]
   if (haveFixtures) cases.push(['SentencePiece with byte fallback (stories260K-hf)', () => fixture('stories260K-hf')])
   for (const [name, dir] of cases) {
     it(`${name}: the tokens' bytes concatenate to the text's UTF-8, multi-byte characters split across tokens included`, () => {

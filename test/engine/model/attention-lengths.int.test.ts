@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildModel } from '../../../src/builder/index.js'
 import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, feedAttentionLengths } from '../../../src/engine/model/decoder-graph.js'
 import { ModelProto, type Node } from '../../../src/engine/model/onnx-proto.js'
-import { defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
 interface Decoded {
   graph: { node: Node[]; input: Array<{ name: string }>; output: Array<{ name: string }>; initializer: Array<{ name: string }> }
@@ -83,7 +83,7 @@ let tiny: Shape & { vocab: number }
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'onnxd-lengths-'))
   gqaPath = join((await buildModel({ preset: 'tiny', outDir: join(root, 'gqa'), seed: 0, attention: 'gqa' })).dir, 'model.onnx')
-  const c = JSON.parse(readFileSync(join(defaultModelDir(), 'config.json'), 'utf8')) as Record<string, number>
+  const c = JSON.parse(readFileSync(join(tinyPlainModelDir(), 'config.json'), 'utf8')) as Record<string, number>
   tiny = { layers: c.num_hidden_layers, kvHeads: c.num_key_value_heads, headDim: c.head_dim ?? c.hidden_size / c.num_attention_heads, vocab: c.vocab_size }
 })
 afterAll(async () => {
@@ -135,7 +135,7 @@ describe('feedAttentionLengths on the builder GroupQueryAttention form', () => {
   })
 
   it('leaves graphs without GroupQueryAttention alone (the plain form), and bytes that are no model', () => {
-    expect(feedAttentionLengths(readFileSync(join(defaultModelDir(), 'onnx', 'model.onnx')))).toBeNull()
+    expect(feedAttentionLengths(readFileSync(join(tinyPlainModelDir(), 'onnx', 'model.onnx')))).toBeNull()
     expect(feedAttentionLengths(new Uint8Array([1, 2, 3]))).toBeNull()
   })
 })

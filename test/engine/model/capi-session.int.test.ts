@@ -10,7 +10,7 @@ import { Engine } from '../../../src/engine/engine.js'
 import type { ForwardInput } from '../../../src/engine/model/step-io.js'
 import { Binding } from '../../../src/engine/model/ort-capi.js'
 import { runRequest } from '../../helpers/engine-run.js'
-import { defaultModelDir, tinyGqaModelDir } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir, tinyGqaModelDir } from '../../helpers/fixtures.js'
 
 const prompt = (n: number, salt: number, vocab: number): number[] => Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 3) % vocab)
 
@@ -23,7 +23,7 @@ afterAll(async () => {
 })
 
 const MODELS = [
-  { name: 'tiny (plain attention)', dir: () => defaultModelDir(), gqa: false },
+  { name: 'tiny (plain attention)', dir: () => tinyPlainModelDir(), gqa: false },
   { name: 'tiny (GroupQueryAttention, in-place present)', dir: tinyGqaModelDir, gqa: true },
 ]
 
@@ -171,7 +171,7 @@ for (const m of MODELS) {
 describe('runtime capi: the native-call gate and the fallback', () => {
   let e: Engine
   beforeAll(async () => {
-    e = await Engine.load({ modelDir: defaultModelDir(), intraOpThreads: 1, runtime: 'capi' })
+    e = await Engine.load({ modelDir: tinyPlainModelDir(), intraOpThreads: 1, runtime: 'capi' })
   })
   afterAll(() => e?.close())
 
@@ -226,7 +226,7 @@ describe('runtime capi: the native-call gate and the fallback', () => {
       if ((w as Error & { code?: string }).code === 'ONNXD_CAPI_UNAVAILABLE') warnings.push(w.message)
     }
     process.on('warning', onWarning)
-    const opts = { modelDir: defaultModelDir(), intraOpThreads: 1, runtime: 'capi' as const, capiLibraryPath: join(root, 'no-libonnxruntime.so') }
+    const opts = { modelDir: tinyPlainModelDir(), intraOpThreads: 1, runtime: 'capi' as const, capiLibraryPath: join(root, 'no-libonnxruntime.so') }
     const a = await Engine.load(opts)
     const b = await Engine.load(opts)
     try {

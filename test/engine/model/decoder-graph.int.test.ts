@@ -7,7 +7,7 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { readBundle } from '../../../src/engine/model/bundle.js'
 import { LOGITS_AT_INPUT, NEXT_TOKEN_OUTPUT, externalDataConfig, fetchNewKvOnly, graphOutputNames, greedyTokens, prepareDecoderGraph } from '../../../src/engine/model/decoder-graph.js'
 import { ModelProto, type Node } from '../../../src/engine/model/onnx-proto.js'
-import { defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
 interface Tiny {
   onnxDir: string
@@ -20,7 +20,7 @@ interface Tiny {
 }
 
 function loadTiny(): Tiny {
-  const dir = defaultModelDir()
+  const dir = tinyPlainModelDir()
   const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, number>
   const layers = config.num_hidden_layers
   const kvHeads = config.num_key_value_heads ?? config.num_attention_heads

@@ -5,7 +5,7 @@ import { readBundle } from '../../../src/engine/model/bundle.js'
 import { DecoderSession } from '../../../src/engine/model/session.js'
 import { KvCache, kvShapeOf } from '../../../src/engine/scheduler/kv.js'
 import type { Runtime } from '../../../src/engine/model/runtime.js'
-import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../../helpers/fixtures.js'
+import { DECODER_FIXTURES, tinyPlainModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../../helpers/fixtures.js'
 
 async function maxDiffCachedVsFull(dir: string, runtime: Runtime = 'js'): Promise<{ diff: number; scale: number }> {
   const s = await DecoderSession.create(readBundle(dir), { allLogits: true, runtime })
@@ -66,7 +66,7 @@ describe.skipIf(!haveFixtures)('KV cache equivalence on the shared fixtures, run
 describe('KV cache equivalence on the embedded default model, both forms and both runtimes', () => {
   for (const runtime of ['js', 'capi'] as const) {
     it(`onnxd-tiny (${runtime}): cached decoding equals the full forward pass`, async () => {
-      const { diff, scale } = await maxDiffCachedVsFull(defaultModelDir(), runtime)
+      const { diff, scale } = await maxDiffCachedVsFull(tinyPlainModelDir(), runtime)
       expect(scale).toBeGreaterThan(0)
       expect(diff).toBeLessThanOrEqual(1e-4)
     })
@@ -111,7 +111,7 @@ async function maxDiffPickedVsAll(dir: string): Promise<{ diff: number; scale: n
 
 describe('logits at named positions', () => {
   it('onnxd-tiny: the rewritten LM head gives the same logits at the last position, and at several per row', async () => {
-    const { diff, scale, named } = await maxDiffPickedVsAll(defaultModelDir())
+    const { diff, scale, named } = await maxDiffPickedVsAll(tinyPlainModelDir())
     expect(named).toBe(true)
     expect(scale).toBeGreaterThan(0)
     expect(diff).toBeLessThanOrEqual(1e-4)

@@ -11,7 +11,7 @@ import { Worker } from 'node:worker_threads'
 import * as ort from 'onnxruntime-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Binding, CSession, liveCounts, NativeBuffer, OrtCApi, OrtError, type Tensor } from '../../../src/engine/model/ort-capi.js'
-import { defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 
 const maxDiff = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
   expect(a.length).toBe(b.length)
@@ -35,7 +35,7 @@ afterAll(() => {
 })
 
 describe('ort-capi: the C API on the embedded tiny model (plain ops)', () => {
-  const model = (): string => join(defaultModelDir(), 'onnx', 'model.onnx')
+  const model = (): string => join(tinyPlainModelDir(), 'onnx', 'model.onnx')
 
   it('loads onnxruntime-node’s own libonnxruntime and reads the session’s names', () => {
     expect(api.version).toBe(JSON.parse(readFileSync(join(api.libraryPath, '../../../../../package.json'), 'utf8')).version)
@@ -199,7 +199,7 @@ describe('ort-capi: the C API on the embedded tiny model (plain ops)', () => {
 
 describe('ort-capi: one decode step on the embedded tiny model, C API vs JS API', () => {
   it('computes the same logits through a binding (presents bound to buffers the runtime owns) as the JS API, contexts 32 and 256; times both', async () => {
-    const model = join(defaultModelDir(), 'onnx', 'model.onnx')
+    const model = join(tinyPlainModelDir(), 'onnx', 'model.onnx')
     const js = await ort.InferenceSession.create(model, { intraOpNumThreads: 1 })
     const s = api.createSession(model, { intraOpThreads: 1 })
     const pastShape = shapeOf(js.inputMetadata[3])

@@ -8,7 +8,7 @@ import { readBundle } from '../../../src/engine/model/bundle.js'
 import { DecoderSession } from '../../../src/engine/model/session.js'
 import type { ForwardInput } from '../../../src/engine/model/step-io.js'
 import { KvCache, kvShapeOf } from '../../../src/engine/scheduler/kv.js'
-import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../../helpers/fixtures.js'
+import { DECODER_FIXTURES, tinyPlainModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../../helpers/fixtures.js'
 import { noWebgpu, webgpuTitle } from '../../helpers/webgpu.js'
 
 /** Each step's last-position logits: a 5-token prompt, then `steps - 1` decode steps fed `tokens` (or its own argmax). */
@@ -53,7 +53,7 @@ async function trace(dir: string, provider: 'cpu' | 'webgpu', steps: number, tok
 }
 
 const MODELS = [
-  { name: 'onnxd-tiny (plain)', dir: defaultModelDir, fp16: false, needsFixtures: false },
+  { name: 'onnxd-tiny (plain)', dir: tinyPlainModelDir, fp16: false, needsFixtures: false },
   { name: 'onnxd-tiny (GroupQueryAttention)', dir: tinyGqaModelDir, fp16: false, needsFixtures: false },
   ...DECODER_FIXTURES.map((f) => ({ name: f.name, dir: () => fixture(f.name), fp16: f.fp16, needsFixtures: true })),
 ]

@@ -6,7 +6,7 @@ import type { EngineClient, EngineRequest, SeqEvent } from '../../../src/engine/
 import { readTokenizerFiles } from '../../../src/engine/model/bundle.js'
 import { TextTokenizer } from '../../../src/engine/tokenizer/tokenizer.js'
 import { promptByteLimit } from '../../../src/engine/tokenizer/prompt.js'
-import { defaultModelDir } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../../helpers/fixtures.js'
 import { deferred } from '../../helpers/deferred.js'
 
 function collect(pool: EngineClient, req: Partial<EngineRequest>, onEvent?: (e: SeqEvent) => void): Promise<SeqEvent[]> {
@@ -35,10 +35,10 @@ describe('engine pool under hostile load', () => {
   let restarts = 0
   let tok: TextTokenizer
   beforeAll(async () => {
-    const files = readTokenizerFiles(defaultModelDir())
+    const files = readTokenizerFiles(tinyPlainModelDir())
     tok = new TextTokenizer(files.tokenizer!.json, files.tokenizer!.config, files.chatTemplate)
     pool = createEnginePool(
-      { modelDir: defaultModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1, heartbeatTimeoutMs: 300, stallTimeoutMs: 800, faultInjection: true },
+      { modelDir: tinyPlainModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1, heartbeatTimeoutMs: 300, stallTimeoutMs: 800, faultInjection: true },
       { onWorkerRestart: () => restarts++ },
     )
     await pool.ready()

@@ -2,13 +2,13 @@
 // lengths that join and leave while it runs, it yields the same tokens.
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { Engine } from '../../../src/engine/engine.js'
-import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
+import { DECODER_FIXTURES, tinyPlainModelDir, fixture, haveFixtures } from '../../helpers/fixtures.js'
 import { runRequest } from '../../helpers/engine-run.js'
 
 const prompt = (n: number, salt: number, vocab: number): number[] => Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 3) % vocab)
 
 const MODELS = [
-  { name: 'onnxd-tiny (embedded default)', dir: defaultModelDir, needsFixtures: false },
+  { name: 'onnxd-tiny (embedded default)', dir: tinyPlainModelDir, needsFixtures: false },
   // tiny-random-gpt2-fp32 is left out: its tokenizer does not match its logits, so it refuses to load.
   ...DECODER_FIXTURES.filter((f) => f.name !== 'tiny-random-gpt2-fp32').map((f) => ({ name: f.name, dir: () => fixture(f.name), needsFixtures: true })),
 ]

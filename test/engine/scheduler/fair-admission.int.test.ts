@@ -3,12 +3,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../../src/engine/engine.js'
 import type { SeqEvent } from '../../../src/engine/types.js'
-import { defaultModelDir } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../../helpers/fixtures.js'
 
 describe('fair admission across tenants', () => {
   let engine: Engine
   beforeAll(async () => {
-    engine = await Engine.load({ modelDir: defaultModelDir(), maxRunning: 1 })
+    engine = await Engine.load({ modelDir: tinyPlainModelDir(), maxRunning: 1 })
   })
   afterAll(() => engine.close())
 

@@ -6,14 +6,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../../src/engine/engine.js'
 import { PREFIX_BLOCK } from '../../../src/engine/scheduler/prefix-cache.js'
 import type { FinishObservation, SeqEvent } from '../../../src/engine/types.js'
-import { DECODER_FIXTURES, defaultModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../../helpers/fixtures.js'
+import { DECODER_FIXTURES, tinyPlainModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../../helpers/fixtures.js'
 import { runRequest, type RunResult } from '../../helpers/engine-run.js'
 
 const tokens = (n: number, salt: number, vocab: number): number[] => Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 3) % vocab)
 
 const MODELS = [
-  { name: 'onnxd-tiny, plain, capi', dir: defaultModelDir, runtime: 'capi', needsFixtures: false },
-  { name: 'onnxd-tiny, plain, js', dir: defaultModelDir, runtime: 'js', needsFixtures: false },
+  { name: 'onnxd-tiny, plain, capi', dir: tinyPlainModelDir, runtime: 'capi', needsFixtures: false },
+  { name: 'onnxd-tiny, plain, js', dir: tinyPlainModelDir, runtime: 'js', needsFixtures: false },
   { name: 'onnxd-tiny, gqa, capi', dir: tinyGqaModelDir, runtime: 'capi', needsFixtures: false },
   { name: 'onnxd-tiny, gqa, js', dir: tinyGqaModelDir, runtime: 'js', needsFixtures: false },
   // tiny-random-gpt2-fp32 is left out: its tokenizer does not match its logits, so it refuses to load.

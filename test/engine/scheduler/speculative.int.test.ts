@@ -7,10 +7,10 @@ import { Engine } from '../../../src/engine/engine.js'
 import type { Runtime } from '../../../src/engine/model/runtime.js'
 import type { StepObservation } from '../../../src/engine/types.js'
 import { runRequest } from '../../helpers/engine-run.js'
-import { defaultModelDir, tinyGqaModelDir } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir, tinyGqaModelDir } from '../../helpers/fixtures.js'
 
 const forms = [
-  { form: 'plain', dir: defaultModelDir },
+  { form: 'plain', dir: tinyPlainModelDir },
   { form: 'gqa', dir: tinyGqaModelDir },
 ]
 

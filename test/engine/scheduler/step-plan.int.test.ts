@@ -9,7 +9,7 @@ import type { Runtime } from '../../../src/engine/model/runtime.js'
 import type { KvRows } from '../../../src/engine/model/step-io.js'
 import { KvCache, kvShapeOf } from '../../../src/engine/scheduler/kv.js'
 import { planStep } from '../../../src/engine/scheduler/step-plan.js'
-import { defaultModelDir, tinyGqaModelDir } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir, tinyGqaModelDir } from '../../helpers/fixtures.js'
 
 type Logits = Float32Array[]
 
@@ -46,7 +46,7 @@ function maxDiff(a: Logits, b: Logits): { diff: number; scale: number } {
 }
 
 const forms = [
-  { form: 'plain', dir: defaultModelDir },
+  { form: 'plain', dir: tinyPlainModelDir },
   { form: 'gqa', dir: tinyGqaModelDir },
 ]
 

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../../src/engine/engine.js'
 import { createEnginePool } from '../../../src/engine/pool/pool.js'
 import type { EngineClient, EngineRequest, SeqEvent } from '../../../src/engine/index.js'
-import { defaultModelDir } from '../../helpers/fixtures.js'
+import { tinyPlainModelDir } from '../../helpers/fixtures.js'
 import { runRequest, type RunResult } from '../../helpers/engine-run.js'
 
 const prompt = 'Once upon a time'
@@ -18,7 +18,7 @@ describe('stop_token_ids on the tiny default model', () => {
   let id: number
   let first: number
   beforeAll(async () => {
-    engine = await Engine.load({ modelDir: defaultModelDir() })
+    engine = await Engine.load({ modelDir: tinyPlainModelDir() })
     full = await runRequest(engine, greedy)
     expect(full.ids).toHaveLength(12)
     id = full.ids[4]!
@@ -55,7 +55,7 @@ describe('stop_token_ids on the tiny default model', () => {
   describe('through the worker pool', () => {
     let pool: EngineClient
     beforeAll(async () => {
-      pool = createEnginePool({ modelDir: defaultModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1 })
+      pool = createEnginePool({ modelDir: tinyPlainModelDir(), modelId: 'onnxd-tiny', workers: 1, intraOpThreads: 1 })
       await pool.ready()
     })
     afterAll(() => pool.close())
