@@ -25,13 +25,18 @@ describe('POST /internal/v1/tokenize', () => {
     expect(node.engine.submissions).toHaveLength(0)
   })
 
-  it('400 without a prompt, with two, with input_ids or a completion field; 422 for a model it does not serve', async () => {
+  it('400 without a prompt, with two, with input_ids or a completion field; 422 for tools beside a raw prompt and for a model it does not serve', async () => {
     node = testNode()
     for (const payload of [{ model: 'onnxd-tiny' }, { model: 'onnxd-tiny', prompt: 'a', messages: [{ role: 'user', content: 'b' }] }, { model: 'onnxd-tiny', input_ids: [1, 2] }, { model: 'onnxd-tiny', prompt: 'a', max_tokens: 3 }]) {
       const res = await node.app.inject({ method: 'POST', url: PATH, payload })
       expect(res.statusCode, JSON.stringify(payload)).toBe(400)
       expect(errorOf(res).type).toBe('invalid_request_error')
     }
+    // Tools only render through the chat template: beside a raw prompt they would be dropped from the count.
+    const tools = [{ type: 'function' as const, function: { name: 'f', parameters: { type: 'object' } } }]
+    const dropped = await node.app.inject({ method: 'POST', url: PATH, payload: { model: 'onnxd-tiny', prompt: 'a', tools } })
+    expect(dropped.statusCode).toBe(422)
+    expect(errorOf(dropped).message).toContain('`tools` need `messages`')
     const res = await node.app.inject({ method: 'POST', url: PATH, payload: { model: 'gpt-4', prompt: 'a' } })
     expect(res.statusCode).toBe(422)
     expect(errorOf(res).message).toBe("The model 'gpt-4' does not exist on this node. Available: onnxd-tiny")

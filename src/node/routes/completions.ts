@@ -40,6 +40,15 @@ export function checkServedModel(engine: EngineClient, model: string): void {
   if (served) checkModel(model, served)
 }
 
+/**
+ * The prompt rules the schema cannot say cheaply, as 400s like a missing field: exactly one prompt field, and `tools`
+ * only with `messages` (the chat template renders them; with a raw prompt they would be silently dropped).
+ */
+export function checkPromptFields(body: { messages?: unknown; prompt?: unknown; input_ids?: unknown; tools?: readonly unknown[] }): void {
+  checkOnePrompt(body)
+  if (body.tools?.length && !body.messages) throw new OnnxdError('invalid_value', '`tools` need `messages`: the chat template renders them', { param: 'tools' })
+}
+
 /** Refuses (503, so that a router goes elsewhere) a request that reaches a draining node. */
 export function refuseWhileDraining(state: AdmissionState): void {
   if (state.draining) throw new OnnxdError('not_ready', 'The node is draining', { retryAfterS: 1 })
@@ -74,8 +83,7 @@ export function registerCompletionRoutes(app: FastifyInstance, deps: CompletionR
       const body = request.body
       // Draining may have begun while the body was being read.
       refuseWhileDraining(state)
-      checkOnePrompt(body) // a shape rule the schema cannot say cheaply: 400, like a missing field
-      if (body.tools?.length && !body.messages) throw new OnnxdError('invalid_value', '`tools` need `messages`: the chat template renders them', { param: 'tools' })
+      checkPromptFields(body)
       checkServedModel(engine, body.model)
 
       const requestId = body.request_id ?? request.id

@@ -8,9 +8,8 @@ import { TOKENIZE_PATH, TokenizeRequest, TokenizeResponse } from '../../contract
 import type { EngineClient } from '../../engine/index.js'
 import type { OnnxdError } from '../../shared/errors.js'
 import { ErrorBodySchema } from '../../shared/http-errors.js'
-import { checkOnePrompt } from '../../shared/prompt-input.js'
 import type { AdmissionState } from '../admission.js'
-import { checkServedModel, refuseWhileDraining } from './completions.js'
+import { checkPromptFields, checkServedModel, refuseWhileDraining } from './completions.js'
 
 export function registerTokenizeRoute(app: FastifyInstance, deps: { engine: EngineClient; state: AdmissionState }): void {
   const { engine, state } = deps
@@ -23,7 +22,7 @@ export function registerTokenizeRoute(app: FastifyInstance, deps: { engine: Engi
     async (request) => {
       const { model, messages, prompt, tools } = request.body
       refuseWhileDraining(state)
-      checkOnePrompt(request.body) // 400, as for a completion
+      checkPromptFields(request.body) // 400s, as for a completion
       checkServedModel(engine, model)
       // A drain that runs out of time ends the count with its 503.
       let abort!: (e: OnnxdError) => void
