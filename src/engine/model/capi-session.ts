@@ -108,6 +108,35 @@ function copyGraph(sig: Signature): Uint8Array {
   })
 }
 
+/**
+ * The graph that writes a plain-op graph's new keys and values into a device pool (device-kv.ts DeviceNewRows): per
+ * present i, out_i = ScatterND(cache_i, index, rows_i), with out_i bound to cache_i itself (written in place, as
+ * copyGraph's). `index` [rows, heads, seq, 3] holds each new row's (slot, head, position): slot s's token j goes to
+ * position len_s + j, right after what the slot holds.
+ */
+function appendGraph(sig: Signature): Uint8Array {
+  const t = sig.kv.dtype === 'float16' ? DataType.FLOAT16 : DataType.FLOAT
+  const { heads: H, headDim: D } = sig.kv
+  const vi = (name: string, type: number, dims: Array<number | string>) => ({
+    name,
+    type: { tensor_type: { elem_type: type, shape: { dim: dims.map((d) => (typeof d === 'number' ? { dim_value: d } : { dim_param: d })) } } },
+  })
+  const ids = sig.kv.pastNames.map((_, i) => i)
+  return encodeModel({
+    ir_version: 8,
+    opset_import: [{ domain: '', version: 18 }],
+    producer_name: 'onnxd',
+    producer_version: '1',
+    graph: {
+      name: 'onnxd_kv_append',
+      node: ids.map((i) => ({ name: `append_${i}`, op_type: 'ScatterND', input: [`cache_${i}`, 'index', `rows_${i}`], output: [`out_${i}`] })),
+      initializer: [],
+      input: [vi('index', DataType.INT64, ['rows', H, 'seq', 3]), ...ids.flatMap((i) => [vi(`cache_${i}`, t, ['slots', H, 'cap', D]), vi(`rows_${i}`, t, ['rows', H, 'seq', D])])],
+      output: ids.map((i) => vi(`out_${i}`, t, ['slots', H, 'cap', D])),
+    },
+  })
+}
+
 /** The positions a step computes logits at (ForwardInput.logitsAt; default its last), and how many. */
 const logitsAt = (x: ForwardInput): Int32Array => x.logitsAt ?? Int32Array.of(x.seq - 1)
 const logitsCount = (x: ForwardInput): number => x.logitsAt?.length ?? 1
@@ -147,13 +176,18 @@ export class CapiRunner {
   private copyBinding: Binding | null = null
   private copySlot: Tensor<'int64'> | null = null
   private copyFrom: Tensor<'int64'> | null = null
+  /** A plain-op graph's second step graph (appendGraph), its binding and its index input. */
+  private readonly appender: CSession | null = null
+  private appendBinding: Binding | null = null
+  private appendIndex: Tensor<'int64'> | null = null
 
   private constructor(
     private readonly session: CSession,
     private readonly sig: Signature,
-    device?: { memory: string; copier: CSession },
+    device?: { memory: string; copier: CSession; appender: CSession | null },
   ) {
     if (device) {
+      this.appender = device.appender
       const copier = (this.copier = device.copier)
       this.pool = new DeviceCaches(session.deviceAllocator(device.memory), sig.kv, (from, fromSlot, to, slot) => {
         const b = (this.copyBinding ??= copier.binding())
@@ -200,10 +234,15 @@ export class CapiRunner {
       ep: opts.ep,
     })
     let copier: CSession | null = null
+    let appender: CSession | null = null
     try {
-      if (opts.deviceMemory) copier = c.createSession(copyGraph(sig), { graphOptimization: 'all', ep: opts.ep })
-      return new CapiRunner(session, sig, opts.deviceMemory && copier ? { memory: opts.deviceMemory, copier } : undefined)
+      if (opts.deviceMemory) {
+        copier = c.createSession(copyGraph(sig), { graphOptimization: 'all', ep: opts.ep })
+        if (sig.kv.present === 'new') appender = c.createSession(appendGraph(sig), { graphOptimization: 'all', ep: opts.ep })
+      }
+      return new CapiRunner(session, sig, opts.deviceMemory && copier ? { memory: opts.deviceMemory, copier, appender } : undefined)
     } catch (e) {
+      appender?.dispose()
       copier?.dispose()
       session.dispose()
       throw e
@@ -387,12 +426,18 @@ export class CapiRunner {
 
   /**
    * A step over a device cache: slots [0, hi) of the pool, the step's rows in their slots and every other slot as a
-   * dummy row (its tokens written past its own length, never read). Past and present are the pool's tensors, bound
-   * once and written in place; only ids, positions, lengths (and the mask, for graphs that read one) go in, and the
-   * wanted outputs (next tokens, or logits) come out, in the step's row order.
+   * dummy row (its tokens written past its own length, never read). Only ids, positions, lengths or the mask go in,
+   * and the wanted outputs (next tokens, or logits) come out, in the step's row order.
+   *
+   * A GroupQueryAttention graph binds the pool's tensors as both past and present: it appends in place. A plain-op
+   * graph (presents holding only the new rows, decoder-graph.ts) reads the pool's tensors as its past, whole: every
+   * slot's `cap` positions, masked past each slot's length, so its attention runs over cap columns each step, not
+   * over the row's length. Its positions are fed (a row's are not its mask's count), its presents go to device
+   * tensors (DeviceNewRows), and a second graph (appendGraph) scatters them into the pool after each slot's length.
    */
   private runDevice(b: Binding, x: ForwardInput, kv: DeviceKv, names: string[]): Record<string, StepValue> {
     const sig = this.sig
+    const plain = sig.kv.present === 'new'
     // ORT copies a host input to the device when it is bound (IoBinding::BindInput), not at each run: every step
     // binds its inputs again, so that this step's values are the ones uploaded.
     const bindIn = (name: string, nb: NativeBuffer, type: ElementType, dims: number[]): void => {
@@ -409,11 +454,14 @@ export class CapiRunner {
     const buf = (name: string, bytes: number): NativeBuffer => this.buffer(name, bytes)
     const ids = buf(`in:${sig.ids.name}`, hi * seq * BYTES[sig.ids.dtype])
     const posBuf = sig.positions ? buf(`in:${sig.positions.name}`, hi * seq * BYTES[sig.positions.dtype]) : null
+    // Each slot's length before the step, and its real tokens after it.
+    const lens = new Int32Array(hi)
     const totals = new Int32Array(hi)
     const idv = new Int32Array(hi * seq)
     const pos = new Int32Array(hi * seq)
     for (let s = 0; s < hi; s++) {
       const len = pool.lenAt(s)
+      lens[s] = len
       totals[s] = len + seq
       for (let j = 0; j < seq; j++) pos[s * seq + j] = len + j
     }
@@ -421,10 +469,16 @@ export class CapiRunner {
       const s = kv.slotOf[r]
       idv.set(x.ids.subarray(r * seq, (r + 1) * seq), s * seq)
       pos.set(x.positions.subarray(r * seq, (r + 1) * seq), s * seq)
+      lens[s] = kv.lens[r]
       totals[s] = x.lengths ? x.lengths[r] : kv.lens[r] + seq
+      // A plain graph's row is left-padded (step-plan.ts): its pads would be scattered before its tokens. On the device
+      // a step carries one prompt or one token per row (no drafts: multiTokenRows is 0), so no row is padded.
+      const n = totals[s] - lens[s]
+      if (plain && n !== seq && n !== 0) throw new OnnxdError('internal', `a device step over a plain graph feeds each row ${seq} tokens or none (row ${r}: ${n})`)
     }
+    // Every slot's `seq` positions after its length are written (in place, or by the append graph): within cap.
     let total = 0
-    for (let s = 0; s < hi; s++) total = Math.max(total, totals[s])
+    for (let s = 0; s < hi; s++) total = Math.max(total, lens[s] + seq, totals[s])
     if (total > pool.cap) throw new OnnxdError('internal', `a device step of ${total} tokens over slots of ${pool.cap}`)
     const write = (nb: NativeBuffer, dtype: 'int32' | 'int64', src: Int32Array): void => {
       if (dtype === 'int32') nb.view('int32', 0, src.length).set(src)
@@ -440,27 +494,43 @@ export class CapiRunner {
       write(posBuf, sig.positions.dtype, pos)
       bindIn(sig.positions.name, posBuf, sig.positions.dtype, [hi, seq])
     }
-    if (!sig.lengths) throw new OnnxdError('internal', 'a device step needs a graph fed its GroupQueryAttention lengths')
-    const seqlens = buf(`in:${sig.lengths.seqlens}`, hi * 4)
-    const sv = seqlens.view('int32', 0, hi)
-    for (let s = 0; s < hi; s++) sv[s] = totals[s] - 1
-    traffic.in += hi * 4
-    bindIn(sig.lengths.seqlens, seqlens, 'int32', [hi])
-    const tot = buf(`in:${sig.lengths.total}`, 4)
-    tot.view('int32', 0, 1)[0] = total
-    traffic.in += 4
-    bindIn(sig.lengths.total, tot, 'int32', [])
-    if (sig.mask) {
-      const m = new Int32Array(hi * total)
-      for (let s = 0; s < hi; s++) m.fill(1, s * total, s * total + totals[s])
+    if (plain) {
+      // The past is each slot's whole cap; the mask is 1 on what the slot holds, [0, len), and on the step's own
+      // tokens, [cap, cap + seq); the graph's causal mask counts key k against query j as k <= cap + j.
+      if (!sig.mask || !sig.positions) throw new OnnxdError('internal', 'a device step over a plain graph needs its attention mask and position ids')
+      const W = pool.cap + seq
+      const m = new Int32Array(hi * W)
+      for (let s = 0; s < hi; s++) {
+        m.fill(1, s * W, s * W + lens[s])
+        m.fill(1, s * W + pool.cap, (s + 1) * W)
+      }
       const mb = buf(`in:${sig.mask.name}`, m.length * BYTES[sig.mask.dtype])
       write(mb, sig.mask.dtype, m)
-      bindIn(sig.mask.name, mb, sig.mask.dtype, [hi, total])
+      bindIn(sig.mask.name, mb, sig.mask.dtype, [hi, W])
+    } else {
+      if (!sig.lengths) throw new OnnxdError('internal', 'a device step needs a graph fed its GroupQueryAttention lengths')
+      const seqlens = buf(`in:${sig.lengths.seqlens}`, hi * 4)
+      const sv = seqlens.view('int32', 0, hi)
+      for (let s = 0; s < hi; s++) sv[s] = totals[s] - 1
+      traffic.in += hi * 4
+      bindIn(sig.lengths.seqlens, seqlens, 'int32', [hi])
+      const tot = buf(`in:${sig.lengths.total}`, 4)
+      tot.view('int32', 0, 1)[0] = total
+      traffic.in += 4
+      bindIn(sig.lengths.total, tot, 'int32', [])
+      if (sig.mask) {
+        const m = new Int32Array(hi * total)
+        for (let s = 0; s < hi; s++) m.fill(1, s * total, s * total + totals[s])
+        const mb = buf(`in:${sig.mask.name}`, m.length * BYTES[sig.mask.dtype])
+        write(mb, sig.mask.dtype, m)
+        bindIn(sig.mask.name, mb, sig.mask.dtype, [hi, total])
+      }
     }
-    // Outputs: the wanted ones to host buffers, the presents onto the pool's tensors (bound again only when the
-    // slots a step covers change, or the wanted outputs do).
+    // Outputs: the wanted ones to host buffers, the presents onto the pool's tensors (GroupQueryAttention) or the new
+    // rows' (a plain graph), bound again only when the slots a step covers, its new tokens or the wanted outputs change.
     const key = names.join('\0')
     const tensors = pool.bound(hi)
+    const presents = plain ? this.pool!.newRows!.bound(hi, seq) : tensors
     if (key !== this.deviceOutputs) {
       b.clearOutputs()
       const old = [...this.outs.values()]
@@ -469,12 +539,13 @@ export class CapiRunner {
       this.deviceOutputs = key
       this.deviceBound = null
     }
-    if (this.deviceBound === null || this.deviceBound.some((t, i) => t !== tensors[i])) {
+    const bound = [...tensors, ...presents]
+    if (this.deviceBound === null || this.deviceBound.length !== bound.length || this.deviceBound.some((t, i) => t !== bound[i])) {
       sig.kv.pastNames.forEach((n, i) => {
         b.bindDeviceInput(n, tensors[i])
-        b.bindDeviceOutput(sig.kv.presentNames[i], tensors[i])
+        b.bindDeviceOutput(sig.kv.presentNames[i], presents[i])
       })
-      this.deviceBound = [...tensors]
+      this.deviceBound = bound
     }
     if (sig.logits.at) {
       const at = logitsAt(x)
@@ -495,6 +566,7 @@ export class CapiRunner {
     }
     this.sweep()
     b.run()
+    if (plain) this.appendRows(pool.all, presents, lens, seq, traffic)
     this.traffic = traffic
     const out: Record<string, StepValue> = {}
     const inOrder = hi === x.rows && kv.slotOf.every((s, r) => s === r)
@@ -511,6 +583,54 @@ export class CapiRunner {
       }
     }
     return out
+  }
+
+  /**
+   * Writes a plain graph's new rows (`rows`, [hi, heads, seq, headDim]) into the pool's tensors `to`, slot s's from
+   * position lens[s] on (appendGraph, on the device). Every slot below hi is written, a dummy's after what it keeps,
+   * which later steps write over; only the index goes in, hi * heads * seq triples.
+   */
+  private appendRows(to: readonly DeviceTensor[], rows: readonly DeviceTensor[], lens: Int32Array, seq: number, traffic: StepTraffic): void {
+    const appender = this.appender
+    if (!appender) throw new OnnxdError('internal', 'a plain graph on the device has no append graph')
+    const H = this.sig.kv.heads
+    const hi = lens.length
+    const dims = [hi, H, seq, 3]
+    if (!this.appendIndex || !sameDims(this.appendIndex.dims, dims)) {
+      // The old index is bound: its binding goes first.
+      this.appendBinding?.dispose()
+      this.appendBinding = null
+      this.appendIndex?.dispose()
+      this.appendIndex = null
+      this.appendIndex = appender.alloc('int64', dims)
+    }
+    const v = this.appendIndex.data
+    let k = 0
+    for (let s = 0; s < hi; s++) {
+      for (let h = 0; h < H; h++) {
+        for (let j = 0; j < seq; j++) {
+          v[k++] = BigInt(s)
+          v[k++] = BigInt(h)
+          v[k++] = BigInt(lens[s] + j)
+        }
+      }
+    }
+    traffic.in += v.length * 8
+    const b = (this.appendBinding ??= appender.binding())
+    try {
+      // Bound after it is written: ORT uploads a host input when it is bound.
+      b.bindInput('index', this.appendIndex)
+      to.forEach((t, i) => {
+        b.bindDeviceInput(`cache_${i}`, t)
+        b.bindDeviceInput(`rows_${i}`, rows[i])
+        b.bindDeviceOutput(`out_${i}`, t)
+      })
+      b.run()
+    } catch (e) {
+      this.appendBinding = null
+      b.dispose()
+      throw e
+    }
   }
 
   /**
@@ -537,9 +657,12 @@ export class CapiRunner {
    */
   idle(): void {
     this.dropBinding()
-    // The copy's binding holds the pools' tensors too: let go of them, so that the pools' memory can go back.
+    // The copy's and the append's bindings hold the pools' tensors too: let go of them, so that the pools' memory can
+    // go back.
     this.copyBinding?.dispose()
     this.copyBinding = null
+    this.appendBinding?.dispose()
+    this.appendBinding = null
   }
 
   private dropBinding(): void {
@@ -560,11 +683,13 @@ export class CapiRunner {
   }
 
   dispose(): void {
-    this.dropBinding()
+    this.idle()
     this.pool?.close()
     this.copier?.dispose()
     this.copySlot?.dispose()
     this.copyFrom?.dispose()
+    this.appender?.dispose()
+    this.appendIndex?.dispose()
     this.session.dispose()
     for (const s of this.scratch.values()) s.dispose()
     this.scratch.clear()

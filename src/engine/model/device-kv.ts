@@ -1,8 +1,11 @@
 // The KV cache in GPU memory, for the C-API runtime on a GPU provider: one device tensor per past input,
 // [slots, heads, cap, headDim], allocated with the session's device allocator and never read by JS. A GroupQueryAttention
 // step binds the first `hi` slots of each tensor as both its past and its present (ORT's past_present_share_buffer), so
-// ORT appends each row's new keys and values in place on the device; per step only ids, positions, lengths and the
-// next tokens (or the sampling rows' logits) cross between host and device.
+// ORT appends each row's new keys and values in place on the device. A plain-op graph's step binds them as its past
+// (each slot's whole cap, masked past its length), writes its new rows to device tensors (DeviceNewRows), and a second
+// small graph scatters those into each slot after its length (capi-session.ts appendGraph). Per step only ids,
+// positions, lengths (or a plain graph's mask and scatter index) and the next tokens (or the sampling rows' logits)
+// cross between host and device.
 //
 // Two pools per session: the running batch's, and a one-slot staging pool where a prompt is prefilled (ORT's WebGPU
 // GroupQueryAttention takes several new tokens over a cache at batch 1 only). A prefilled row joins the batch by one
@@ -218,10 +221,62 @@ export class DevicePool {
   }
 }
 
+/**
+ * Where a plain-op graph's step writes its new keys and values on the device: one tensor per present output, [rows,
+ * heads, seq, headDim] for a step over `rows` slots of `seq` new tokens (views over buffers kept across steps, grown
+ * when a step needs more). The step's second graph scatters them into the pool (capi-session.ts appendGraph).
+ */
+export class DeviceNewRows {
+  private tensors: DeviceTensor[] = []
+  private views: DeviceTensor[] = []
+  private viewKey = ''
+  /** Allocations so far (a few while the step shapes grow, then none). */
+  allocations = 0
+
+  constructor(
+    private readonly allocator: DeviceAllocator,
+    private readonly kv: Signature['kv'],
+  ) {}
+
+  /** Each present's tensor for a step over `rows` slots of `seq` new tokens. */
+  bound(rows: number, seq: number): DeviceTensor[] {
+    const { heads: H, headDim: D, dtype } = this.kv
+    const dims = [rows, H, seq, D]
+    const key = dims.join(',')
+    if (key === this.viewKey) return this.views
+    const count = rows * H * seq * D
+    this.disposeViews()
+    if (!this.tensors.length || this.tensors[0].count < count) {
+      for (const t of this.tensors) t.dispose()
+      // Twice what the last shape needed: the prefill chunks and the decode batch settle after a few steps.
+      const n = Math.max(count, 2 * (this.tensors[0]?.count ?? 0))
+      this.tensors = this.kv.presentNames.map(() => this.allocator.alloc(dtype, [n]))
+      this.allocations++
+    }
+    this.views = this.tensors.map((t) => this.allocator.prefix(t, dims))
+    this.viewKey = key
+    return this.views
+  }
+
+  private disposeViews(): void {
+    for (const v of this.views) v.dispose()
+    this.views = []
+    this.viewKey = ''
+  }
+
+  dispose(): void {
+    this.disposeViews()
+    for (const t of this.tensors) t.dispose()
+    this.tensors = []
+  }
+}
+
 /** A session's device caches: the running pool, the staging pool, and the copy from one to the other. */
 export class DeviceCaches {
   readonly running: DevicePool
   readonly staging: DevicePool
+  /** A plain-op graph's new rows before they are scattered into a pool (null for GroupQueryAttention, which appends in place). */
+  readonly newRows: DeviceNewRows | null
 
   constructor(
     allocator: DeviceAllocator,
@@ -230,6 +285,7 @@ export class DeviceCaches {
   ) {
     this.running = new DevicePool(allocator, kv)
     this.staging = new DevicePool(allocator, kv, this.running)
+    this.newRows = kv.present === 'new' ? new DeviceNewRows(allocator, kv) : null
   }
 
   set limits(l: DevicePoolLimits) {
@@ -237,6 +293,7 @@ export class DeviceCaches {
   }
 
   close(): void {
+    this.newRows?.dispose()
     this.staging.dispose()
     this.running.close()
   }

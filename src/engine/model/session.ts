@@ -39,13 +39,18 @@ export interface SessionOptions {
 }
 
 /**
- * Why a graph cannot keep its cache on a device through the C API (null when it can): the device cache is written in
- * place by GroupQueryAttention, which needs its lengths fed (decoder-graph.ts feedAttentionLengths) and right padding.
+ * Why a graph cannot keep its cache on a device through the C API (null when it can). A GroupQueryAttention graph
+ * writes its presents in place and needs its lengths fed (decoder-graph.ts feedAttentionLengths). A plain-op graph
+ * reads the slot's whole length as its past, so it needs the mask that hides the slot's unused end, position ids
+ * (a row's positions are no longer its mask's count), and presents cut to the new rows (which the append graph
+ * scatters into the slot). Neither takes a stacked cache.
  */
 function deviceFormProblem(sig: Signature): string | null {
-  if (sig.kv.present !== 'in-place') return 'is a plain-op graph (build it with --attention gqa)'
-  if (sig.kv.stacked) return 'has a stacked cache'
-  if (!sig.lengths) return 'computes its attention lengths from the mask'
+  if (sig.kv.stacked) return 'has a stacked cache (past_<i>: keys and values in one tensor)'
+  if (sig.kv.present === 'in-place') return sig.lengths ? null : 'computes its GroupQueryAttention lengths from the mask'
+  if (sig.kv.present !== 'new') return 'returns its whole cache as present (onnxd found no concat to cut it to the new rows)'
+  if (!sig.mask) return 'takes no attention mask (a plain graph on the device masks the unused end of each slot)'
+  if (!sig.positions) return 'takes no position ids (on the device a row\'s positions are not its mask\'s count)'
   return null
 }
 
@@ -248,12 +253,18 @@ export class DecoderSession {
     if (bundle.padding === 'right') sig.kv.present = 'in-place'
     let capi: CapiRunner | null = null
     const device = provider !== 'cpu'
-    const deviceForm = deviceFormProblem(sig)
+    let deviceForm = deviceFormProblem(sig)
+    const wantsCapi = intendedRuntime(opts.runtime, provider) === 'capi'
+    // On the device a plain graph's every step, a prompt's first included, takes its tokens over a past (the slot's
+    // cap): a graph that takes several tokens only over an empty past cannot prefill there.
+    if (wantsCapi && device && !deviceForm && sig.kv.present === 'new' && !(await new DecoderSession(session, sig, provider).takesChunksOverPast())) {
+      deviceForm = 'takes several new tokens only over an empty past (a device slot is never one)'
+    }
     if (opts.runtime === 'capi' && provider !== 'cpu' && provider !== 'webgpu') {
       process.emitWarning(`runtime 'capi' runs on cpu and webgpu: provider ${provider} runs its steps through the JS API`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
-    } else if (intendedRuntime(opts.runtime, provider) === 'capi' && device && deviceForm) {
-      process.emitWarning(`runtime 'capi' keeps the KV cache on ${provider} for GroupQueryAttention graphs only: ${bundle.onnxPath} ${deviceForm}; its steps run through the JS API, which copies the cache to the host and back every step`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
-    } else if (intendedRuntime(opts.runtime, provider) === 'capi') {
+    } else if (wantsCapi && device && deviceForm) {
+      process.emitWarning(`runtime 'capi' cannot keep the KV cache on ${provider}: ${bundle.onnxPath} ${deviceForm}; its steps run through the JS API, which copies the cache to the host and back every step`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
+    } else if (wantsCapi) {
       try {
         capi = CapiRunner.create(g.model, sig, {
           config,
@@ -269,7 +280,8 @@ export class DecoderSession {
       }
     }
     const s = new DecoderSession(capi ? null : session, sig, provider, capi)
-    // GroupQueryAttention takes new tokens on top of any cache; a device cache has no host past to probe with.
+    // GroupQueryAttention takes new tokens on top of any cache, and a plain graph kept on the device was probed for
+    // it above (takesChunksOverPast); a device cache has no host past to probe with.
     s.chunkedPrefill = capi?.pool ? true : await s.probeChunkedPrefill()
     s.idle()
     return s
@@ -324,6 +336,21 @@ export class DecoderSession {
     const past = one.present.map((t) => ({ data: t.data.slice(), dims: t.dims }))
     try {
       await this.forward({ rows: 1, seq: 2, pastLen: 1, ids: Int32Array.of(0, 0), mask: Uint8Array.of(1, 1, 1), positions: Int32Array.of(1, 2), past }, [])
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  /**
+   * Whether the graph takes two new tokens over a past of one (masked out) slot: what a device step over a plain
+   * graph does at every prompt chunk. Over a slot, not an empty past, which WebGPU cannot run (empty-past.ts).
+   */
+  private async takesChunksOverPast(): Promise<boolean> {
+    const kv = this.signature.kv
+    const past = kv.pastNames.map(() => ({ data: kv.dtype === 'float16' ? new Uint16Array(kv.heads * kv.headDim) : new Float32Array(kv.heads * kv.headDim), dims: [1, kv.heads, 1, kv.headDim] }))
+    try {
+      await this.forward({ rows: 1, seq: 2, pastLen: 1, ids: Int32Array.of(0, 0), mask: Uint8Array.of(0, 1, 1), positions: Int32Array.of(0, 1), past }, [])
       return true
     } catch {
       return false

@@ -285,9 +285,9 @@ export class Batcher {
    */
   private admit(): void {
     const take: Sequence[] = []
+    // A device cache prefills in a one-slot staging pool: one prompt at a time, in either graph form.
     // GroupQueryAttention takes several tokens per row at batch > 1 only over no past (DecoderSession.multiTokenRows):
-    // its prompts go together only when none has a cached prefix and all fit one step whole, on a host cache (a
-    // device cache prefills in a one-slot staging pool); else one at a time. Otherwise a group is as many prompts as
+    // its prompts go together only when none has a cached prefix and all fit one step whole; else one at a time. Otherwise a group is as many prompts as
     // fit one step whole, or as many as still get chunks of at least MIN_CHUNK columns: many rows of a few columns
     // each run slower (135m, 512-token steps: 16 rows x 32 columns prefill 1681 tokens/s, 64 x 8 only 1368).
     const inPlace = this.kvShape.present === 'in-place'
@@ -302,7 +302,7 @@ export class Batcher {
     // Each taken prompt's longest cached prefix, looked up once, leaving at least its last token to compute (its
     // logits are wanted).
     const hits: PrefixHit[] = []
-    const together = (): boolean => (inPlace ? !device && hits.every((h) => h.tokens === 0) && fitsWhole() : (chunked && take.length < maxGroup) || fitsWhole())
+    const together = (): boolean => !device && (inPlace ? hits.every((h) => h.tokens === 0) && fitsWhole() : (chunked && take.length < maxGroup) || fitsWhole())
     while (
       this.waiting.length &&
       (take.length === 0 || together()) &&
