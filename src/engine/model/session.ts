@@ -289,12 +289,14 @@ export class DecoderSession {
 
   /**
    * The device cache as it stands (null where the cache is in host memory): the running pool's slots and slot length,
-   * its bytes, how many times it was allocated, and where ORT says its memory is ('gpu'; null while unallocated).
+   * its bytes, how many times it was allocated (and, for a plain graph, the buffers its steps write new rows to), and
+   * where ORT says its memory is ('gpu'; null while unallocated).
    */
   deviceCache(): { slots: number; cap: number; bytes: number; allocations: number; memory: string | null } | null {
-    const p = this.capi?.pool?.running
-    if (!p) return null
-    return { slots: p.slots, cap: p.cap, bytes: p.bytes(), allocations: p.allocations, memory: p.all[0]?.deviceType() ?? null }
+    const caches = this.capi?.pool
+    if (!caches) return null
+    const p = caches.running
+    return { slots: p.slots, cap: p.cap, bytes: p.bytes(), allocations: p.allocations + (caches.newRows?.allocations ?? 0), memory: p.all[0]?.deviceType() ?? null }
   }
 
   /**
