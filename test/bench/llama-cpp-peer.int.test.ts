@@ -3,7 +3,9 @@
 // each the tokens it gets alone; a field it cannot honour is refused with a 422 naming it. At 8 streams it advances
 // all 8 sequences in one llama_decode per step (8 tokens per decode call, on /metrics), as does the second,
 // independent driver of the same weights (driveDirect: node-llama-cpp's own generation loop, in process), and both
-// give the same greedy tokens; their throughputs are logged side by side (no timing bound). Skipped where
+// give the same greedy tokens; their throughputs are logged side by side (no timing bound). With its prompt cache
+// (llama-server's cache_prompt, on by default) a request that shares a prefix with a free sequence's tokens evaluates
+// only the rest of its prompt and gets the greedy tokens a peer without the cache gives. Skipped where
 // node-llama-cpp's prebuilt binary cannot load.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { mkdtemp, rm } from 'node:fs/promises'
@@ -11,7 +13,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PRESETS, buildModel } from '../../src/builder/index.js'
 import { writeGguf } from '../../src/builder/gguf.js'
-import { driveDirect, loadLlama, startLlamaCppPeer, type LlamaPeer } from '../../src/bench/peer/llama-cpp.js'
+import { SLOT_PROMPT_SIMILARITY, driveDirect, loadLlama, pickSequence, startLlamaCppPeer, type LlamaPeer } from '../../src/bench/peer/llama-cpp.js'
 import { parseStepTotals } from '../../src/bench/engine-metrics.js'
 import { createAgent } from '../../src/bench/client.js'
 import { runLevel } from '../../src/bench/loadgen.js'
@@ -27,6 +29,7 @@ describe.skipIf(!available)('llama.cpp peer', () => {
   let file: string
   let peer: LlamaPeer
   let peer8: LlamaPeer | undefined
+  let uncached: LlamaPeer | undefined
   beforeAll(async () => {
     root = await mkdtemp(join(tmpdir(), 'onnxd-llama-peer-'))
     const dir = (await buildModel({ preset: 'tiny', outDir: join(root, 'tiny') })).dir
@@ -37,6 +40,7 @@ describe.skipIf(!available)('llama.cpp peer', () => {
   afterAll(async () => {
     await peer?.close()
     await peer8?.close()
+    await uncached?.close()
     await rm(root, { recursive: true, force: true })
   })
 
@@ -74,6 +78,56 @@ describe.skipIf(!available)('llama.cpp peer', () => {
       expect(together[i].deltas.flat()).toEqual(alone[i])
       expect(together[i].finish).toBe('length')
     }
+  })
+
+  it('with the prompt cache, a second request sharing a long prefix evaluates only its own tokens and gets the tokens a peer without the cache gives', async () => {
+    uncached = await startLlamaCppPeer({ model: file, sequences: 2, threads: 1, contextPerSequence: 128, promptCache: false })
+    const h = (await (await fetch(`${uncached.url}/health`)).json()) as { prompt_cache: { enabled: boolean } }
+    expect(h.prompt_cache.enabled).toBe(false)
+    const prefix = Array.from({ length: 64 }, (_, j) => 40 + ((j * 97) % 1800))
+    const a = [...prefix, 3, 5, 7, 9]
+    const b = [...prefix, 4, 6, 8, 10, 12]
+    type Answer = { output_ids: number[]; usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } } }
+    const ask = async (p: LlamaPeer, input_ids: number[]): Promise<Answer> => (await (await post8(p, { input_ids, max_tokens: 10, temperature: 0, ignore_eos: true })).json()) as Answer
+    const before = peer.promptTokens()
+    const ra = await ask(peer, a)
+    const mid = peer.promptTokens()
+    const rb = await ask(peer, b)
+    const after = peer.promptTokens()
+    // The second request reuses the 64 shared tokens (the first has nothing to share with earlier prompts).
+    expect(ra.usage.prompt_tokens_details.cached_tokens).toBe(0)
+    expect(mid.evaluated - before.evaluated).toBe(a.length)
+    expect(rb.usage.prompt_tokens_details.cached_tokens).toBe(prefix.length)
+    expect(after.reused - mid.reused).toBe(prefix.length)
+    expect(after.evaluated - mid.evaluated).toBe(b.length - prefix.length)
+    // The same prompt again keeps all but its last token, which is evaluated for its logits.
+    const rb2 = await ask(peer, b)
+    expect(rb2.usage.prompt_tokens_details.cached_tokens).toBe(b.length - 1)
+    // The same greedy tokens as with every prompt evaluated from scratch.
+    const ua = await ask(uncached, a)
+    const ub = await ask(uncached, b)
+    expect(ub.usage.prompt_tokens_details.cached_tokens).toBe(0)
+    expect(uncached.promptTokens()).toEqual({ reused: 0, evaluated: a.length + b.length })
+    expect(ra.output_ids).toEqual(ua.output_ids)
+    expect(rb.output_ids).toEqual(ub.output_ids)
+    expect(rb2.output_ids).toEqual(ub.output_ids)
+    expect(ra.output_ids).not.toEqual(rb.output_ids)
+    // /metrics says the same.
+    const text = await (await fetch(`${peer.url}/metrics`)).text()
+    expect(text).toContain(`llama_prompt_tokens_total{source="cache"} ${peer.promptTokens().reused}`)
+    expect(text).toContain(`llama_prompt_tokens_total{source="evaluated"} ${peer.promptTokens().evaluated}`)
+  })
+
+  it('with the prompt cache, concurrent requests with different prompts on a shared prefix each get their own tokens', async () => {
+    const prefix = Array.from({ length: 48 }, (_, j) => 900 + ((j * 31) % 1000))
+    const prompts = [[...prefix, 11, 12], [...prefix, 13, 14, 15], [21, 22, 23, 24], [...prefix.slice(0, 20), 30]]
+    type Answer = { output_ids: number[] }
+    const ask = async (p: LlamaPeer, input_ids: number[]): Promise<number[]> => ((await (await post8(p, { input_ids, max_tokens: 8, temperature: 0, ignore_eos: true })).json()) as Answer).output_ids
+    const want: number[][] = []
+    for (const ids of prompts) want.push(await ask(uncached!, ids))
+    const r0 = peer.promptTokens().reused
+    for (let round = 0; round < 2; round++) expect(await Promise.all(prompts.map((ids) => ask(peer, ids)))).toEqual(want)
+    expect(peer.promptTokens().reused).toBeGreaterThan(r0)
   })
 
   it('the bench load generator drives it: every request streams max_tokens tokens', async () => {
@@ -149,3 +203,31 @@ describe.skipIf(!available)('llama.cpp peer', () => {
 
 const post8 = (p: LlamaPeer, body: unknown): Promise<Response> =>
   fetch(`${p.url}/internal/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+
+describe('pickSequence (llama-server slot selection)', () => {
+  const slot = (cached: number[], lastUsed: number, busy = false): { cached: number[]; lastUsed: number; busy: boolean } => ({ cached, lastUsed, busy })
+  const lcp = (prompt: number[]) => (s: { cached: number[] }): number => {
+    let i = 0
+    while (i < s.cached.length && i < prompt.length && s.cached[i] === prompt[i]) i++
+    return i
+  }
+  const prompt = Array.from({ length: 20 }, (_, i) => i + 1)
+  it('takes the free sequence with the longest common prefix, keeps it, and leaves at least one token to evaluate', () => {
+    const slots = [slot(prompt.slice(0, 5), 1), slot(prompt.slice(0, 12), 2), slot([...prompt, 99], 0, true)]
+    expect(pickSequence(slots, prompt, lcp(prompt), true)).toEqual({ slot: slots[1], keep: 12 })
+    const same = [slot([...prompt, 7, 8], 5)]
+    expect(pickSequence(same, prompt, lcp(prompt), true)).toEqual({ slot: same[0], keep: prompt.length - 1 })
+  })
+  it('falls back to the least recently used free sequence (keeping nothing) when no prefix is over the similarity threshold, or without the cache', () => {
+    const short = Math.floor(prompt.length * SLOT_PROMPT_SIMILARITY)
+    const slots = [slot(prompt.slice(0, short), 3), slot([50, 51], 1), slot([], 2)]
+    expect(pickSequence(slots, prompt, lcp(prompt), true)).toEqual({ slot: slots[1], keep: 0 })
+    const warm = [slot(prompt.slice(0, 12), 9), slot([], 4)]
+    expect(pickSequence(warm, prompt, lcp(prompt), false)).toEqual({ slot: warm[1], keep: 0 })
+  })
+  it('on a tie takes the least recently used; none when every sequence is busy', () => {
+    const slots = [slot(prompt.slice(0, 8), 7), slot(prompt.slice(0, 8), 2)]
+    expect(pickSequence(slots, prompt, lcp(prompt), true)).toEqual({ slot: slots[1], keep: 8 })
+    expect(pickSequence([slot([], 0, true)], prompt, lcp(prompt), true)).toBeNull()
+  })
+})

@@ -8,6 +8,14 @@
 // context's batch prioritization hook runs once per call) and times each step, and /metrics says so in the node's step
 // families, so the bench's "where the time goes" shows tokens per decode call and its time. A step's tokens are
 // written to their streams once the next step's call is on its way, not before it. Greedy at temperature 0.
+// Each sequence keeps its tokens in the KV cache after its request ends, as llama-server's slots do with
+// `cache_prompt` (its default): a new request takes the free sequence whose tokens share the longest prefix with its
+// prompt (when that prefix is over 10 % of the prompt, llama-server's default `--slot-prompt-similarity` 0.1; else
+// the least recently used sequence), keeps that prefix, erases the rest (llama_memory_seq_rm from the first differing
+// position) and evaluates only the remaining prompt tokens, at least the last one (for its logits). The answer's
+// usage.prompt_tokens_details.cached_tokens, /metrics (llama_prompt_tokens_total by source) and /health say how many
+// prompt tokens were reused and how many evaluated. `--no-prompt-cache` clears a sequence before every request.
+// llama-server's host-memory prompt cache (`--cache-ram`, states of evicted slots kept in RAM) is not modelled.
 // `--threads N` is llama.cpp's compute threads (they spin-wait between steps, so N matters on a busy host). The CPU
 // build is node-llama-cpp's prebuilt one, which carries ggml's CPU variants (haswell, skylakex, zen4, ...) and loads
 // the best this CPU runs; /health's system_info says which features it uses. `--gpu vulkan` (or cuda) loads the
@@ -15,7 +23,7 @@
 // binary is used or nothing: never a build, never a download.
 //
 //   node dist/bench/peer/llama-cpp.js --model FILE.gguf --port P [--threads N] [--sequences S] [--context-per-sequence T]
-//     [--gpu none|vulkan|cuda]
+//     [--gpu none|vulkan|cuda] [--no-prompt-cache]
 //   node dist/bench/peer/llama-cpp.js --direct --model FILE.gguf [--threads N] [--streams S] [--prompt-len L] [--max-tokens M]
 //     (the second driver, driveDirect, alone: one JSON line)
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
@@ -46,6 +54,15 @@ export interface LlamaPeerOptions {
   contextPerSequence?: number
   /** Default none: the CPU build. */
   gpu?: LlamaBackend
+  /** Keep each sequence's tokens between requests and reuse the longest common prefix (llama-server's
+   * `cache_prompt`). Default true. */
+  promptCache?: boolean
+}
+
+/** Prompt tokens the peer took from a sequence's cache and those it evaluated, over every request so far. */
+export interface PromptTokenTotals {
+  reused: number
+  evaluated: number
 }
 
 export interface LlamaPeer {
@@ -53,6 +70,8 @@ export interface LlamaPeer {
   model: LlamaModel
   /** The decode calls so far (also on GET /metrics). */
   decodeTotals(): Record<'prefill' | 'decode', DecodeTotals>
+  /** Prompt tokens reused from the sequences' caches and evaluated (also on GET /metrics and /health). */
+  promptTokens(): PromptTokenTotals
   close(): Promise<void>
 }
 
@@ -116,7 +135,7 @@ const emptyTotals = (): DecodeTotals => ({ calls: 0, rows: 0, tokens: 0, seconds
 /** The totals in the node's /metrics step families (engine-metrics.ts reads them: step seconds and count, rows, tokens,
  * per phase), so the bench's "where the time goes" shows llama.cpp's decode calls beside onnxd's steps, plus calls by
  * rows. */
-export function decodeMetricsText(t: Record<'prefill' | 'decode', DecodeTotals>): string {
+export function decodeMetricsText(t: Record<'prefill' | 'decode', DecodeTotals>, prompt: PromptTokenTotals = { reused: 0, evaluated: 0 }): string {
   const lines: string[] = []
   const fam = (name: string, help: string, get: (d: DecodeTotals) => number): void => {
     lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`)
@@ -130,17 +149,65 @@ export function decodeMetricsText(t: Record<'prefill' | 'decode', DecodeTotals>)
   lines.push('# HELP llama_decode_calls_by_rows_total llama.cpp decode calls by the sequences they carried.', '# TYPE llama_decode_calls_by_rows_total counter')
   for (const phase of ['prefill', 'decode'] as const)
     for (const [rows, n] of Object.entries(t[phase].byRows)) lines.push(`llama_decode_calls_by_rows_total{phase="${phase}",rows="${rows}"} ${n}`)
+  lines.push(
+    '# HELP llama_prompt_tokens_total llama.cpp: prompt tokens by source: reused from the sequence\'s cache (cache) or evaluated (evaluated).',
+    '# TYPE llama_prompt_tokens_total counter',
+    `llama_prompt_tokens_total{source="cache"} ${prompt.reused}`,
+    `llama_prompt_tokens_total{source="evaluated"} ${prompt.evaluated}`,
+  )
   // CPU seconds of this process (llama.cpp's threads included): on a shared host, a figure that load barely moves.
   const cpu = process.cpuUsage()
   lines.push('# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.', '# TYPE process_cpu_seconds_total counter', `process_cpu_seconds_total ${(cpu.user + cpu.system) / 1e6}`)
   return lines.join('\n') + '\n'
 }
 
+/** llama-server's default `--slot-prompt-similarity`: a free sequence is picked for its cached prefix only when that
+ * prefix is more than this fraction of the new prompt. */
+export const SLOT_PROMPT_SIMILARITY = 0.1
+
+/** One sequence of the context (llama-server's slot): it keeps its tokens between requests. */
+interface SeqSlot {
+  seq: LlamaContextSequence
+  busy: boolean
+  /** When its last request ended (performance.now()), for least-recently-used selection. */
+  lastUsed: number
+  /** A failed step left its cache unknown: the next request clears it. */
+  stale: boolean
+}
+
+/**
+ * The free sequence a prompt goes to, as llama-server's get_available_slot picks it: with the prompt cache, the one
+ * whose cached tokens share the longest prefix with the prompt, when that prefix is over SLOT_PROMPT_SIMILARITY of
+ * the prompt (the least recently used on a tie); else (or without the cache) the least recently used. Returns the
+ * sequence and the prefix it keeps: at most the prompt's length - 1, so at least one token is evaluated for logits.
+ */
+export function pickSequence<S extends { busy: boolean; lastUsed: number }>(slots: readonly S[], prompt: readonly number[], commonPrefix: (s: S) => number, promptCache: boolean): { slot: S; keep: number } | null {
+  let best: S | null = null
+  let bestLen = 0
+  if (promptCache) {
+    for (const s of slots) {
+      if (s.busy) continue
+      const n = commonPrefix(s)
+      if (n / prompt.length <= SLOT_PROMPT_SIMILARITY) continue
+      if (n > bestLen || (n === bestLen && best && s.lastUsed < best.lastUsed)) [best, bestLen] = [s, n]
+    }
+  }
+  if (!best) {
+    for (const s of slots) if (!s.busy && (!best || s.lastUsed < best.lastUsed)) best = s
+    bestLen = 0
+  }
+  return best ? { slot: best, keep: Math.min(bestLen, prompt.length - 1) } : null
+}
+
 /** One request in a slot: its sequence, the prompt tokens still to feed, and what it has produced. */
 interface Slot {
   seq: LlamaContextSequence
+  slot: SeqSlot | null
   id: string
+  prompt: Token[]
   promptTokens: number
+  /** Prompt tokens taken from the sequence's cache. */
+  cached: number
   left: Token[]
   next: Token | null
   out: number[]
@@ -164,6 +231,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
   const modelPath = resolve(opts.model)
   const modelId = basename(modelPath).replace(/\.gguf$/, '')
   const gpu = opts.gpu ?? 'none'
+  const promptCache = opts.promptCache ?? true
   const llama = await loadLlama(threads, gpu)
   if (gpu !== 'none' && llama.gpu !== gpu) throw new Error(`llama.cpp loaded backend ${String(llama.gpu)}, not ${gpu}`)
   const gpuDevices = gpu === 'none' ? [] : await llama.getGpuDeviceNames()
@@ -202,6 +270,9 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
     },
   })
   const totals = { prefill: emptyTotals(), decode: emptyTotals() }
+  const promptTotals: PromptTokenTotals = { reused: 0, evaluated: 0 }
+  // The sequences, made once the warm-up has given its own back (below), and kept with their tokens.
+  const seqs: SeqSlot[] = []
   const waiting: Slot[] = []
   const active: Slot[] = []
   let looping = false
@@ -228,7 +299,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
   /** Ends a slot's response and gives its sequence back. */
   function finish(s: Slot): void {
     const endAt = performance.now()
-    const usage = { prompt_tokens: s.promptTokens, completion_tokens: s.out.length }
+    const usage = { prompt_tokens: s.promptTokens, completion_tokens: s.out.length, prompt_tokens_details: { cached_tokens: s.cached } }
     const timings = { queue_ms: s.started - s.queuedAt, ttft_ms: (s.firstAt || endAt) - s.queuedAt, total_ms: endAt - s.queuedAt }
     const finish_reason = s.eos ? 'stop' : 'length'
     if (s.stream) {
@@ -251,7 +322,17 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
             s.done()
             continue
           }
-          s.seq = ctx.getSequence()
+          // The slot: its cached prefix kept, the rest of its tokens erased, only the rest of the prompt to evaluate.
+          const { slot, keep } = pickSequence(seqs, s.prompt, (q) => (q.stale ? 0 : q.seq.compareContextTokens(s.prompt).firstDifferentIndex), promptCache)!
+          slot.busy = true
+          slot.stale = false
+          if (slot.seq.nextTokenIndex > keep) await slot.seq.eraseContextTokenRanges([{ start: keep, end: slot.seq.nextTokenIndex }])
+          s.slot = slot
+          s.seq = slot.seq
+          s.cached = keep
+          s.left = s.prompt.slice(keep)
+          promptTotals.reused += keep
+          promptTotals.evaluated += s.left.length
           s.started = performance.now()
           active.push(s)
         }
@@ -310,7 +391,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
         })
         for (const s of ended) {
           active.splice(active.indexOf(s), 1)
-          await s.seq.dispose()
+          release(s)
           sends.push(() => finish(s))
         }
       }
@@ -325,14 +406,24 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
     const id = typeof b.request_id === 'string' ? b.request_id : `llama-${Date.now()}`
     if (r.stream) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
     return new Promise<void>((done) => {
-      waiting.push({ seq: null as unknown as LlamaContextSequence, id, promptTokens: r.ids.length, left: [...r.ids], next: null, out: [], maxTokens: r.maxTokens, temperature: r.temperature, ignoreEos: r.ignoreEos, stream: r.stream, res, queuedAt, started: 0, firstAt: 0, eos: false, done })
+      waiting.push({ seq: null as unknown as LlamaContextSequence, slot: null, id, prompt: r.ids, promptTokens: r.ids.length, cached: 0, left: [], next: null, out: [], maxTokens: r.maxTokens, temperature: r.temperature, ignoreEos: r.ignoreEos, stream: r.stream, res, queuedAt, started: 0, firstAt: 0, eos: false, done })
       if (!looping) void loop().catch((e: unknown) => fail(e))
     })
   }
 
-  /** A failed step fails every request in flight (llama.cpp's state is unknown after it). */
+  /** Gives a request's sequence back, its tokens kept for the next request's prefix. */
+  function release(s: Slot): void {
+    if (!s.slot) return
+    s.slot.busy = false
+    s.slot.lastUsed = performance.now()
+    s.slot = null
+  }
+
+  /** A failed step fails every request in flight (llama.cpp's state is unknown after it: every sequence is cleared). */
   function fail(e: unknown): void {
+    for (const q of seqs) q.stale = true
     for (const s of [...active.splice(0), ...waiting.splice(0)]) {
+      release(s)
       if (s.res.headersSent) {
         sse(s.res, { error: { message: (e as Error).message, type: 'server_error', code: 500 } })
         s.res.end()
@@ -344,12 +435,12 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
   const server: Server = createServer((req, res) => {
     if (req.method === 'GET' && req.url === '/health') {
       res.writeHead(ready ? 200 : 503, { 'content-type': 'application/json' })
-      res.end(JSON.stringify({ status: ready ? 'ready' : 'loading', models: [modelId], provider: gpu === 'none' ? 'cpu' : gpu, ...(gpu === 'none' ? {} : { gpu_devices: gpuDevices }), workers: { total: 1, ready: ready ? 1 : 0 }, running: active.length, waiting: waiting.length, capacity: sequences, peer: 'llama.cpp', threads, system_info: llama.systemInfo.trim() }))
+      res.end(JSON.stringify({ status: ready ? 'ready' : 'loading', models: [modelId], provider: gpu === 'none' ? 'cpu' : gpu, ...(gpu === 'none' ? {} : { gpu_devices: gpuDevices }), workers: { total: 1, ready: ready ? 1 : 0 }, running: active.length, waiting: waiting.length, capacity: sequences, peer: 'llama.cpp', threads, prompt_cache: { enabled: promptCache, reused_tokens: promptTotals.reused, evaluated_tokens: promptTotals.evaluated }, system_info: llama.systemInfo.trim() }))
       return
     }
     if (req.method === 'GET' && req.url === '/metrics') {
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' })
-      res.end(decodeMetricsText(totals))
+      res.end(decodeMetricsText(totals, promptTotals))
       return
     }
     if (req.method !== 'POST' || req.url !== '/internal/v1/completions') return sendError(res, 404, 'not found')
@@ -370,6 +461,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
   let n = 0
   for await (const _ of warm.evaluate([1, 2, 3, 4] as Token[], { temperature: 0, yieldEogToken: true })) if (++n >= 4) break
   await warm.dispose()
+  for (let i = 0; i < sequences; i++) seqs.push({ seq: ctx.getSequence(), busy: false, lastUsed: 0, stale: false })
   await new Promise<void>((ok) => server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', ok))
   ready = true
   const { port } = server.address() as AddressInfo
@@ -377,6 +469,7 @@ export async function startLlamaCppPeer(opts: LlamaPeerOptions): Promise<LlamaPe
     url: `http://${opts.host ?? '127.0.0.1'}:${port}`,
     model,
     decodeTotals: () => structuredClone(totals),
+    promptTokens: () => ({ ...promptTotals }),
     async close() {
       ready = false
       server.closeAllConnections()
@@ -496,6 +589,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
       sequences: { type: 'string', default: '1' },
       'context-per-sequence': { type: 'string', default: '1024' },
       gpu: { type: 'string', default: 'none' },
+      'no-prompt-cache': { type: 'boolean', default: false },
       direct: { type: 'boolean', default: false },
       streams: { type: 'string', default: '1' },
       'prompt-len': { type: 'string', default: '128' },
@@ -520,7 +614,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
   }
   const gpu = values.gpu as LlamaBackend
   if (!values.model || !values.port || !['none', 'vulkan', 'cuda'].includes(gpu)) {
-    process.stderr.write('usage: peer/llama-cpp --model FILE.gguf --port P [--threads N] [--sequences S] [--context-per-sequence T] [--gpu none|vulkan|cuda]\n')
+    process.stderr.write('usage: peer/llama-cpp --model FILE.gguf --port P [--threads N] [--sequences S] [--context-per-sequence T] [--gpu none|vulkan|cuda] [--no-prompt-cache]\n')
     process.exit(2)
   }
   try {
@@ -532,6 +626,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
       sequences: int('sequences', values.sequences),
       contextPerSequence: int('context-per-sequence', values['context-per-sequence']),
       gpu,
+      promptCache: !values['no-prompt-cache'],
     })
   } catch (e) {
     process.stderr.write(`llama.cpp peer failed to start: ${(e as Error).message}\n`)
