@@ -10,12 +10,12 @@ import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
 
 const prompt = (n: number, salt: number, vocab: number): number[] => Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 3) % vocab)
 
-// `device`: the graph keeps its cache on the device (runtime 'capi', GroupQueryAttention); the others run through
-// the JS API, which the node says at start.
+// `device`: the graph keeps its cache on the device (runtime 'capi': GroupQueryAttention, or a plain-op graph with
+// its mask and position ids); the others run through the JS API, which the node says at start.
 const MODELS = [
-  { name: 'onnxd-tiny (plain)', dir: tinyPlainModelDir, needsFixtures: false, device: false },
+  { name: 'onnxd-tiny (plain)', dir: tinyPlainModelDir, needsFixtures: false, device: true },
   { name: 'onnxd-tiny (GroupQueryAttention)', dir: tinyGqaModelDir, needsFixtures: false, device: true },
-  { name: 'stories260K-hf', dir: () => fixture('stories260K-hf'), needsFixtures: true, device: false },
+  { name: 'stories260K-hf', dir: () => fixture('stories260K-hf'), needsFixtures: true, device: true },
 ]
 
 const SLOW = { timeout: 300_000 }

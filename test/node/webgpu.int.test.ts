@@ -1,6 +1,6 @@
 // `onnxd node --provider webgpu` (issue #33) in a process of its own, from src/ under tsx: where WebGPU has an adapter
 // the node serves a completion and /health and onnxd_info name webgpu (the C-API runtime with its cache on the device
-// for a GroupQueryAttention graph, the JS API for a plain one); where it has none (here: Vulkan pointed at no
+// for a GroupQueryAttention graph or a plain one, the JS API, saying why, for a stacked cache); where it has none (here: Vulkan pointed at no
 // driver, VK_DRIVER_FILES) start-up stops with one line saying so, or with --allow-cpu-fallback runs on CPU and says
 // cpu. The no-adapter cases need no GPU and run everywhere; the first is skipped, saying why, without an adapter.
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -9,7 +9,7 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import { tinyPlainModelDir, tinyGqaModelDir } from '../helpers/fixtures.js'
+import { fixture, haveFixtures, tinyPlainModelDir, tinyGqaModelDir } from '../helpers/fixtures.js'
 import { freePort } from '../helpers/servers.js'
 import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
 import { completionBody, post } from './helpers.js'
@@ -55,16 +55,16 @@ async function ready(n: { url: string; stderr: () => string; exited: Promise<num
 }
 
 describe('onnxd node --provider webgpu', () => {
-  it.skipIf(noWebgpu !== null)(webgpuTitle('serves a completion; /health and onnxd_info say webgpu'), { timeout: 300_000 }, async () => {
+  it.skipIf(noWebgpu !== null)(webgpuTitle('on a plain graph, serves a completion from the C-API runtime, its cache on the device; /health and onnxd_info say webgpu'), { timeout: 300_000 }, async () => {
     const n = await startNode(['--provider', 'webgpu'])
-    expect(await ready(n)).toMatchObject({ status: 'ready', provider: 'webgpu', runtime: 'js' })
+    expect(await ready(n)).toMatchObject({ status: 'ready', provider: 'webgpu', runtime: 'capi' })
     const res = await post(n.url, completionBody({ max_tokens: 4, ignore_eos: true, temperature: 0 }))
     expect(res.status).toBe(200)
     const body = (await res.json()) as { output_ids: number[]; usage: { completion_tokens: number } }
     expect(body.output_ids).toHaveLength(4)
     expect(body.usage.completion_tokens).toBe(4)
     const metrics = await (await fetch(`${n.url}/metrics`)).text()
-    expect(metrics).toMatch(/onnxd_info\{model_name="onnxd-tiny",provider="webgpu",runtime="js"\} 1/)
+    expect(metrics).toMatch(/onnxd_info\{model_name="onnxd-tiny",provider="webgpu",runtime="capi"\} 1/)
   })
 
   it.skipIf(noWebgpu !== null)(webgpuTitle('on a GroupQueryAttention graph, serves from the C-API runtime with its cache on the device'), { timeout: 300_000 }, async () => {
@@ -82,10 +82,10 @@ describe('onnxd node --provider webgpu', () => {
     expect(decodeIn / steps).toBeLessThan(64)
   })
 
-  it.skipIf(noWebgpu !== null)(webgpuTitle('on a plain graph, runs the JS API and says why at start'), { timeout: 300_000 }, async () => {
-    const n = await startNode(['--provider', 'webgpu'])
-    await ready(n)
-    expect(n.stderr()).toMatch(/runtime 'capi' keeps the KV cache on webgpu for GroupQueryAttention graphs only: .* is a plain-op graph \(build it with --attention gqa\)/)
+  it.skipIf(noWebgpu !== null || !haveFixtures)(webgpuTitle('on a graph whose cache cannot stay on the device (a stacked one), runs the JS API and says why at start'), { timeout: 300_000 }, async () => {
+    const n = await startNode(['--provider', 'webgpu'], {}, fixture('tiny-random-gpt2-fp16'))
+    expect(await ready(n)).toMatchObject({ status: 'ready', provider: 'webgpu', runtime: 'js' })
+    expect(n.stderr()).toMatch(/runtime 'capi' cannot keep the KV cache on webgpu: .*past\.onnx has a stacked cache .*; its steps run through the JS API/)
   })
 
   it('without an adapter, stops start-up with one line naming webgpu and the way out, exit 1', { timeout: 120_000 }, async () => {
