@@ -15,10 +15,11 @@ export const RUNTIME_CHOICES: readonly RuntimeChoice[] = ['auto', ...RUNTIMES]
 
 /**
  * The production default on `provider`, what 'auto' means: 'capi' on the CPU provider (falling back to 'js' where the
- * C API cannot load) and on WebGPU, where it keeps the KV cache on the device (device-kv.ts; a graph it cannot run
- * there, a plain-op one, falls back to 'js' with a warning saying why); 'js' on cuda and tensorrt, whose C-API path
- * was never run (their provider is not on the npm registry). The node, the pool, Engine.load, a session and the
- * benchmark's standard target all take it from here.
+ * C API cannot load) and on WebGPU, where it keeps the KV cache on the device (device-kv.ts) for GroupQueryAttention
+ * graphs and for plain-op ones that take a mask and position ids (a graph it cannot run there, such as a stacked
+ * cache, falls back to 'js' with a warning saying why: session.ts deviceFormProblem); 'js' on cuda and tensorrt, whose
+ * C-API path was never run (their provider is not on the npm registry). The node, the pool, Engine.load, a session
+ * and the benchmark's standard target all take it from here.
  */
 export function defaultRuntime(provider: string): Runtime {
   return provider === 'cpu' || provider === 'webgpu' ? 'capi' : 'js'
