@@ -115,7 +115,7 @@ export function targetTable(r: BenchReport): Record<string, string | number>[] {
 }
 
 /** Per level, each onnxd target against the llama.cpp server on its paired weights: output tok/s, their ratio, and
- * TTFT p50 and TPOT mean of both. */
+ * TTFT p50 and TPOT mean of both, and the share of each side's prompt tokens its cache gave. */
 export function llamaCppTable(r: BenchReport): Record<string, string | number>[] {
   return (r.llama_cpp_ratios ?? []).map((p) => ({
     conc: p.concurrency,
@@ -128,6 +128,7 @@ export function llamaCppTable(r: BenchReport): Record<string, string | number>[]
     'TTFT p50 llama': f(p.ttft_p50_ms.llama_cpp, 0),
     'TPOT onnxd': f(p.tpot_mean_ms.onnxd),
     'TPOT llama': f(p.tpot_mean_ms.llama_cpp),
+    'cached onnxd/llama': p.prompt_cached ? `${(p.prompt_cached.onnxd * 100).toFixed(0)}%/${(p.prompt_cached.llama_cpp * 100).toFixed(0)}%` : '-',
   }))
 }
 

@@ -64,7 +64,10 @@ export interface LlamaSpec {
   /** llama.cpp compute threads. */
   threads: number
   gpu: LlamaGpu
-  /** `llama.cpp <type> t<threads>`, with ` <gpu>` on a GPU backend. */
+  /** Each sequence keeps its tokens between requests and a request reuses the longest common prefix (llama-server's
+   * `cache_prompt`, its default); false: the server runs with --no-prompt-cache. */
+  promptCache: boolean
+  /** `llama.cpp <type> t<threads>`, with ` <gpu>` on a GPU backend and ` no-prompt-cache` without the prompt cache. */
   name: string
 }
 
@@ -72,7 +75,7 @@ export interface LlamaSpec {
 export const LLAMA_GPUS = ['none', 'vulkan', 'cuda'] as const
 export type LlamaGpu = (typeof LLAMA_GPUS)[number]
 
-export const llamaName = (type: GgufType, threads: number, gpu: LlamaGpu = 'none'): string => `llama.cpp ${type} t${threads}${gpu === 'none' ? '' : ` ${gpu}`}`
+export const llamaName = (type: GgufType, threads: number, gpu: LlamaGpu = 'none', promptCache = true): string => `llama.cpp ${type} t${threads}${gpu === 'none' ? '' : ` ${gpu}`}${promptCache ? '' : ' no-prompt-cache'}`
 
 export interface BenchConfig {
   scenario: ScenarioKind
@@ -142,7 +145,8 @@ scenario:
                          long (prompt 1024, output 256, concurrency 1,16,64, one wave of requests = concurrency per
                          level, each level cut after --duration (default 240 s); targets gqa/js and gqa/capi) or
                          chat (a shared system prompt of 1000 tokens + 50 own tokens, output 128, concurrency
-                         1,16,64; targets gqa/capi with prefix caching on and off)
+                         1,16,64; targets gqa/capi with prefix caching on and off, beside llama.cpp with its prompt
+                         cache)
 
 targets (each a node the bench starts on the preset; at each level they run one after another, alternating order):
   --attention LIST       graph forms to build and serve: gqa, plain (default: gqa, the builder's default)
@@ -186,9 +190,12 @@ references:
   --peer-concurrency LIST  levels for the transformers.js peer (default: --concurrency)
   --llama-cpp LIST       GGUF types llama.cpp serves beside the targets, in their rotation at every level: f32, f16,
                          q8_0, q4_0 (default: the types paired with the targets' --dtype: fp32-f32, fp16-f16,
-                         int8-q8_0, q4-q4_0; standard scenario only). Needs the node-llama-cpp dev dependency; the report says if absent
+                         int8-q8_0, q4-q4_0; standard and chat scenarios; long: only when given). Needs the
+                         node-llama-cpp dev dependency; the report says if absent
   --llama-threads LIST   llama.cpp compute threads, one server per value (default 1; its threads spin-wait, so on a
                          busy host 2 can be slower than 1)
+  --llama-prompt-cache LIST  on, off: llama.cpp servers with llama-server's per-slot prompt cache (cache_prompt) on
+                         and/or off (default on); each is compared with the onnxd targets whose prefix caching matches
   --llama-gpu NAME       none (default: llama.cpp's CPU build), vulkan or cuda: node-llama-cpp's prebuilt build for
                          that backend (@node-llama-cpp/linux-x64-vulkan, ...), every layer on the GPU
   --no-llama-cpp         no llama.cpp servers
@@ -239,6 +246,7 @@ const OPTIONS = {
   'llama-cpp': { type: 'string' },
   'llama-threads': { type: 'string' },
   'no-llama-cpp': { type: 'boolean' },
+  'llama-prompt-cache': { type: 'string' },
   'llama-gpu': { type: 'string' },
   provider: { type: 'string' },
   dtype: { type: 'string' },
@@ -354,20 +362,23 @@ export function benchConfig(argv: string[]): BenchConfig {
       problems.push((e as Error).message)
     }
   }
-  if (v['no-llama-cpp'] && (v['llama-cpp'] || v['llama-threads'])) problems.push('--no-llama-cpp and --llama-cpp/--llama-threads are exclusive')
+  if (v['no-llama-cpp'] && (v['llama-cpp'] || v['llama-threads'] || v['llama-prompt-cache'])) problems.push('--no-llama-cpp and --llama-cpp/--llama-threads/--llama-prompt-cache are exclusive')
   const ggufTypes = v['llama-cpp'] ? parseList('llama-cpp', v['llama-cpp'], GGUF_TYPES, problems) : [...new Set(dtypes.flatMap((d) => GGUF_PAIR[d] ?? []))]
   const llamaThreads = [...new Set(list('llama-threads', v['llama-threads'], [1]))]
+  const llamaCaches = v['llama-prompt-cache'] ? parseList('llama-prompt-cache', v['llama-prompt-cache'], ['on', 'off'] as const, problems).map((x) => x === 'on') : [true]
   const llamaGpu = (v['llama-gpu'] ?? 'none') as LlamaGpu
   if (!LLAMA_GPUS.includes(llamaGpu)) problems.push(`--llama-gpu must be one of ${LLAMA_GPUS.join(', ')}. Given: ${v['llama-gpu']!.slice(0, 32)}`)
   if (v['no-llama-cpp'] && v['llama-gpu']) problems.push('--no-llama-cpp and --llama-gpu are exclusive')
   const llamaCppOff = v['no-llama-cpp']
     ? 'disabled by --no-llama-cpp'
-    : scenario !== 'standard' && !v['llama-cpp']
+    : long && !v['llama-cpp']
       ? `not part of --scenario ${scenario} (pass --llama-cpp TYPES)`
       : remote && !model
         ? 'no local model bundle: pass --model DIR (the GGUF is written from its weights)'
         : null
-  const llamaCpp: LlamaSpec[] = llamaCppOff ? [] : ggufTypes.flatMap((type) => llamaThreads.map((threads) => ({ type, threads, gpu: llamaGpu, name: llamaName(type, threads, llamaGpu) })))
+  const llamaCpp: LlamaSpec[] = llamaCppOff
+    ? []
+    : ggufTypes.flatMap((type) => llamaThreads.flatMap((threads) => llamaCaches.map((promptCache) => ({ type, threads, gpu: llamaGpu, promptCache, name: llamaName(type, threads, llamaGpu, promptCache) }))))
   const temperature = v.temperature === undefined ? 0 : Number(v.temperature)
   if (!(temperature >= 0)) problems.push(`--temperature must be >= 0. Given: ${v.temperature}`)
   const cfg: BenchConfig = {

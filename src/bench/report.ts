@@ -36,6 +36,8 @@ export interface ScenarioResult {
   /** For llama.cpp servers: the GGUF weight type and llama.cpp's compute threads. */
   gguf_type?: string
   threads?: number
+  /** For llama.cpp servers: false when the server ran with --no-prompt-cache (reports before it lack the field). */
+  prompt_cache?: boolean
   /** What was driven, in words. */
   label: string
   url: string
@@ -139,6 +141,10 @@ export interface LlamaCppRatio {
   /** Median TTFT and mean TPOT of each, ms. */
   ttft_p50_ms: { onnxd: number; llama_cpp: number }
   tpot_mean_ms: { onnxd: number; llama_cpp: number }
+  /** Prefix caching on the onnxd side and the prompt cache on llama.cpp's (the pair has both on or both off), and the
+   * fraction of each side's prompt tokens its cache gave (reports before the llama.cpp prompt cache lack both). */
+  prompt_cache?: boolean
+  prompt_cached?: { onnxd: number; llama_cpp: number }
 }
 
 export interface BenchReport {
@@ -274,14 +280,19 @@ export function targetRatios(r: Pick<BenchReport, 'scenarios' | 'references'>, b
 
 /**
  * Each onnxd target against each llama.cpp server whose GGUF type is its weight form's pair (fp32-F32, int8-Q8_0,
- * q4-Q4_0), at every level both ran.
+ * q4-Q4_0) and whose prompt cache matches the target's prefix caching (on against on, off against off), at every
+ * level both ran.
  */
+/** The fraction of a level's prompt tokens the server's cache gave (0 with no prompt tokens). */
+const cachedShare = (l: LevelResult): number => (l.total_input_tokens > 0 ? l.cached_input_tokens / l.total_input_tokens : 0)
+
 export function llamaCppRatios(scenarios: BenchReport['scenarios']): LlamaCppRatio[] {
   const runs = scenarios.filter((s): s is ScenarioResult => !isSkipped(s))
   const out: LlamaCppRatio[] = []
   for (const o of runs.filter((s) => s.name === 'onnxd' && s.dtype)) {
     const pair = GGUF_PAIR[o.dtype as TargetDtype]
-    for (const l of runs.filter((s) => s.name === 'llama.cpp' && s.gguf_type === pair)) {
+    const caching = o.prefix_caching !== false
+    for (const l of runs.filter((s) => s.name === 'llama.cpp' && s.gguf_type === pair && (s.prompt_cache !== false) === caching)) {
       for (const ol of o.levels) {
         const ll = level(l, ol.max_concurrency)
         if (!ll) continue
@@ -297,6 +308,8 @@ export function llamaCppRatios(scenarios: BenchReport['scenarios']): LlamaCppRat
           llama_cpp_output_throughput: ll.output_throughput,
           ttft_p50_ms: { onnxd: ol.median_ttft_ms, llama_cpp: ll.median_ttft_ms },
           tpot_mean_ms: { onnxd: ol.mean_tpot_ms, llama_cpp: ll.mean_tpot_ms },
+          prompt_cache: caching,
+          prompt_cached: { onnxd: cachedShare(ol), llama_cpp: cachedShare(ll) },
         })
       }
     }

@@ -108,7 +108,7 @@ async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, a
   const t = cfg.target
   if (kind === 'llama.cpp' && llama) {
     const port = await freePort()
-    const args = ['--model', llama.gguf, '--port', String(port), '--threads', String(llama.spec.threads), '--sequences', String(Math.max(...cfg.concurrency)), '--context-per-sequence', String(contextPerRequest(cfg)), '--gpu', llama.spec.gpu]
+    const args = ['--model', llama.gguf, '--port', String(port), '--threads', String(llama.spec.threads), '--sequences', String(Math.max(...cfg.concurrency)), '--context-per-sequence', String(contextPerRequest(cfg)), '--gpu', llama.spec.gpu, ...(llama.spec.promptCache ? [] : ['--no-prompt-cache'])]
     child = await spawnTarget({ entry: '../peer/llama-cpp', args, what: `the ${llama.spec.name} server`, readyTimeoutS: cfg.readyTimeoutS, agent, port })
     url = child.url
   } else if (kind === 'peer') {
@@ -190,14 +190,14 @@ async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'
     kind === 'onnxd'
       ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? `started by the bench${spec ? `: ${spec.attention} attention, runtime ${spec.runtime}, ${spec.dtype} weights${spec.prefixCaching ? '' : ', prefix caching off'}` : ''}` : d.ep.url})`
       : llama
-        ? `${LABELS[kind]}: ${llama.spec.type.toUpperCase()} GGUF of the same weights, ${llama.spec.threads} thread${llama.spec.threads > 1 ? 's' : ''}${llama.spec.gpu === 'none' ? '' : `, ${llama.spec.gpu} build, every layer on the GPU`}`
+        ? `${LABELS[kind]}: ${llama.spec.type.toUpperCase()} GGUF of the same weights, ${llama.spec.threads} thread${llama.spec.threads > 1 ? 's' : ''}${llama.spec.gpu === 'none' ? '' : `, ${llama.spec.gpu} build, every layer on the GPU`}, prompt cache ${llama.spec.promptCache ? 'on' : 'off'}`
         : LABELS[kind]
   const deadline = kind === 'onnxd' || kind === 'llama.cpp' ? cfg.durationS : cfg.refDurationS
   const out: ScenarioResult = {
     name: kind,
     target: name,
     ...(spec ? { attention: b.form ?? spec.attention, runtime: d.runtime ?? spec.runtime, dtype: spec.dtype, prefix_caching: spec.prefixCaching } : {}),
-    ...(llama ? { gguf_type: llama.spec.type, threads: llama.spec.threads } : {}),
+    ...(llama ? { gguf_type: llama.spec.type, threads: llama.spec.threads, prompt_cache: llama.spec.promptCache } : {}),
     label,
     url: d.ep.url,
     provider: d.provider,

@@ -95,14 +95,24 @@ describe('benchConfig', () => {
     expect(benchConfig(['--dtype', 'fp32,q4', '--runtime', 'capi', '--baseline', 'gqa/capi/q4']).baseline).toBe('onnxd gqa/capi/q4')
     const t = benchConfig(['--llama-cpp', 'q4_0', '--llama-threads', '1,2'])
     expect(t.llamaCpp).toEqual([
-      { type: 'q4_0', threads: 1, gpu: 'none', name: 'llama.cpp q4_0 t1' },
-      { type: 'q4_0', threads: 2, gpu: 'none', name: 'llama.cpp q4_0 t2' },
+      { type: 'q4_0', threads: 1, gpu: 'none', promptCache: true, name: 'llama.cpp q4_0 t1' },
+      { type: 'q4_0', threads: 2, gpu: 'none', promptCache: true, name: 'llama.cpp q4_0 t2' },
     ])
     expect(describeConfig(t)).toMatchObject({ llama_cpp: ['llama.cpp q4_0 t1', 'llama.cpp q4_0 t2'] })
-    // Off, each with its reason: asked, another scenario (unless asked for), no local weights.
+    // The chat scenario runs llama.cpp on the paired types as the standard one does, with its prompt cache (and
+    // without it, as a second server, when asked).
+    expect(benchConfig(['--scenario', 'chat']).llamaCpp.map((l) => [l.name, l.promptCache])).toEqual([['llama.cpp f32 t1', true]])
+    expect(benchConfig(['--scenario', 'chat', '--llama-cpp', 'q8_0', '--llama-threads', '1,2']).llamaCpp.map((l) => l.name)).toEqual(['llama.cpp q8_0 t1', 'llama.cpp q8_0 t2'])
+    expect(benchConfig(['--scenario', 'chat', '--llama-prompt-cache', 'on,off']).llamaCpp.map((l) => [l.name, l.promptCache])).toEqual([
+      ['llama.cpp f32 t1', true],
+      ['llama.cpp f32 t1 no-prompt-cache', false],
+    ])
+    expect(() => benchConfig(['--llama-prompt-cache', 'maybe'])).toThrow(/--llama-prompt-cache must be a comma-separated list of on, off\. Given: maybe/)
+    expect(() => benchConfig(['--no-llama-cpp', '--llama-prompt-cache', 'off'])).toThrow(/exclusive/)
+    // Off, each with its reason: asked, the long scenario (unless asked for), no local weights.
     expect(benchConfig(['--no-llama-cpp'])).toMatchObject({ llamaCpp: [], llamaCppOff: 'disabled by --no-llama-cpp' })
-    expect(benchConfig(['--scenario', 'chat']).llamaCppOff).toMatch(/not part of --scenario chat/)
-    expect(benchConfig(['--scenario', 'chat', '--llama-cpp', 'f32']).llamaCpp.map((l) => l.name)).toEqual(['llama.cpp f32 t1'])
+    expect(benchConfig(['--scenario', 'long']).llamaCppOff).toMatch(/not part of --scenario long/)
+    expect(benchConfig(['--scenario', 'long', '--llama-cpp', 'f32']).llamaCpp.map((l) => l.name)).toEqual(['llama.cpp f32 t1'])
     expect(benchConfig(['--url', 'http://n:1']).llamaCppOff).toMatch(/pass --model DIR/)
     expect(() => benchConfig(['--dtype', 'q3', '--llama-cpp', 'q5_k', '--llama-threads', '0'])).toThrow(
       /--dtype must be a comma-separated list of fp32, q4, int8, fp16\. Given: q3[\s\S]*--llama-cpp must be a comma-separated list of f32, f16, q8_0, q4_0\. Given: q5_k[\s\S]*--llama-threads must be a comma-separated list of positive integers/,
@@ -120,8 +130,8 @@ describe('benchConfig', () => {
     // The CPU's matmul peak says nothing about a GPU run.
     expect(g.references).toMatchObject({ ceiling: true, matmul: false })
     expect(g.llamaCpp).toEqual([
-      { type: 'f16', threads: 1, gpu: 'vulkan', name: 'llama.cpp f16 t1 vulkan' },
-      { type: 'q4_0', threads: 1, gpu: 'vulkan', name: 'llama.cpp q4_0 t1 vulkan' },
+      { type: 'f16', threads: 1, gpu: 'vulkan', promptCache: true, name: 'llama.cpp f16 t1 vulkan' },
+      { type: 'q4_0', threads: 1, gpu: 'vulkan', promptCache: true, name: 'llama.cpp q4_0 t1 vulkan' },
     ])
     expect(describeConfig(g)).toMatchObject({ provider: 'webgpu', targets: ['onnxd gqa/capi/fp16', 'onnxd gqa/capi/q4'] })
     expect(benchConfig(['--provider', 'webgpu', '--attention', 'plain,gqa']).baseline).toBe('onnxd gqa/capi')

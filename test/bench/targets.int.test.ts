@@ -109,7 +109,7 @@ describe('onnxd bench: several targets', () => {
     expect(isSkipped(r.references.ort_ceiling) ? r.references.ort_ceiling.reason : r.references.ort_ceiling.api).toMatch(/C API/)
   }, 90_000)
 
-  it('--scenario chat: prompts on one shared system prompt, the node with prefix caching against the node without', async () => {
+  it('--scenario chat: prompts on one shared system prompt, the node with prefix caching against the node without, beside llama.cpp with its prompt cache', async () => {
     const { report: r } = await runBench(benchConfig([...common, ...out(), '--scenario', 'chat']))
     expect(r.scenario).toBe('chat')
     expect(r.config).toMatchObject({ shared_prefix_len: 64, prompt_len: '8', concurrency: [1, 4] })
@@ -127,7 +127,21 @@ describe('onnxd bench: several targets', () => {
     for (const l of off.levels) expect(l.cached_input_tokens).toBe(0)
     for (const t of r.target_ratios) expect(Object.keys(t.vs_baseline).sort()).toEqual(['onnxd gqa/capi', 'onnxd gqa/capi/no-prefix-cache'])
     expect(isSkipped(r.references.ort_ceiling) && r.references.ort_ceiling.reason).toMatch(/not part of --scenario chat/)
-  }, 90_000)
+    // llama.cpp on the F32 GGUF runs in the same rotation with llama-server's per-slot prompt cache: a request on a
+    // sequence that served the shared prompt before evaluates only its own tokens, and its ratio is taken against
+    // the node with prefix caching on only.
+    const llama = r.scenarios.find((s): s is ScenarioResult => s.name === 'llama.cpp' && !isSkipped(s as ScenarioResult))
+    if (!llamaLoads) return
+    expect(llama).toMatchObject({ target: 'llama.cpp f32 t1', prompt_cache: true })
+    expect(r.run_order[0].targets).toContain('llama.cpp f32 t1')
+    for (const l of llama!.levels) {
+      expect(l).toMatchObject({ failed: 0, cut: 0 })
+      expect(l.cached_input_tokens).toBeGreaterThanOrEqual(64)
+      expect(l.cached_input_tokens).toBeLessThan(l.total_input_tokens)
+    }
+    expect(r.llama_cpp_ratios.map((p) => `${p.concurrency} ${p.onnxd} ${p.llama_cpp} ${p.prompt_cache}`)).toEqual(['1 onnxd gqa/capi llama.cpp f32 t1 true', '4 onnxd gqa/capi llama.cpp f32 t1 true'])
+    for (const p of r.llama_cpp_ratios) expect(p.prompt_cached!.llama_cpp).toBeGreaterThan(0)
+  }, 120_000)
 
   it.skipIf(!llamaLoads)('--dtype fp32,q4 runs llama.cpp on F32 and Q4_0 GGUF of the same weights in the rotation, each pair as ratios', async () => {
     const { report: r } = await runBench(benchConfig([...common, ...out(), '--runtime', 'capi', '--dtype', 'fp32,q4', '--concurrency', '1,2', '--no-ceiling']))
