@@ -498,14 +498,18 @@ export class CapiRunner {
       // The past is each slot's whole cap; the mask is 1 on what the slot holds, [0, len), and on the step's own
       // tokens, [cap, cap + seq); the graph's causal mask counts key k against query j as k <= cap + j.
       if (!sig.mask || !sig.positions) throw new OnnxdError('internal', 'a device step over a plain graph needs its attention mask and position ids')
+      // Written in place by fills (hi x (cap + seq) elements: no element-wise BigInt conversion).
       const W = pool.cap + seq
-      const m = new Int32Array(hi * W)
+      const mb = buf(`in:${sig.mask.name}`, hi * W * BYTES[sig.mask.dtype])
+      const wide = sig.mask.dtype === 'int64' ? mb.view('int64', 0, hi * W) : null
+      const narrow = wide ? null : mb.view('int32', 0, hi * W)
+      const fill = (from: number, to: number, v: 0 | 1): void => void (wide ? wide.fill(BigInt(v), from, to) : narrow!.fill(v, from, to))
+      fill(0, hi * W, 0)
       for (let s = 0; s < hi; s++) {
-        m.fill(1, s * W, s * W + lens[s])
-        m.fill(1, s * W + pool.cap, (s + 1) * W)
+        fill(s * W, s * W + lens[s], 1)
+        fill(s * W + pool.cap, (s + 1) * W, 1)
       }
-      const mb = buf(`in:${sig.mask.name}`, m.length * BYTES[sig.mask.dtype])
-      write(mb, sig.mask.dtype, m)
+      traffic.in += hi * W * BYTES[sig.mask.dtype]
       bindIn(sig.mask.name, mb, sig.mask.dtype, [hi, W])
     } else {
       if (!sig.lengths) throw new OnnxdError('internal', 'a device step needs a graph fed its GroupQueryAttention lengths')
