@@ -7,7 +7,7 @@
 import { OnnxdError } from '../../shared/errors.js'
 import { NativeBuffer, OrtCApi, type Binding, type CSession, type DeviceTensor, type ElementType, type Tensor } from './ort-capi.js'
 import { DeviceCaches, DeviceKv } from './device-kv.js'
-import { AttrType, DataType, encodeModel } from './onnx-proto.js'
+import { AttrType, DataType, encodeModel, type Node, type ValueInfo } from './onnx-proto.js'
 import type { ForwardInput, KvData, Signature, StepTraffic } from './step-io.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 
@@ -75,6 +75,35 @@ function narrowMask(x: ForwardInput, width: number): Uint8Array {
   return m
 }
 
+/** A tensor's name, element type and dims (a number, or a named dimension), as a graph's input or output. */
+function valueInfo(name: string, type: number, dims: Array<number | string>): ValueInfo {
+  return { name, type: { tensor_type: { elem_type: type, shape: { dim: dims.map((d) => (typeof d === 'number' ? { dim_value: d } : { dim_param: d })) } } } }
+}
+
+/**
+ * A small graph over a device pool's tensors, run on the step session's provider: per past input i, `nodes(i)`
+ * writes `out_i` from `cache_i` ([slots, heads, cap, headDim], bound as out_i too: ScatterND updates it in place),
+ * `inputs(i, t)` (t: the cache's element type) and the `shared` inputs.
+ */
+function poolGraph(sig: Signature, name: string, nodes: (i: number) => Node[], inputs: (i: number, t: number) => ValueInfo[], shared: ValueInfo[]): Uint8Array {
+  const t = sig.kv.dtype === 'float16' ? DataType.FLOAT16 : DataType.FLOAT
+  const { heads: H, headDim: D } = sig.kv
+  const ids = sig.kv.pastNames.map((_, i) => i)
+  return encodeModel({
+    ir_version: 8,
+    opset_import: [{ domain: '', version: 18 }],
+    producer_name: 'onnxd',
+    producer_version: '1',
+    graph: {
+      name,
+      node: ids.flatMap(nodes),
+      initializer: [],
+      input: [...shared, ...ids.flatMap((i) => [valueInfo(`cache_${i}`, t, ['slots', H, 'cap', D]), ...inputs(i, t)])],
+      output: ids.map((i) => valueInfo(`out_${i}`, t, ['slots', H, 'cap', D])),
+    },
+  })
+}
+
 /**
  * The graph that copies a slot of one device pool into a slot of another (device-kv.ts: a prefilled staging row into
  * the running pool, a running slot's cached prompt into the staging row): per past input i,
@@ -82,30 +111,16 @@ function narrowMask(x: ForwardInput, width: number): Uint8Array {
  * updates in place (only the row's elements are written).
  */
 function copyGraph(sig: Signature): Uint8Array {
-  const t = sig.kv.dtype === 'float16' ? DataType.FLOAT16 : DataType.FLOAT
-  const { heads: H, headDim: D } = sig.kv
-  const vi = (name: string, type: number, dims: Array<number | string>) => ({
-    name,
-    type: { tensor_type: { elem_type: type, shape: { dim: dims.map((d) => (typeof d === 'number' ? { dim_value: d } : { dim_param: d })) } } },
-  })
-  const n = sig.kv.pastNames.length
-  const ids = Array.from({ length: n }, (_, i) => i)
-  return encodeModel({
-    ir_version: 8,
-    opset_import: [{ domain: '', version: 18 }],
-    producer_name: 'onnxd',
-    producer_version: '1',
-    graph: {
-      name: 'onnxd_kv_copy',
-      node: ids.flatMap((i) => [
-        { name: `pick_${i}`, op_type: 'Gather', input: [`row_${i}`, 'from'], output: [`picked_${i}`], attribute: [{ name: 'axis', type: AttrType.INT, i: 0 }] },
-        { name: `copy_${i}`, op_type: 'ScatterND', input: [`cache_${i}`, 'slot', `picked_${i}`], output: [`out_${i}`] },
-      ]),
-      initializer: [],
-      input: [vi('slot', DataType.INT64, [1, 1]), vi('from', DataType.INT64, [1]), ...ids.flatMap((i) => [vi(`cache_${i}`, t, ['slots', H, 'cap', D]), vi(`row_${i}`, t, ['rows', H, 'cap', D])])],
-      output: ids.map((i) => vi(`out_${i}`, t, ['slots', H, 'cap', D])),
-    },
-  })
+  return poolGraph(
+    sig,
+    'onnxd_kv_copy',
+    (i) => [
+      { name: `pick_${i}`, op_type: 'Gather', input: [`row_${i}`, 'from'], output: [`picked_${i}`], attribute: [{ name: 'axis', type: AttrType.INT, i: 0 }] },
+      { name: `copy_${i}`, op_type: 'ScatterND', input: [`cache_${i}`, 'slot', `picked_${i}`], output: [`out_${i}`] },
+    ],
+    (i, t) => [valueInfo(`row_${i}`, t, ['rows', sig.kv.heads, 'cap', sig.kv.headDim])],
+    [valueInfo('slot', DataType.INT64, [1, 1]), valueInfo('from', DataType.INT64, [1])],
+  )
 }
 
 /**
@@ -115,26 +130,13 @@ function copyGraph(sig: Signature): Uint8Array {
  * position len_s + j, right after what the slot holds.
  */
 function appendGraph(sig: Signature): Uint8Array {
-  const t = sig.kv.dtype === 'float16' ? DataType.FLOAT16 : DataType.FLOAT
-  const { heads: H, headDim: D } = sig.kv
-  const vi = (name: string, type: number, dims: Array<number | string>) => ({
-    name,
-    type: { tensor_type: { elem_type: type, shape: { dim: dims.map((d) => (typeof d === 'number' ? { dim_value: d } : { dim_param: d })) } } },
-  })
-  const ids = sig.kv.pastNames.map((_, i) => i)
-  return encodeModel({
-    ir_version: 8,
-    opset_import: [{ domain: '', version: 18 }],
-    producer_name: 'onnxd',
-    producer_version: '1',
-    graph: {
-      name: 'onnxd_kv_append',
-      node: ids.map((i) => ({ name: `append_${i}`, op_type: 'ScatterND', input: [`cache_${i}`, 'index', `rows_${i}`], output: [`out_${i}`] })),
-      initializer: [],
-      input: [vi('index', DataType.INT64, ['rows', H, 'seq', 3]), ...ids.flatMap((i) => [vi(`cache_${i}`, t, ['slots', H, 'cap', D]), vi(`rows_${i}`, t, ['rows', H, 'seq', D])])],
-      output: ids.map((i) => vi(`out_${i}`, t, ['slots', H, 'cap', D])),
-    },
-  })
+  return poolGraph(
+    sig,
+    'onnxd_kv_append',
+    (i) => [{ name: `append_${i}`, op_type: 'ScatterND', input: [`cache_${i}`, 'index', `rows_${i}`], output: [`out_${i}`] }],
+    (i, t) => [valueInfo(`rows_${i}`, t, ['rows', sig.kv.heads, 'seq', sig.kv.headDim])],
+    [valueInfo('index', DataType.INT64, ['rows', sig.kv.heads, 'seq', 3])],
+  )
 }
 
 /** The positions a step computes logits at (ForwardInput.logitsAt; default its last), and how many. */
