@@ -500,6 +500,9 @@ export class CapiRunner {
       // The past is each slot's whole cap; the mask is 1 on what the slot holds, [0, len), and on the step's own
       // tokens, [cap, cap + seq); the graph's causal mask counts key k against query j as k <= cap + j.
       if (!sig.mask || !sig.positions) throw new OnnxdError('internal', 'a device step over a plain graph needs its attention mask and position ids')
+      // A plain graph's step over an empty past (a MatMul of inner dimension 0) crashes ORT's WebGPU provider: a pool's
+      // slots are never empty (DevicePool sizes them in steps of 64), and this keeps it so.
+      if (pool.cap === 0) throw new OnnxdError('internal', 'a device step over a plain graph needs a past of at least one slot')
       // Written in place by fills (hi x (cap + seq) elements: no element-wise BigInt conversion).
       const W = pool.cap + seq
       const mb = buf(`in:${sig.mask.name}`, hi * W * BYTES[sig.mask.dtype])
