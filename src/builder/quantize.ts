@@ -64,13 +64,16 @@ const bytes = (a: Float32Array | Int8Array): Uint8Array => new Uint8Array(a.buff
 /** The MatMulNBits form of the q4 variant: bits per weight (4, or 8: one byte each), block length along K and
  * accuracy_level (0: float32 activations, 4: activations quantized to int8 per block). The default is onnx-community's
  * q4 (4 bits, blocks of 32, accuracy_level 4); others (BuildOptions.nbits) are for comparing ORT's kernels
- * (docs/benchmarks.md, the CPU weight forms). Symmetric always: no zero points (the kernel's default, 2^(bits-1)). */
+ * (docs/benchmarks.md, the CPU weight forms). Symmetric by default: no zero points (the kernel's default, 2^(bits-1));
+ * `zeroPoints` stores one per block (asymmetric: each block's range from its min to its max, onnxruntime's
+ * MatMul4BitsQuantizer with is_symmetric false). */
 export interface NBitsForm {
   bits: 4 | 8
   block: number
   accuracyLevel: 0 | 1 | 2 | 3 | 4
+  zeroPoints: boolean
 }
-export const DEFAULT_NBITS: NBitsForm = { bits: 4, block: Q4_BLOCK, accuracyLevel: Q4_ACCURACY_LEVEL }
+export const DEFAULT_NBITS: NBitsForm = { bits: 4, block: Q4_BLOCK, accuracyLevel: Q4_ACCURACY_LEVEL, zeroPoints: false }
 
 /** The int8 variant's form: a scale per output column of each MatMul weight instead of one per tensor (the embedding
  * and a tied head keep one), and quantize_dynamic's reduce_range (weights in [-63, 63]): ORT's u8 x s8 integer
@@ -90,6 +93,9 @@ export interface Q4Weight {
   /** [N * blocks]: column n's block b at n * blocks + b. */
   scales: Float32Array
   blocks: number
+  /** Asymmetric only: [N, ceil(blocks * bits / 8)], column n's block b's zero point; at 4 bits block 2j in byte j's
+   * low nibble, 2j + 1 in its high one. */
+  zeros?: Uint8Array
 }
 
 /**
@@ -97,14 +103,20 @@ export interface Q4Weight {
  * 32 along K, scale = (the value of largest magnitude) / -8 and q = clamp(floor(v / scale + 8.5), 0, 15), so that
  * value maps to 0 exactly; dequantized value = (q - 8) * scale. K past the matrix (a last partial block) is zeros.
  * `bits` 8 and another `block` do the same with 2^(bits-1) for 8 (-128, 128.5, 255).
+ *
+ * With `zeroPoints` (asymmetric), a block's range runs from min(0, its least value) to max(0, its greatest):
+ * scale = range / (2^bits - 1), zero point z = round(-min / scale) in [0, 2^bits - 1], q = clamp(round(v / scale) + z),
+ * dequantized value = (q - z) * scale, as onnxruntime's MatMul4BitsQuantizer does with is_symmetric false.
  */
-export function quantizeQ4(K: number, N: number, at: (k: number, n: number) => number, bits: 4 | 8 = 4, block = Q4_BLOCK): Q4Weight {
+export function quantizeQ4(K: number, N: number, at: (k: number, n: number) => number, bits: 4 | 8 = 4, block = Q4_BLOCK, zeroPoints = false): Q4Weight {
   const blocks = Math.ceil(K / block)
   const blob = (block * bits) / 8
   const mid = 1 << (bits - 1)
   const top = (1 << bits) - 1
   const packed = new Uint8Array(N * blocks * blob)
   const scales = new Float32Array(N * blocks)
+  const zeroBytes = Math.ceil((blocks * bits) / 8)
+  const zeros = zeroPoints ? new Uint8Array(N * zeroBytes) : undefined
   const q = new Uint8Array(block)
   for (let n = 0; n < N; n++) {
     for (let b = 0; b < blocks; b++) {
@@ -112,24 +124,39 @@ export function quantizeQ4(K: number, N: number, at: (k: number, n: number) => n
       const len = Math.min(block, K - k0)
       let amax = 0
       let max = 0
+      let lo = 0
+      let hi = 0
       for (let l = 0; l < len; l++) {
         const v = at(k0 + l, n)
         if (Math.abs(v) > amax) {
           amax = Math.abs(v)
           max = v
         }
+        lo = Math.min(lo, v)
+        hi = Math.max(hi, v)
       }
-      const scale = max ? Math.fround(max / -mid) : 0
-      const recip = scale ? Math.fround(1 / scale) : 0
-      q.fill(mid)
-      for (let l = 0; l < len; l++) q[l] = Math.min(top, Math.max(0, Math.floor(Math.fround(at(k0 + l, n) * recip) + mid + 0.5)))
+      let scale: number
+      if (zeros) {
+        scale = hi > lo ? Math.fround((hi - lo) / top) : 0
+        const z = scale ? Math.min(top, Math.max(0, Math.round(-lo / scale))) : mid
+        const recip = scale ? Math.fround(1 / scale) : 0
+        q.fill(z)
+        for (let l = 0; l < len; l++) q[l] = Math.min(top, Math.max(0, Math.round(Math.fround(at(k0 + l, n) * recip)) + z))
+        if (bits === 8) zeros[n * zeroBytes + b] = z
+        else zeros[n * zeroBytes + (b >> 1)] |= b & 1 ? z << 4 : z
+      } else {
+        scale = max ? Math.fround(max / -mid) : 0
+        const recip = scale ? Math.fround(1 / scale) : 0
+        q.fill(mid)
+        for (let l = 0; l < len; l++) q[l] = Math.min(top, Math.max(0, Math.floor(Math.fround(at(k0 + l, n) * recip) + mid + 0.5)))
+      }
       scales[n * blocks + b] = scale
       const base = (n * blocks + b) * blob
       if (bits === 8) packed.set(q.subarray(0, block), base)
       else for (let j = 0; j < blob; j++) packed[base + j] = q[2 * j] | (q[2 * j + 1] << 4)
     }
   }
-  return { packed, scales, blocks }
+  return { packed, scales, blocks, ...(zeros ? { zeros } : {}) }
 }
 
 /** Per-tensor symmetric int8 as quantize_dynamic does for QInt8 weights: scale = max|v| / 127, q = round-half-even(v / scale).
@@ -151,13 +178,14 @@ export function quantizeInt8(v: Float32Array, top = 127): { q: Int8Array; scale:
 const q4Tensors = (name: string, N: number, w: Q4Weight, f: NBitsForm): StoredTensor[] => [
   { name: `${name}_Q4`, dims: [N, w.blocks, (f.block * f.bits) / 8], dataType: DataType.UINT8, bytes: w.packed },
   { name: `${name}_scales`, dims: [N * w.blocks], dataType: DataType.FLOAT, bytes: bytes(w.scales) },
+  ...(w.zeros ? [{ name: `${name}_zero_points`, dims: [w.zeros.length], dataType: DataType.UINT8, bytes: w.zeros }] : []),
 ]
 
 const matMulNBits = (node: Node, a: string, weight: string, K: number, N: number, f: NBitsForm): Node => ({
   name: `${node.name}_Q4`,
   op_type: 'MatMulNBits',
   domain: MS_DOMAIN,
-  input: [a, `${weight}_Q4`, `${weight}_scales`],
+  input: [a, `${weight}_Q4`, `${weight}_scales`, ...(f.zeroPoints ? [`${weight}_zero_points`] : [])],
   output: node.output,
   attribute: [attrI('K', K), attrI('N', N), attrI('bits', f.bits), attrI('block_size', f.block), attrI('accuracy_level', f.accuracyLevel)],
 })
@@ -179,7 +207,7 @@ function q4Graph(graph: DecoderGraph, f: NBitsForm): DecoderGraph {
     const w = byWeight.get(b)
     if (w) {
       const [K, N] = w.dims
-      weights.get(b)!.store = (v) => q4Tensors(b, N, quantizeQ4(K, N, (k, n) => v[k * N + n], f.bits, f.block), f)
+      weights.get(b)!.store = (v) => q4Tensors(b, N, quantizeQ4(K, N, (k, n) => v[k * N + n], f.bits, f.block, f.zeroPoints), f)
       return matMulNBits(node, a, b, K, N, f)
     }
     // A tied head: MatMul(hidden, Transpose(embedding)); the embedding [vocab, hidden] is already [N, K].
@@ -190,7 +218,7 @@ function q4Graph(graph: DecoderGraph, f: NBitsForm): DecoderGraph {
       const spec = weights.get(embed.name)!
       spec.store = (v) => [
         { name: embed.name, dims: embed.dims, dataType: DataType.FLOAT, bytes: bytes(v) },
-        ...q4Tensors(`${embed.name}_head`, N, quantizeQ4(K, N, (k, n) => v[n * K + k], f.bits, f.block), f),
+        ...q4Tensors(`${embed.name}_head`, N, quantizeQ4(K, N, (k, n) => v[n * K + k], f.bits, f.block, f.zeroPoints), f),
       ]
       dropped.add(t)
       return matMulNBits(node, a, `${embed.name}_head`, K, N, f)

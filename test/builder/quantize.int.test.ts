@@ -233,15 +233,19 @@ describe('quality', () => {
     for (const d of [dir, gqaDir]) for (const dtype of ['fp16', 'int8', 'q4'] as const) within(await measureQuality(d, { dtype, ...opts }), dtype)
   })
 
-  it("the forms kept for comparing ORT's kernels run and stay within their bounds: MatMulNBits at 8 bits, blocks of 64 at accuracy_level 0; int8 per channel with reduce_range", async () => {
+  it("the forms kept for comparing ORT's kernels run and stay within their bounds: MatMulNBits at 8 bits, blocks of 64 at accuracy_level 0, zero points; int8 per channel with reduce_range", async () => {
     const q8 = (await buildModel({ preset: 'tiny', outDir: join(root, 'nbits8'), attention: 'gqa', dtypes: ['q4'], nbits: { bits: 8 } })).dir
     const b64 = (await buildModel({ preset: 'tiny', outDir: join(root, 'nbits-b64'), attention: 'plain', dtypes: ['q4'], nbits: { block: 64, accuracyLevel: 0 } })).dir
+    const zp = (await buildModel({ preset: 'tiny', outDir: join(root, 'nbits-zp'), attention: 'gqa', dtypes: ['q4'], nbits: { zeroPoints: true } })).dir
     const graph = async (d: string, file: string): Promise<string> => JSON.stringify((await model(d, file)).graph.node.filter((n) => n.op_type === 'MatMulNBits').map((n) => (n.attribute ?? []).map((a) => [a.name, Number(a.i)])))
     expect(await graph(q8, 'model_q4.onnx')).toContain('["bits",8]')
     expect(await graph(b64, 'onnx/model_q4.onnx')).toContain('["block_size",64],["accuracy_level",0]')
+    const zpNodes = (await model(zp, 'model_q4.onnx')).graph.node.filter((n) => n.op_type === 'MatMulNBits')
+    expect(zpNodes.every((n) => n.input.length === 4 && n.input[3].endsWith('_zero_points'))).toBe(true)
     // 8 bits: at least as close to float32 as int8; the others within their form's bound.
     within(await measureQuality(q8, { dtype: 'q4', ...opts }), 'int8')
     within(await measureQuality(b64, { dtype: 'q4', ...opts }), 'q4')
+    within(await measureQuality(zp, { dtype: 'q4', ...opts }), 'q4')
     const pc = (await buildModel({ preset: 'tiny', outDir: join(root, 'int8pc'), attention: 'gqa', dtypes: ['int8'], int8: { perChannel: true, reduceRange: true } })).dir
     const scales = (await model(pc, 'model_int8.onnx')).graph.initializer.filter((t) => t.name.endsWith('_scale'))
     expect(scales.some((t) => (t.dims ?? []).length === 1 && Number(t.dims![0]) > 1)).toBe(true)

@@ -1,6 +1,6 @@
 // The builder's weight encodings, on known values: float16 bits (round to nearest even, subnormals, overflow),
 // 4-bit blocks as MatMulNBits reads them (symmetric, scale = largest-magnitude value / -8, low nibble first,
-// a partial last block), and per-tensor int8 as quantize_dynamic writes it (round half to even).
+// a partial last block; asymmetric with zero points), and per-tensor int8 as quantize_dynamic writes it (round half to even).
 import { describe, expect, it } from 'vitest'
 import { floatToHalf, quantizeInt8, quantizeInt8PerChannel, quantizeQ4, Q4_BLOCK } from '../../src/builder/quantize.js'
 import { halfToFloat } from '../../src/engine/model/fp16.js'
@@ -87,6 +87,34 @@ describe('quantizeQ4', () => {
       const last = (n * 2 + 1) * 16
       for (let j = 4; j < 16; j++) expect(q.packed[last + j]).toBe(0x88)
     }
+  })
+
+  it('with zero points: a block spans min(0, least) to max(0, greatest) in 15 steps, its zero point packed low nibble first', () => {
+    // K = 80, N = 2: three blocks per column, all values >= 0 in block 0 (min 0), skewed in block 1, block 2 padded.
+    const K = 80
+    const at = (k: number, n: number): number => (k < 32 ? k * 0.1 : k < 64 ? (k - 40) * 0.25 : -0.5 - k * 0.01) * (n + 1)
+    const q = quantizeQ4(K, 2, at, 4, Q4_BLOCK, true)
+    expect(q.blocks).toBe(3)
+    // Two bytes of zero points per column (three blocks at 4 bits each).
+    expect(q.zeros?.length).toBe(4)
+    const zp = (n: number, b: number): number => (q.zeros![n * 2 + (b >> 1)] >> ((b & 1) * 4)) & 15
+    for (let n = 0; n < 2; n++) {
+      // Block 0: [0, 3.1(n+1)]: zero point 0, scale range / 15.
+      expect(zp(n, 0)).toBe(0)
+      expect(q.scales[n * 3]).toBeCloseTo((3.1 * (n + 1)) / 15, 5)
+      // Block 1: [-2(n+1), 5.75(n+1)]: zero point round(2 / (7.75 / 15)) = 4.
+      expect(zp(n, 1)).toBe(4)
+      // Block 2 (k 64..79, all negative, padded to 32): [min, 0], zero point 15; padding dequantizes to 0.
+      expect(zp(n, 2)).toBe(15)
+      for (let k = 0; k < Q4_BLOCK * 3; k++) {
+        const b = Math.floor(k / Q4_BLOCK)
+        const nib = (q.packed[(n * 3 + b) * 16 + ((k % Q4_BLOCK) >> 1)] >> ((k & 1) * 4)) & 15
+        const want = k < K ? at(k, n) : 0
+        expect(Math.abs((nib - zp(n, b)) * q.scales[n * 3 + b] - want)).toBeLessThanOrEqual(q.scales[n * 3 + b] / 2 + 1e-6)
+      }
+    }
+    // Symmetric (the default) carries none.
+    expect(quantizeQ4(K, 2, at).zeros).toBeUndefined()
   })
 
   it('gives scale 0 and all 8s for an all-zero block', () => {
