@@ -54,16 +54,6 @@ function deviceFormProblem(sig: Signature): string | null {
   return null
 }
 
-/**
- * Session config entries of onnxd's step sessions, either runtime. ORT's intra-op threads spin-wait for work after
- * each parallel section, and by default after a run returns too: then, on a host with as many cores as threads,
- * they compete with the engine's own work between steps (the KV copies, sampling, the node's HTTP). Spinning stops
- * when a run returns; within a run it goes on, where it pays at batch 1. Measured on 135m at 64 streams (prompt 128,
- * output 128, 2 cores): 14 ms per step outside the forward passes instead of 17-19, decode steps no slower, and
- * batch 1 unchanged.
- */
-export const STEP_SESSION_CONFIG: Readonly<Record<string, string>> = { 'session.force_spinning_stop': '1' }
-
 const ORT_DIR = dirname(createRequire(import.meta.url).resolve('onnxruntime-node/package.json'))
 
 function providerInstalled(p: Provider): boolean {
@@ -238,12 +228,19 @@ export class DecoderSession {
     }
     // The graph as onnxd runs it: only the new KV rows and the last position's logits leave a step (decoder-graph.ts).
     const g = prepareDecoderGraph(readFileSync(bundle.onnxPath), { allLogits: opts.allLogits })
-    const config = { ...STEP_SESSION_CONFIG, ...externalDataConfig(bundle.onnxPath) }
+    // ORT's thread pool keeps its default: intra-op threads spin-wait for work after each parallel section and for a
+    // while after a run returns, so the next step finds them awake. onnxd once stopped that spinning when a run returned
+    // (`session.force_spinning_stop`), when the engine copied the KV cache between steps; with the cache kept in place
+    // (runtime capi) little runs between steps, and stopping it cost more than it gave. Measured on 135m, GroupQueryAttention,
+    // fp32, capi, 2 cores, alternating in one sitting (issue #36): output tok/s with spinning against without, 25.6 / 23.7,
+    // 24.2 / 23.6, 28.0 / 24.4 at one stream (a busy host); 157.9 / 137.1 and 131.9 / 131.2 at 16; 177.7 / 174.3 and
+    // 178.7 / 172.2 at 64. ORT alone's batch-1 step with it stopped: 30.6 against 25.9 ms.
+    const config = externalDataConfig(bundle.onnxPath)
     let session: ort.InferenceSession
     try {
       session = g.rewritten
         ? await ort.InferenceSession.create(g.model, { ...options, extra: config })
-        : await ort.InferenceSession.create(bundle.onnxPath, { ...options, extra: STEP_SESSION_CONFIG })
+        : await ort.InferenceSession.create(bundle.onnxPath, options)
     } catch (e) {
       throw new OnnxdError('bad_bundle', `${bundle.onnxPath}: cannot load ONNX model: ${(e as Error).message}`)
     }
