@@ -278,14 +278,14 @@ export function targetRatios(r: Pick<BenchReport, 'scenarios' | 'references'>, b
   })
 }
 
+/** The fraction of a level's prompt tokens the server's cache gave (0 with no prompt tokens). */
+const cachedShare = (l: LevelResult): number => (l.total_input_tokens > 0 ? l.cached_input_tokens / l.total_input_tokens : 0)
+
 /**
  * Each onnxd target against each llama.cpp server whose GGUF type is its weight form's pair (fp32-F32, int8-Q8_0,
  * q4-Q4_0) and whose prompt cache matches the target's prefix caching (on against on, off against off), at every
  * level both ran.
  */
-/** The fraction of a level's prompt tokens the server's cache gave (0 with no prompt tokens). */
-const cachedShare = (l: LevelResult): number => (l.total_input_tokens > 0 ? l.cached_input_tokens / l.total_input_tokens : 0)
-
 export function llamaCppRatios(scenarios: BenchReport['scenarios']): LlamaCppRatio[] {
   const runs = scenarios.filter((s): s is ScenarioResult => !isSkipped(s))
   const out: LlamaCppRatio[] = []

@@ -333,12 +333,7 @@ export class DecoderSession {
     const one = await this.forward({ rows: 1, seq: 1, pastLen: 0, ids: Int32Array.of(0), mask: Uint8Array.of(1), positions: Int32Array.of(0), past: this.emptyPast(1) }, [])
     // A copy: the C runner's outputs are views over buffers its next step reuses.
     const past = one.present.map((t) => ({ data: t.data.slice(), dims: t.dims }))
-    try {
-      await this.forward({ rows: 1, seq: 2, pastLen: 1, ids: Int32Array.of(0, 0), mask: Uint8Array.of(1, 1, 1), positions: Int32Array.of(1, 2), past }, [])
-      return true
-    } catch {
-      return false
-    }
+    return this.takesTwoTokensOver(past, Uint8Array.of(1, 1, 1), Int32Array.of(1, 2))
   }
 
   /**
@@ -348,8 +343,13 @@ export class DecoderSession {
   private async takesChunksOverPast(): Promise<boolean> {
     const kv = this.signature.kv
     const past = kv.pastNames.map(() => ({ data: kv.dtype === 'float16' ? new Uint16Array(kv.heads * kv.headDim) : new Float32Array(kv.heads * kv.headDim), dims: [1, kv.heads, 1, kv.headDim] }))
+    return this.takesTwoTokensOver(past, Uint8Array.of(0, 1, 1), Int32Array.of(0, 1))
+  }
+
+  /** Whether one row of two new tokens over `past` (one position) runs: the step both probes above try. */
+  private async takesTwoTokensOver(past: KvTensor[], mask: Uint8Array, positions: Int32Array): Promise<boolean> {
     try {
-      await this.forward({ rows: 1, seq: 2, pastLen: 1, ids: Int32Array.of(0, 0), mask: Uint8Array.of(0, 1, 1), positions: Int32Array.of(0, 1), past }, [])
+      await this.forward({ rows: 1, seq: 2, pastLen: 1, ids: Int32Array.of(0, 0), mask, positions, past }, [])
       return true
     } catch {
       return false

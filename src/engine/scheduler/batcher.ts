@@ -287,9 +287,10 @@ export class Batcher {
     const take: Sequence[] = []
     // A device cache prefills in a one-slot staging pool: one prompt at a time, in either graph form.
     // GroupQueryAttention takes several tokens per row at batch > 1 only over no past (DecoderSession.multiTokenRows):
-    // its prompts go together only when none has a cached prefix and all fit one step whole; else one at a time. Otherwise a group is as many prompts as
-    // fit one step whole, or as many as still get chunks of at least MIN_CHUNK columns: many rows of a few columns
-    // each run slower (135m, 512-token steps: 16 rows x 32 columns prefill 1681 tokens/s, 64 x 8 only 1368).
+    // its prompts go together only when none has a cached prefix and all fit one step whole; else one at a time.
+    // Otherwise a group is as many prompts as fit one step whole, or as many as still get chunks of at least MIN_CHUNK
+    // columns: many rows of a few columns each run slower (135m, 512-token steps: 16 rows x 32 columns prefill 1681
+    // tokens/s, 64 x 8 only 1368).
     const inPlace = this.kvShape.present === 'in-place'
     const device = this.model.session.deviceResident
     const maxGroup = Math.max(1, Math.floor(this.opts.maxBatchedTokens / MIN_CHUNK))
