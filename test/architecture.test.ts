@@ -67,7 +67,7 @@ const PACKAGE_OWNERS: { pkg: string; owners: string[]; exceptions?: { file: stri
   { pkg: 'vega-lite', owners: ['src/bench/chart.ts'] },
   { pkg: 'cli-progress', owners: ['src/bench/progress.ts'] },
   { pkg: '@mlc-ai/web-xgrammar', owners: ['src/engine/generation/grammar-thread.ts'] },
-  { pkg: 'better-sqlite3', owners: ['src/store/sqlite.ts'] },
+  { pkg: '@photostructure/sqlite', owners: ['src/store/sqlite.ts'] },
   { pkg: 'pg', owners: ['src/store/postgres.ts'] },
   { pkg: 'redis', owners: ['src/store/redis-rate-limit.ts'] },
   { pkg: 'piscina', owners: ['src/engine/pool/pool.ts'] },
@@ -430,7 +430,7 @@ describe('architecture: the imports of src/ keep the layer rules', () => {
 })
 
 describe('architecture checker: a planted violation is reported with its file and import', () => {
-  const pkgs: Packages = { dependencies: ['fastify', 'onnxruntime-node', 'better-sqlite3'], devDependencies: ['openai', 'vega', 'vega-lite', 'cli-progress', 'node-llama-cpp'] }
+  const pkgs: Packages = { dependencies: ['fastify', 'onnxruntime-node', '@photostructure/sqlite'], devDependencies: ['openai', 'vega', 'vega-lite', 'cli-progress', 'node-llama-cpp'] }
   const base: Record<string, string> = {
     'src/cli.ts': "const load = () => import('./cli/node.js')\n",
     'src/cli/node.ts': "import { serveNode } from '../node/server.js'\n",
@@ -444,7 +444,7 @@ describe('architecture checker: a planted violation is reported with its file an
     'src/builder/graph.ts': "import { DataType } from '../engine/model/onnx-proto.js'\n",
     'src/node/server.ts': "import { createEnginePool } from '../engine/index.js'\nconst b = await import('../builder/graph.js')\n",
     'src/facade/app.ts': "import Fastify from 'fastify'\nimport type { CompletionRequest } from '../contract/completions.js'\n",
-    'src/store/sqlite.ts': "import Database from 'better-sqlite3'\n",
+    'src/store/sqlite.ts': "import { DatabaseSync } from '@photostructure/sqlite'\n",
     'src/bench/run.ts': "import { Engine } from '../engine/bench-surface.js'\n",
     'src/engine/engine.ts': "export class Engine {}\n",
     'src/engine/bench-surface.ts': "export { Engine } from './engine.js'\n",
@@ -496,12 +496,12 @@ describe('architecture checker: a planted violation is reported with its file an
       name: 'a native package outside its module, the engine speaking HTTP, undeclared and dev-only packages',
       files: {
         'src/engine/worker/w.ts': "import * as ort from 'onnxruntime-node'\nimport { request } from 'node:http'\n",
-        'src/facade/db.ts': "import Database from 'better-sqlite3'\nimport OpenAI from 'openai'\nimport x from 'left-pad/sub'\n",
+        'src/facade/db.ts': "import { DatabaseSync } from '@photostructure/sqlite'\nimport OpenAI from 'openai'\nimport x from 'left-pad/sub'\n",
       },
       found: [
         ['owners', 'src/engine/worker/w.ts', 1, 'onnxruntime-node'],
         ['engine-no-http', 'src/engine/worker/w.ts', 2, 'node:http'],
-        ['owners', 'src/facade/db.ts', 1, 'better-sqlite3'],
+        ['owners', 'src/facade/db.ts', 1, '@photostructure/sqlite'],
         ['declared', 'src/facade/db.ts', 2, 'openai'],
         ['declared', 'src/facade/db.ts', 3, 'left-pad/sub'],
       ],

@@ -32,8 +32,9 @@ export const LEAVE_OUT: { pattern: RegExp; why: string }[] = [
   { pattern: /^onnxruntime-node\/bin\/napi-v\d+\/linux\/(?!x64\/)/, why: 'onnxruntime-node for Linux on other CPUs' },
   { pattern: /^@koromix\/koffi-linux-x64\/musl_x64\//, why: "koffi's musl build (the machine runs glibc)" },
   { pattern: /^node-llama-cpp\/llama\/gitRelease\.bundle$/, why: "llama.cpp's git history, for building it from source (never done: build 'never')" },
-  { pattern: /^better-sqlite3\/(deps|src)\//, why: "SQLite's sources, for building better-sqlite3's binary (built)" },
-  { pattern: /^better-sqlite3\/build\/(?!Release\/better_sqlite3\.node$)/, why: "better-sqlite3's build intermediates (its binary stays)" },
+  { pattern: /^@photostructure\/sqlite\/src\//, why: "SQLite's and its binding's sources, for building @photostructure/sqlite from source (never done: it ships prebuilt)" },
+  { pattern: /^@photostructure\/sqlite\/prebuilds\/(?!linux-x64\/)/, why: '@photostructure/sqlite for other platforms' },
+  { pattern: /^@photostructure\/sqlite\/prebuilds\/linux-x64\/.*\.musl\.node$/, why: "@photostructure/sqlite's musl build (the machine runs glibc)" },
   { pattern: /\.(d\.ts|d\.mts|d\.cts|map)$/, why: 'type declarations and source maps' },
 ]
 

@@ -1,8 +1,10 @@
-// The embedded store: accounts, keys, usage and billing in one SQLite file (better-sqlite3, WAL).
-// Imports: store interfaces, rows, migrations, ids, shared errors.
+// The embedded store: accounts, keys, usage and billing in one SQLite file (WAL), through @photostructure/sqlite:
+// node:sqlite's API for Node 20 with prebuilt binaries inside its npm package, so installing it compiles and downloads
+// nothing; enhance() adds better-sqlite3's pragma() and transaction(). Imports: store interfaces, rows, migrations, ids,
+// shared errors.
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
+import { DatabaseSync, enhance, type DatabaseSyncInstance, type EnhancedDatabaseSync } from '@photostructure/sqlite'
 import { OnnxdError } from '../shared/errors.js'
 import { newAccountId, newKeyId } from './ids.js'
 import { MIGRATIONS } from './migrations.js'
@@ -55,8 +57,21 @@ export interface SqliteStoreOptions {
   file?: string
 }
 
+/** A connection to the store's database file: node:sqlite's API plus better-sqlite3's pragma() and transaction(). */
+export type Database = EnhancedDatabaseSync<DatabaseSyncInstance>
+
+/** A prepared statement typed by its parameters and rows (the driver types both as any). */
+interface Statement<P extends unknown[], R> {
+  run(...params: P): { changes: number }
+  get(...params: P): R | undefined
+  all(...params: P): R[]
+}
+
+/** The key row as the driver reads it: a BLOB comes back as a Uint8Array, which the key lookup turns into a Buffer. */
+type KeyWithAccountDbRow = Omit<KeyWithAccountRow, 'hash'> & { hash: Uint8Array }
+
 /** Applies pending migrations in one transaction each; returns the schema version reached. */
-export function migrate(db: Database.Database): number {
+export function migrate(db: Database): number {
   let version = db.pragma('user_version', { simple: true }) as number
   if (version > MIGRATIONS.length) {
     throw new OnnxdError('config', `database schema version ${version} is newer than this onnxd (${MIGRATIONS.length})`)
@@ -72,37 +87,38 @@ export function migrate(db: Database.Database): number {
   return version
 }
 
-function prepareStatements(db: Database.Database) {
+function prepareStatements(db: Database) {
+  const prepare = <P extends unknown[] = [], R = never>(sql: string): Statement<P, R> => db.prepare(sql) as Statement<P, R>
   return {
-    insertAccount: db.prepare<[string, string, string | null, number, Subscription, number]>(
+    insertAccount: prepare<[string, string, string | null, number, Subscription, number]>(
       'INSERT INTO accounts (id, name, email, balance_micros, subscription, created_at) VALUES (?, ?, ?, ?, ?, ?)',
     ),
-    getAccount: db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE id = ?'),
-    listAccounts: db.prepare<[], AccountRow>('SELECT * FROM accounts ORDER BY created_at, id'),
-    updateProfile: db.prepare<{ id: string; name: string | null; email: string | null; setEmail: number }, AccountRow>(
+    getAccount: prepare<[string], AccountRow>('SELECT * FROM accounts WHERE id = ?'),
+    listAccounts: prepare<[], AccountRow>('SELECT * FROM accounts ORDER BY created_at, id'),
+    updateProfile: prepare<[{ id: string; name: string | null; email: string | null; setEmail: number }], AccountRow>(
       `UPDATE accounts SET name = coalesce(@name, name), email = CASE WHEN @setEmail THEN @email ELSE email END
        WHERE id = @id RETURNING *`,
     ),
-    credit: db.prepare<[number, string], AccountRow>(
+    credit: prepare<[number, string], AccountRow>(
       'UPDATE accounts SET balance_micros = balance_micros + ? WHERE id = ? RETURNING *',
     ),
-    setSubscription: db.prepare<[Subscription, string], AccountRow>(
+    setSubscription: prepare<[Subscription, string], AccountRow>(
       'UPDATE accounts SET subscription = ? WHERE id = ? RETURNING *',
     ),
-    insertKey: db.prepare<[string, string, string | null, Buffer, string, number | null, number], KeyRow>(
+    insertKey: prepare<[string, string, string | null, Buffer, string, number | null, number], KeyRow>(
       `INSERT INTO api_keys (id, account_id, name, hash, redacted, rpm_limit, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
        RETURNING *`,
     ),
-    findKey: db.prepare<[Buffer], KeyWithAccountRow>(
+    findKey: prepare<[Buffer], KeyWithAccountDbRow>(
       `${SELECT_KEY_WITH_ACCOUNT} WHERE k.hash = ?`,
     ),
-    getKey: db.prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE id = ?'),
-    listKeys: db.prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE account_id = ? ORDER BY created_at, id'),
-    revokeKey: db.prepare<[number, string, string | null, string | null], KeyRow>(
+    getKey: prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE id = ?'),
+    listKeys: prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE account_id = ? ORDER BY created_at, id'),
+    revokeKey: prepare<[number, string, string | null, string | null], KeyRow>(
       `UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND (? IS NULL OR account_id = ?)
        RETURNING *`,
     ),
-    upsertUsage: db.prepare<[string, string, string, string, number, number, number, number]>(
+    upsertUsage: prepare<[string, string, string, string, number, number, number, number]>(
       `INSERT INTO usage (key_id, account_id, model, day, requests, prompt_tokens, completion_tokens, cost_micros)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (key_id, model, day) DO UPDATE SET
@@ -111,32 +127,32 @@ function prepareStatements(db: Database.Database) {
          completion_tokens = completion_tokens + excluded.completion_tokens,
          cost_micros = cost_micros + excluded.cost_micros`,
     ),
-    touchKey: db.prepare<[number, string]>('UPDATE api_keys SET last_used_at = ? WHERE id = ?'),
-    markBilled: db.prepare<[string, number]>('INSERT INTO billed (id, billed_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING'),
-    forgetBilled: db.prepare<[number]>('DELETE FROM billed WHERE billed_at < ?'),
-    balance: db.prepare<[string], { balance_micros: number }>('SELECT balance_micros FROM accounts WHERE id = ?'),
-    ping: db.prepare<[], { one: number }>('SELECT 1 AS one'),
-    debit: db.prepare<[number, string], { balance_micros: number }>(
+    touchKey: prepare<[number, string]>('UPDATE api_keys SET last_used_at = ? WHERE id = ?'),
+    markBilled: prepare<[string, number]>('INSERT INTO billed (id, billed_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING'),
+    forgetBilled: prepare<[number]>('DELETE FROM billed WHERE billed_at < ?'),
+    balance: prepare<[string], { balance_micros: number }>('SELECT balance_micros FROM accounts WHERE id = ?'),
+    ping: prepare<[], { one: number }>('SELECT 1 AS one'),
+    debit: prepare<[number, string], { balance_micros: number }>(
       'UPDATE accounts SET balance_micros = balance_micros - ? WHERE id = ? RETURNING balance_micros',
     ),
-    takeInFlight: db.prepare<[string], InFlightRow>('DELETE FROM inflight WHERE id = ? RETURNING *'),
-    saveInFlight: db.prepare<[string, string, string, string, string, number, number, number, number, number]>(
+    takeInFlight: prepare<[string], InFlightRow>('DELETE FROM inflight WHERE id = ? RETURNING *'),
+    saveInFlight: prepare<[string, string, string, string, string, number, number, number, number, number]>(
       `INSERT INTO ${INFLIGHT_SAVE_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ${INFLIGHT_SAVE_CONFLICT}`,
     ),
-    renewInFlight: db.prepare<[number, string]>('UPDATE inflight SET updated_at = ? WHERE owner = ? AND settled_at IS NULL'),
-    staleInFlight: db.prepare<[number], InFlightRow>(
+    renewInFlight: prepare<[number, string]>('UPDATE inflight SET updated_at = ? WHERE owner = ? AND settled_at IS NULL'),
+    staleInFlight: prepare<[number], InFlightRow>(
       'SELECT * FROM inflight WHERE settled_at IS NULL AND updated_at < ? ORDER BY updated_at, id',
     ),
-    markSettled: db.prepare<[number, string]>('UPDATE inflight SET settled_at = ? WHERE id = ?'),
-    forgetSettled: db.prepare<[number]>('DELETE FROM inflight WHERE settled_at IS NOT NULL AND settled_at < ?'),
-    saveResponse: db.prepare<[string, string, number, string, string, string]>(RESPONSE_UPSERT(['?', '?', '?', '?', '?', '?'])),
-    getResponse: db.prepare<[string, string], ResponseRow>('SELECT * FROM responses WHERE id = ? AND account_id = ?'),
-    deleteResponse: db.prepare<[string, string]>('DELETE FROM responses WHERE id = ? AND account_id = ?'),
+    markSettled: prepare<[number, string]>('UPDATE inflight SET settled_at = ? WHERE id = ?'),
+    forgetSettled: prepare<[number]>('DELETE FROM inflight WHERE settled_at IS NOT NULL AND settled_at < ?'),
+    saveResponse: prepare<[string, string, number, string, string, string]>(RESPONSE_UPSERT(['?', '?', '?', '?', '?', '?'])),
+    getResponse: prepare<[string, string], ResponseRow>('SELECT * FROM responses WHERE id = ? AND account_id = ?'),
+    deleteResponse: prepare<[string, string]>('DELETE FROM responses WHERE id = ? AND account_id = ?'),
   }
 }
 
 export class SqliteStore implements Store {
-  readonly db: Database.Database
+  readonly db: Database
   private readonly q: ReturnType<typeof prepareStatements>
   private readonly record: (u: CompletionUsage) => { balanceMicros: number }
   private readonly save: (owner: string, rows: readonly InFlightCompletion[], nowMs: number) => void
@@ -149,7 +165,7 @@ export class SqliteStore implements Store {
       mkdirSync(dir, { recursive: true })
       file ??= join(dir, DB_FILE)
     }
-    this.db = new Database(file)
+    this.db = enhance(new DatabaseSync(file))
     this.db.pragma('journal_mode = WAL')
     this.db.pragma('synchronous = NORMAL')
     this.db.pragma('foreign_keys = ON')
@@ -255,7 +271,7 @@ export class SqliteStore implements Store {
 
   async findKeyByHash(hash: Buffer): Promise<KeyLookup | null> {
     const r = this.q.findKey.get(hash)
-    return r ? toKeyLookup(r) : null
+    return r ? toKeyLookup({ ...r, hash: Buffer.from(r.hash.buffer, r.hash.byteOffset, r.hash.byteLength) }) : null
   }
 
   async getKey(id: string): Promise<ApiKey | null> {
@@ -295,13 +311,12 @@ export class SqliteStore implements Store {
     const filters = all.filter((f): f is [string, string] => f[1] !== undefined)
     const where = filters.map(([condition]) => condition)
     const params = filters.map(([, value]) => value)
-    const rows = this.db
-      .prepare<string[], UsageDbRow>(
-        `SELECT key_id, model, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens,
-                sum(completion_tokens) AS completion_tokens, sum(cost_micros) AS cost_micros
-         FROM usage WHERE ${where.join(' AND ')} GROUP BY key_id, model ORDER BY key_id, model`,
-      )
-      .all(...params)
+    const sum = this.db.prepare(
+      `SELECT key_id, model, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens,
+              sum(completion_tokens) AS completion_tokens, sum(cost_micros) AS cost_micros
+       FROM usage WHERE ${where.join(' AND ')} GROUP BY key_id, model ORDER BY key_id, model`,
+    ) as Statement<string[], UsageDbRow>
+    const rows = sum.all(...params)
     return rows.map(toUsage)
   }
 
@@ -324,14 +339,18 @@ export class SqliteStore implements Store {
 
   /** SQLite's failures of the file itself (locked past busy_timeout, I/O error, disk full, unopenable, read-only). */
   isOutage(e: unknown): boolean {
-    const code = (e as { code?: unknown } | null)?.code
-    return typeof code === 'string' && SQLITE_OUTAGE.some((c) => code === c || code.startsWith(`${c}_`))
+    const err = e as { code?: unknown; errcode?: unknown } | null
+    // node:sqlite's errors: code ERR_SQLITE_ERROR, errcode SQLite's extended result code (its low byte the primary one).
+    return err?.code === 'ERR_SQLITE_ERROR' && typeof err.errcode === 'number' && SQLITE_OUTAGE.has(err.errcode & 0xff)
   }
 
   async close(): Promise<void> {
-    if (this.db.open) this.db.close()
+    if (this.db.isOpen) this.db.close()
   }
 }
 
-/** better-sqlite3's error codes (and their extended `_…` forms) that mean the database file cannot be used. */
-const SQLITE_OUTAGE = ['SQLITE_BUSY', 'SQLITE_LOCKED', 'SQLITE_IOERR', 'SQLITE_FULL', 'SQLITE_CANTOPEN', 'SQLITE_READONLY', 'SQLITE_PROTOCOL', 'SQLITE_NOMEM']
+/**
+ * SQLite's primary result codes that mean the database file cannot be used: BUSY, LOCKED, NOMEM, READONLY, IOERR,
+ * FULL, CANTOPEN, PROTOCOL (https://sqlite.org/rescode.html).
+ */
+const SQLITE_OUTAGE = new Set([5, 6, 7, 8, 10, 13, 14, 15])

@@ -1,7 +1,8 @@
 // The device archive's file list (scripts/device/pack.ts), checked without packing or compressing anything: Node's
 // bits come from npm at pack time, everything else from this checkout. The list holds what the run loads on a Linux
-// x64 machine (dist/, onnxruntime-node's Linux x64 library and binding, koffi's Linux x64 binary, every package a
-// module of dist/ imports, llama.cpp's Vulkan build) and leaves out other platforms' binaries and build sources.
+// x64 machine (dist/, onnxruntime-node's Linux x64 library and binding, koffi's and SQLite's Linux x64 binaries, every
+// package a module of dist/ imports, llama.cpp's Vulkan build) and leaves out other platforms' binaries and build
+// sources.
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { builtinModules } from 'node:module'
 import { join, resolve } from 'node:path'
@@ -31,7 +32,7 @@ describe.skipIf(!built)(`device archive file list${built ? '' : ' [skipped: dist
   const paths = built ? new Set(plan.files.map((f) => f.to)) : new Set<string>()
   const has = (p: string): boolean => paths.has(p)
 
-  it('holds the app, ORT and koffi for Linux x64, and llama.cpp\'s Vulkan build', () => {
+  it('holds the app, ORT, koffi and SQLite for Linux x64, and llama.cpp\'s Vulkan build', () => {
     for (const p of [
       'app/package.json',
       'app/bin/onnxd.js',
@@ -42,6 +43,7 @@ describe.skipIf(!built)(`device archive file list${built ? '' : ' [skipped: dist
       'app/node_modules/onnxruntime-node/bin/napi-v6/linux/x64/libonnxruntime.so.1',
       'app/node_modules/onnxruntime-node/bin/napi-v6/linux/x64/onnxruntime_binding.node',
       'app/node_modules/@koromix/koffi-linux-x64/linux_x64/koffi.node',
+      'app/node_modules/@photostructure/sqlite/prebuilds/linux-x64/@photostructure+sqlite.glibc.node',
       'app/node_modules/node-llama-cpp/package.json',
       'app/node_modules/@node-llama-cpp/linux-x64-vulkan/bins/linux-x64-vulkan/libggml-vulkan.so',
       'app/node_modules/@node-llama-cpp/linux-x64-vulkan/bins/linux-x64-vulkan/llama-addon.node',
@@ -59,7 +61,7 @@ describe.skipIf(!built)(`device archive file list${built ? '' : ' [skipped: dist
 
   it("leaves out other platforms' binaries, build sources, declarations and maps", () => {
     const bad = [...paths].filter((p) =>
-      /onnxruntime-node\/bin\/napi-v\d+\/(darwin|win32|linux\/arm64)\/|@node-llama-cpp\/(?!linux-x64-vulkan\/)|@koromix\/koffi-(?!linux-x64\/)|gitRelease\.bundle|better-sqlite3\/deps\/|\.d\.ts$|\.map$/.test(p),
+      /onnxruntime-node\/bin\/napi-v\d+\/(darwin|win32|linux\/arm64)\/|@node-llama-cpp\/(?!linux-x64-vulkan\/)|@koromix\/koffi-(?!linux-x64\/)|gitRelease\.bundle|@photostructure\/sqlite\/(src\/|prebuilds\/(?!linux-x64\/)|.*\.musl\.node$)|\.d\.ts$|\.map$/.test(p),
     )
     expect(bad).toEqual([])
     expect(plan.leftOut.map((l) => l.why)).toContain('onnxruntime-node for macOS and Windows')

@@ -19,8 +19,8 @@ afterEach(async () => {
   f = null
 })
 
-/** What better-sqlite3 throws when the disk fails under it: an outage (SqliteStore.isOutage). */
-const ioError = (): Error => Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR' })
+/** What the SQLite driver (node:sqlite's API) throws when the disk fails under it: an outage (SqliteStore.isOutage). */
+const ioError = (): Error => Object.assign(new Error('disk I/O error'), { code: 'ERR_SQLITE_ERROR', errcode: 10, errstr: 'disk I/O error' })
 
 /**
  * The store with an outage switch: while `down` holds a method's name (or `*`), calls of it fail with `ioError`; a
@@ -225,7 +225,7 @@ describe('StoreHealth', () => {
     try {
       let reachable = false
       const inner = {
-        isOutage: (e: unknown) => (e as { code?: string }).code === 'SQLITE_IOERR',
+        isOutage: (e: unknown) => (e as { errcode?: number }).errcode === 10,
         ping: vi.fn(async () => {
           if (!reachable) throw ioError()
         }),
