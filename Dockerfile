@@ -7,10 +7,8 @@
 # Build: every dependency (dev ones too), then the TypeScript build; then the dev dependencies go.
 FROM node:20-bookworm-slim AS build
 ENV ONNXRUNTIME_NODE_INSTALL=skip
-# A toolchain for native modules without a prebuilt binary for this platform (better-sqlite3); it stays in this stage.
-RUN apt-get update \
-  && apt-get install -y --no-install-recommends python3 make g++ \
-  && rm -rf /var/lib/apt/lists/*
+# No toolchain: every native dependency (onnxruntime-node, koffi, @photostructure/sqlite) ships its Linux binaries
+# inside its npm package, so nothing is compiled.
 WORKDIR /app
 COPY package.json package-lock.json .npmrc ./
 # Scripts are skipped only to keep `prepare` (the build) for after src/ is copied; `npm rebuild` then runs the
