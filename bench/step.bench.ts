@@ -2,9 +2,11 @@
 // forward (the context sweep's sweepStep over a filled cache, runtime capi) timed per form, alternating forms and
 // rounds in one process, with the CPU milliseconds of the process per step beside the wall time (on a shared host
 // the figure that load barely moves; with --threads 1 neither ORT nor anything else spins). --ort also times ORT
-// alone on the same graph at the same batch (the bench's ceiling: refs/ort.ts for a plain graph, refs/capi.ts with
-// presents on the past for GroupQueryAttention) right after each form's cell. docs/benchmarks.md, "llama.cpp driven
-// right, and the CPU lead", has its figures.
+// alone on the same graph at the same batch and past (the bench's ceiling): on a GroupQueryAttention graph through the
+// C API with presents on the past (refs/capi.ts), one ORT step after each of onnxd's, so that each pair sees the same
+// moment of a shared host and the median of the pairs' ratios holds where the wall clock moves; on a plain graph
+// through onnxruntime-node (refs/ort.ts), right after each form's cell. docs/benchmarks.md, "llama.cpp driven right,
+// and the CPU lead", has its figures.
 //
 //   npx tsx bench/step.bench.ts [--batches 16,64] [--past 144] [--steps 3] [--threads 1] [--rounds 2] [--ort]
 //     LABEL=DIR:DTYPE ...     (e.g. gqa-q4=.cache/models/onnxd-135m-gqa:q4 plain-int8=.cache/models/onnxd-135m:int8)
@@ -15,7 +17,7 @@ import { existsSync } from 'node:fs'
 import { KV_CHUNK, loadModel, type LoadedModel } from '../src/engine/bench-surface.js'
 import { filledCache, sweepStep, type Traffic } from '../src/bench/context.js'
 import { measureCeiling } from '../src/bench/refs/ort.js'
-import { measureCapiCeiling, usesGroupQueryAttention } from '../src/bench/refs/capi.js'
+import { openCapiSteps, usesGroupQueryAttention, type CapiSteps } from '../src/bench/refs/capi.js'
 import { DTYPE_FILES, type Dtype } from '../src/shared/model.js'
 import { median, writeReport } from './lib/report.js'
 
@@ -53,27 +55,52 @@ interface Cell {
   run_ms: number
   cpu_ms_per_step: number
   ort_ms?: number
+  /** GroupQueryAttention: the median over the step pairs of ORT's step over onnxd's (run call against run call). */
+  ort_over_onnxd?: number
   load1: number
 }
 const cells: Cell[] = []
 const models = new Map<string, LoadedModel>()
-for (const f of forms) models.set(f.label, await loadModel(f.dir, { runtime: 'capi', intraOpThreads: threads, dtype: f.dtype }))
+const refs = new Map<string, CapiSteps>()
+for (const f of forms) {
+  models.set(f.label, await loadModel(f.dir, { runtime: 'capi', intraOpThreads: threads, dtype: f.dtype }))
+  const onnxPath = onnxOf(f.dir, f.dtype)
+  if (values.ort && usesGroupQueryAttention(onnxPath)) refs.set(f.label, openCapiSteps({ onnxPath, threads }))
+}
 try {
   for (let round = 0; round < rounds; round++) {
     for (const batch of batches) {
       for (const f of forms) {
         const m = models.get(f.label)!
         const kv = filledCache(m, batch, past, KV_CHUNK)
+        const ort = refs.get(f.label)?.step({ batch, seq: 1, past, greedy: true })
         await sweepStep(m, kv, past, noTraffic) // warm-up
+        ort?.run()
         const ms: number[] = []
-        const c0 = process.cpuUsage()
-        for (let i = 0; i < steps; i++) ms.push((await sweepStep(m, kv, past, noTraffic)).runMs)
-        const c = process.cpuUsage(c0)
-        const cell: Cell = { round, form: f.label, batch, run_ms: median(ms), cpu_ms_per_step: (c.user + c.system) / 1000 / steps, load1: loadavg()[0] }
-        if (values.ort) {
+        const ortMs: number[] = []
+        let cpu = 0
+        try {
+          for (let i = 0; i < steps; i++) {
+            const c0 = process.cpuUsage()
+            ms.push((await sweepStep(m, kv, past, noTraffic)).runMs)
+            const c = process.cpuUsage(c0)
+            cpu += (c.user + c.system) / 1000
+            if (!ort) continue
+            const t0 = performance.now()
+            ort.run()
+            ortMs.push(performance.now() - t0)
+          }
+        } finally {
+          ort?.dispose()
+        }
+        const cell: Cell = { round, form: f.label, batch, run_ms: median(ms), cpu_ms_per_step: cpu / steps, load1: loadavg()[0] }
+        if (ort) {
+          cell.ort_ms = median(ortMs)
+          cell.ort_over_onnxd = median(ortMs.map((o, i) => o / ms[i]))
+        } else if (values.ort) {
           const onnxPath = onnxOf(f.dir, f.dtype)
           const o = { onnxPath, batches: [batch], past, prompt: 8, prefillRows: 1, threads, provider: 'cpu', greedy: true, budget: { warmup: 1, minRuns: steps, minSeconds: 0, maxRuns: steps } }
-          cell.ort_ms = (usesGroupQueryAttention(onnxPath) ? await measureCapiCeiling(o) : await measureCeiling(o)).decode[0].ms
+          cell.ort_ms = (await measureCeiling(o)).decode[0].ms
         }
         cells.push(cell)
         console.log(JSON.stringify(cell))
@@ -82,12 +109,13 @@ try {
   }
 } finally {
   for (const m of models.values()) await m.session.dispose()
+  for (const r of refs.values()) r.dispose()
 }
-console.log('\nform, batch: run ms per round | CPU ms per step per round' + (values.ort ? ' | onnxd / ORT per round' : ''))
+console.log('\nform, batch: run ms per round | CPU ms per step per round' + (values.ort ? ' | ORT / onnxd per round (paired: median of the step pairs)' : ''))
 for (const batch of batches) {
   for (const f of forms) {
     const mine = cells.filter((c) => c.form === f.label && c.batch === batch)
-    const ratio = values.ort ? ' | ' + mine.map((c) => (c.run_ms / c.ort_ms!).toFixed(2)).join(' ') : ''
+    const ratio = values.ort ? ' | ' + mine.map((c) => (c.ort_over_onnxd ?? c.ort_ms! / c.run_ms).toFixed(3)).join(' ') : ''
     console.log(`${f.label} B=${batch}: ${mine.map((c) => c.run_ms.toFixed(1)).join(' ')} | ${mine.map((c) => c.cpu_ms_per_step.toFixed(1)).join(' ')}${ratio}`)
   }
 }

@@ -125,14 +125,29 @@ function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: numbe
   }
 }
 
-/** The decode ceiling (and one prefill) of a GroupQueryAttention graph through the C API, presents on the past. */
-export async function measureCapiCeiling(o: CeilingOptions): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming }> {
+/** One step's tensors bound once, run as often as wanted (each run on a device binds its small inputs again). */
+export interface CapiStep {
+  run(): void
+  dispose(): void
+}
+
+/**
+ * ORT alone on a GroupQueryAttention graph through the C API: one session, and steps of any shape over it, each
+ * `batch` rows of `seq` new tokens over `past` cached positions, presents bound onto the past.
+ */
+export interface CapiSteps {
+  step(o: { batch: number; seq: number; past: number; greedy: boolean }): CapiStep
+  dispose(): void
+}
+
+/** Opens ORT alone's session on the graph at `onnxPath`, prepared as the engine prepares it. */
+export function openCapiSteps(o: { onnxPath: string; threads: number; provider?: string }): CapiSteps {
   const api = loadCApi()
   if (!api) throw new Error("ORT's C API cannot load here (see the warning above)")
   const g = prepareDecoderGraph(readFileSync(o.onnxPath))
   const inputs = inputsOf(g.model)
   const webgpu = o.provider === 'webgpu'
-  if (o.provider !== 'cpu' && !webgpu) throw new Error(`the C-API ceiling runs on cpu and webgpu, not ${o.provider}`)
+  if ((o.provider ?? 'cpu') !== 'cpu' && !webgpu) throw new Error(`the C-API ceiling runs on cpu and webgpu, not ${o.provider}`)
   const s = api.createSession(g.model, {
     intraOpThreads: o.threads,
     graphOptimization: 'all',
@@ -140,9 +155,21 @@ export async function measureCapiCeiling(o: CeilingOptions): Promise<{ decode: D
     ...(webgpu ? { ep: { name: 'WebGPU' } } : {}),
   })
   const device = webgpu ? s.deviceAllocator('WebGPU_Buf') : null
+  return {
+    step: (x) => step(s, inputs, s.outputNames, { ...x, nextToken: g.nextToken, device }),
+    dispose: () => {
+      device?.dispose()
+      s.dispose()
+    },
+  }
+}
+
+/** The decode ceiling (and one prefill) of a GroupQueryAttention graph through the C API, presents on the past. */
+export async function measureCapiCeiling(o: CeilingOptions): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming }> {
+  const ort = openCapiSteps(o)
   try {
     const timed = async (batch: number, seq: number, past: number): Promise<StepTiming> => {
-      const st = step(s, inputs, s.outputNames, { batch, seq, past, nextToken: g.nextToken, greedy: o.greedy, device })
+      const st = ort.step({ batch, seq, past, greedy: o.greedy })
       try {
         return await time(async () => st.run(), o.budget)
       } finally {
@@ -160,7 +187,6 @@ export async function measureCapiCeiling(o: CeilingOptions): Promise<{ decode: D
     }
     return { decode, prefill }
   } finally {
-    device?.dispose()
-    s.dispose()
+    ort.dispose()
   }
 }
