@@ -188,11 +188,9 @@ export class EnginePool implements EngineClient {
         if (w) w.stats = m.stats
         break
       }
-      case 'step':
-        this.observer.onStep?.(m.step)
-        break
-      case 'finish':
-        this.observer.onFinish?.(m.finish)
+      case 'observed':
+        for (const s of m.steps) this.observer.onStep?.(s)
+        for (const f of m.finishes) this.observer.onFinish?.(f)
         break
     }
   }

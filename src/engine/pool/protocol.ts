@@ -48,5 +48,8 @@ export type Broadcast =
   | { type: 'ready'; threadId: number; model: string; contextLength: number; provider: string; runtime: Runtime; stats: EngineStats }
   | { type: 'failed'; threadId: number; error: string }
   | { type: 'stats'; threadId: number; stats: EngineStats }
-  | { type: 'step'; threadId: number; step: StepObservation }
-  | { type: 'finish'; threadId: number; finish: FinishObservation }
+  /**
+   * Metric observations, batched: a message per observation woke the main thread once more per step, on the cores
+   * the steps run on. Sent when a sequence finished (right after its step), every 64 steps, and with the stats.
+   */
+  | { type: 'observed'; threadId: number; steps: StepObservation[]; finishes: FinishObservation[] }

@@ -1,10 +1,10 @@
 // The piscina worker entry: one engine replica per thread. Loads the model before taking tasks, runs each
 // request as a long-lived task that streams events over its own MessagePort, and reports readiness, stats and
-// metric observations on a BroadcastChannel.
+// metric observations (batched) on a BroadcastChannel.
 import { BroadcastChannel, threadId, workerData } from 'node:worker_threads'
 import { Engine } from '../engine.js'
 import type { Broadcast, PortCommand, Task, WorkerData } from '../pool/protocol.js'
-import type { SeqEvent } from '../types.js'
+import type { FinishObservation, SeqEvent, StepObservation } from '../types.js'
 import { NativeGate } from '../pool/gate.js'
 
 const data = workerData as WorkerData
@@ -16,10 +16,26 @@ async function init(): Promise<(t: Task) => Promise<null>> {
   const gate = NativeGate.claim(data.gates, threadId)
   if (!gate) throw new Error('pool closed before this worker loaded its model')
   let engine: Engine
+  // Metric observations go out in batches (protocol.ts 'observed'): a sequence's last step and its finish together,
+  // once the step that ended it is done (a microtask after the batcher's synchronous step code), and the others with
+  // the stats or every 64 steps. /metrics lags the steps by at most the stats interval.
+  let steps: StepObservation[] = []
+  let finishes: FinishObservation[] = []
+  const flush = (): void => {
+    if (!steps.length && !finishes.length) return
+    post({ type: 'observed', threadId, steps, finishes })
+    steps = []
+    finishes = []
+  }
   try {
     engine = await Engine.load(data.engine, {
-      onStep: (step) => post({ type: 'step', threadId, step }),
-      onFinish: (finish) => post({ type: 'finish', threadId, finish }),
+      onStep: (step) => {
+        if (steps.push(step) >= 64) flush()
+      },
+      onFinish: (finish) => {
+        finishes.push(finish)
+        queueMicrotask(flush)
+      },
     })
   } catch (e) {
     post({ type: 'failed', threadId, error: (e as Error).message })
@@ -28,7 +44,10 @@ async function init(): Promise<(t: Task) => Promise<null>> {
     gate.exit()
   }
   engine.model.session.gate = gate
-  const stats = (): void => post({ type: 'stats', threadId, stats: engine.stats() })
+  const stats = (): void => {
+    flush()
+    post({ type: 'stats', threadId, stats: engine.stats() })
+  }
   // While a forward step blocks this thread the timer cannot fire: stale stats are what make a hung worker visible.
   setInterval(stats, 250).unref()
   // The first stats ride with 'ready': a /health answered between two messages would see no capacity yet.
