@@ -42,10 +42,15 @@ export class SseWriter {
     return !this.res.destroyed && !this.res.writableEnded
   }
 
-  /** Writes `text` (whole frames); on backpressure resolves on 'drain', the socket closing, or the signal aborting. */
-  async write(text: string): Promise<void> {
+  /**
+   * Writes `text` (whole frames); on backpressure resolves on 'drain', the socket closing, or the signal aborting.
+   * `onSent` runs once the text has left this process for the socket (Node's write callback without an error): until
+   * then it may sit in the response's buffer, and a process killed meanwhile never sends it.
+   */
+  async write(text: string, onSent?: () => void): Promise<void> {
     if (!this.open) return
-    if (this.res.write(text) || this.signal?.aborted) return
+    const written = onSent ? this.res.write(text, (err) => err || onSent()) : this.res.write(text)
+    if (written || this.signal?.aborted) return
     await new Promise<void>((resolve) => {
       const done = (): void => {
         this.res.off('drain', done)

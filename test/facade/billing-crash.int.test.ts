@@ -2,7 +2,7 @@
 // it is SIGKILLed mid-stream and started again on the same data directory. What each client received must then be
 // billed (usage and debit), less at most one save interval of tokens (billingFlushTokens), never more.
 import { spawn, type ChildProcess } from 'node:child_process'
-import { request } from 'node:http'
+import { request, type IncomingMessage } from 'node:http'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -97,11 +97,12 @@ interface Stream {
 }
 
 /** A streamed chat completion read with node:http, which hands over every byte received before the connection broke. */
-function openStream(url: string, key: string, onChunk: () => void): Stream {
+function openStream(url: string, key: string, onChunk: () => void, onResponse?: (res: IncomingMessage) => void, maxTokens = 4000): Stream {
   const ended = deferred()
   const s: Stream = { chunks: 0, ended: ended.promise }
   const req = request(`${url}/v1/chat/completions`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' } }, (res) => {
     expect(res.statusCode).toBe(200)
+    onResponse?.(res)
     let buf = ''
     res.on('data', (d: Buffer) => {
       buf += d.toString()
@@ -121,7 +122,7 @@ function openStream(url: string, key: string, onChunk: () => void): Stream {
     res.on('error', () => ended.resolve())
   })
   req.on('error', () => ended.resolve())
-  req.end(JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 4000, stream: true }))
+  req.end(JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: maxTokens, stream: true }))
   return s
 }
 
@@ -189,6 +190,53 @@ describe('billing survives a crash (issue #10)', () => {
       await after.close()
     }
 
+    second.child.kill('SIGTERM')
+    expect((await second.exited).code).toBe(0)
+  })
+
+  it("SIGKILL while a client has stopped reading: the frames still in the facade's own buffer are not billed", async () => {
+    // Enough tokens, all at once, to fill the client's socket buffers and then the facade's response buffer.
+    node = await startFakeNode({ tokens: Array.from({ length: 40_000 }, (_, i) => ` t${i}`) })
+    const dataDir = mkdtempSync(join(tmpdir(), 'onnxd-crash-'))
+    const store = new SqliteStore({ dataDir })
+    const account = await store.createAccount({ name: 'stalled', balanceMicros: CREDITS })
+    const key = (await createApiKey(store, account.id)).key!
+    await store.close()
+    const first = await startFacade(dataDir, node.url)
+    children.push(first.child)
+
+    // The client stops reading after BEFORE_KILL chunks: the kernel's buffers fill, then the facade's.
+    let res: IncomingMessage | null = null
+    const stream = openStream(first.url, key, () => {
+      if (stream.chunks === BEFORE_KILL) res?.pause()
+    }, (r) => (res = r), 40_000)
+    // The saved in-flight count stops growing once the facade waits for the socket to drain.
+    const saved = new SqliteStore({ dataDir })
+    let last = -1
+    for (let still = 0; still < 4; ) {
+      await new Promise((r) => setTimeout(r, 300))
+      const rows = saved.db.prepare('SELECT completion_tokens FROM inflight').all() as { completion_tokens: number }[]
+      const now = rows.reduce((m, r) => Math.max(m, r.completion_tokens), 0)
+      still = now > 0 && now === last ? still + 1 : 0
+      last = now
+    }
+    await saved.close()
+    first.child.kill('SIGKILL')
+    await first.exited
+    // Everything that left the facade's process reaches the client.
+    res!.resume()
+    await stream.ended
+    expect(stream.chunks).toBeGreaterThan(BEFORE_KILL)
+    expect(stream.chunks).toBeLessThan(40_000)
+
+    const second = await startFacade(dataDir, node.url)
+    children.push(second.child)
+    await second.settled(1)
+    const usage = await fetch(`${second.url}/v1/usage`, { headers: bearer(key) })
+    const { total } = (await usage.json()) as { total: { completion_tokens: number } }
+    // Billed: what the last save before the kill held, which never counts a frame that had not left the process.
+    expect(total.completion_tokens).toBe(last)
+    expect(total.completion_tokens).toBeLessThanOrEqual(stream.chunks)
     second.child.kill('SIGTERM')
     expect((await second.exited).code).toBe(0)
   })

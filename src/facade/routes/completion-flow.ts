@@ -194,6 +194,8 @@ interface ChoiceState {
   deltas: number
   seen: Partial<Usage> | null
   final: FinalEvent | null
+  /** `deltas` and `seen` as of the last frame that has left this process (what a crash-safe save may bill). */
+  sent: { deltas: number; seen: Partial<Usage> | null }
 }
 
 /** What a choice's node stream delivered, as usage: its final usage, else the last it reported, else its deltas. */
@@ -221,10 +223,13 @@ async function streamCompletion(
   reply.hijack()
   const sse = new SseWriter(raw, reply.getHeaders() as OutgoingHttpHeaders, undefined, (err) => request.log.debug({ err }, 'stream write failed'))
   const tab = ctx.meter.open(job.id, job.principal.account, job.principal.key, job.model)
-  const choices: ChoiceState[] = ds.map(() => ({ deltas: 0, seen: null, final: null }))
+  const choices: ChoiceState[] = ds.map(() => ({ deltas: 0, seen: null, final: null, sent: { deltas: 0, seen: null } }))
   let failure: ErrorEvent['error'] | null = null
+  // The tab hears what has left this process for the client's socket: a frame still in the response's buffer when a
+  // SIGKILL lands never reaches the client, and must not be in a crash-safe save. (A delta without a frame counts
+  // with the next frame.)
   const progress = (): void => {
-    const u = requestUsage(choices.map((c) => ({ prompt_tokens: c.seen?.prompt_tokens ?? 0, completion_tokens: Math.max(c.seen?.completion_tokens ?? 0, c.deltas) })), job.choices)
+    const u = requestUsage(choices.map(({ sent }) => ({ prompt_tokens: sent.seen?.prompt_tokens ?? 0, completion_tokens: Math.max(sent.seen?.completion_tokens ?? 0, sent.deltas) })), job.choices)
     tab.progress({ promptTokens: u.prompt_tokens, completionTokens: u.completion_tokens })
   }
 
@@ -248,8 +253,13 @@ async function streamCompletion(
         // Deltas carry their token ids; a delta without ids counts as one token.
         c.deltas += Array.isArray((ev as { ids?: unknown }).ids) ? (ev as { ids: unknown[] }).ids.length : ev.text ? 1 : 0
         const lp = (ev as { logprobs?: TokenLogprob[] }).logprobs
-        if (ev.text || lp?.length) await sse.write(out.content(index, ev.text, lp))
-        progress()
+        if (ev.text || lp?.length) {
+          const sent = { deltas: c.deltas, seen: c.seen }
+          await sse.write(out.content(index, ev.text, lp), () => {
+            c.sent = sent
+            progress()
+          })
+        }
         if (gone.signal.aborted || failure !== null) break
       }
     } catch (e) {
