@@ -1,6 +1,8 @@
 // Issue #10: "SIGKILL loses in-flight billing". A real `onnxd facade` process serves 16 streams from a paced node;
 // it is SIGKILLed mid-stream and started again on the same data directory. What each client received must then be
-// billed (usage and debit), less at most one save interval of tokens (billingFlushTokens), never more.
+// billed (usage and debit), less at most one save interval of tokens (billingFlushTokens), never more. Also with a
+// client that has stopped reading, whose frames wait in the facade's own buffer when the kill lands: those are never
+// sent, and never billed.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { request, type IncomingMessage } from 'node:http'
 import { mkdtempSync } from 'node:fs'
