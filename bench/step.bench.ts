@@ -11,14 +11,12 @@
 //   npx tsx bench/step.bench.ts [--batches 16,64] [--past 144] [--steps 3] [--threads 1] [--rounds 2] [--ort]
 //     LABEL=DIR:DTYPE ...     (e.g. gqa-q4=.cache/models/onnxd-135m-gqa:q4 plain-int8=.cache/models/onnxd-135m:int8)
 import { loadavg } from 'node:os'
-import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { existsSync } from 'node:fs'
-import { KV_CHUNK, loadModel, type LoadedModel } from '../src/engine/bench-surface.js'
+import { KV_CHUNK, loadModel, readBundle, type LoadedModel } from '../src/engine/bench-surface.js'
 import { filledCache, sweepStep, type Traffic } from '../src/bench/context.js'
 import { measureCeiling } from '../src/bench/refs/ort.js'
 import { openCapiSteps, usesGroupQueryAttention, type CapiSteps } from '../src/bench/refs/capi.js'
-import { DTYPE_FILES, type Dtype } from '../src/shared/model.js'
+import type { Dtype } from '../src/shared/model.js'
 import { median, writeReport } from './lib/report.js'
 
 const { values, positionals } = parseArgs({
@@ -37,15 +35,15 @@ const [past, steps, threads, rounds] = [values.past, values.steps, values.thread
 const forms = positionals.map((p) => {
   const m = /^([^=]+)=(.+):(\w+)$/.exec(p)
   if (!m) throw new Error(`${p}: expected LABEL=DIR:DTYPE`)
-  return { label: m[1], dir: m[2], dtype: m[3] as Dtype }
+  const dtype = m[3] as Dtype
+  // The ONNX file the engine serves for that dtype, found by its own rule.
+  return { label: m[1], dir: m[2], dtype, onnxPath: readBundle(m[2], { dtype }).onnxPath }
 })
 if (!forms.length || [past, steps, threads, rounds, ...batches].some((n) => !Number.isInteger(n) || n < 0)) {
   process.stderr.write('usage: npx tsx bench/step.bench.ts [--batches 16,64] [--past 144] [--steps 3] [--threads 1] [--rounds 2] [--ort] LABEL=DIR:DTYPE ...\n')
   process.exit(2)
 }
 
-/** The ONNX file a bundle serves for `dtype` (the genai layout beside genai_config.json, the HF one under onnx/). */
-const onnxOf = (dir: string, dtype: Dtype): string => (existsSync(join(dir, 'genai_config.json')) ? join(dir, DTYPE_FILES[dtype]) : join(dir, 'onnx', DTYPE_FILES[dtype]))
 const noTraffic = (): Traffic => ({ fed: {}, fetched: {}, shared: [] })
 
 interface Cell {
@@ -64,8 +62,7 @@ const models = new Map<string, LoadedModel>()
 const refs = new Map<string, CapiSteps>()
 for (const f of forms) {
   models.set(f.label, await loadModel(f.dir, { runtime: 'capi', intraOpThreads: threads, dtype: f.dtype }))
-  const onnxPath = onnxOf(f.dir, f.dtype)
-  if (values.ort && usesGroupQueryAttention(onnxPath)) refs.set(f.label, openCapiSteps({ onnxPath, threads }))
+  if (values.ort && usesGroupQueryAttention(f.onnxPath)) refs.set(f.label, openCapiSteps({ onnxPath: f.onnxPath, threads }))
 }
 try {
   for (let round = 0; round < rounds; round++) {
@@ -98,8 +95,7 @@ try {
           cell.ort_ms = median(ortMs)
           cell.ort_over_onnxd = median(ortMs.map((o, i) => o / ms[i]))
         } else if (values.ort) {
-          const onnxPath = onnxOf(f.dir, f.dtype)
-          const o = { onnxPath, batches: [batch], past, prompt: 8, prefillRows: 1, threads, provider: 'cpu', greedy: true, budget: { warmup: 1, minRuns: steps, minSeconds: 0, maxRuns: steps } }
+          const o = { onnxPath: f.onnxPath, batches: [batch], past, prompt: 8, prefillRows: 1, threads, provider: 'cpu', greedy: true, budget: { warmup: 1, minRuns: steps, minSeconds: 0, maxRuns: steps } }
           cell.ort_ms = (await measureCeiling(o)).decode[0].ms
         }
         cells.push(cell)

@@ -49,8 +49,7 @@ export class SseWriter {
    */
   async write(text: string, onSent?: () => void): Promise<void> {
     if (!this.open) return
-    const written = onSent ? this.res.write(text, (err) => err || onSent()) : this.res.write(text)
-    if (written || this.signal?.aborted) return
+    if (this.res.write(text, onSent && ((err) => err || onSent())) || this.signal?.aborted) return
     await new Promise<void>((resolve) => {
       const done = (): void => {
         this.res.off('drain', done)
