@@ -298,14 +298,17 @@ export class Batcher {
   }
 
   /**
-   * Sizes the running cache for the worst case of everything admitted, so it grows in place; ahead of that, up to
-   * maxRunning rows as the KV budget holds (KvCache.reserve).
+   * Sizes the running cache for the worst case of everything admitted and of the requests waiting behind it, so it
+   * grows in place; ahead of that, up to maxRunning rows as the KV budget holds (KvCache.reserve). A burst of
+   * requests then sizes it once, where sizing it for the admitted rows alone reallocated it, and copied its rows into
+   * fresh pages, log2(burst) times as the prefill groups joined.
    */
   private reserveKv(): void {
     const all = [...this.running, ...(this.group?.seqs ?? [])]
     const slots = all.reduce((m, s) => Math.max(m, s.promptIds.length + s.maxTokens), 0)
     const fit = Math.floor(this.opts.kvBudgetBytes / Math.max(1, slots * this.model.kvBytesPerToken))
-    this.kv.reserve(all.length, slots, Math.min(this.opts.maxRunning, fit))
+    const maxRows = Math.min(this.opts.maxRunning, fit)
+    this.kv.reserve(Math.max(all.length, Math.min(maxRows, all.length + this.waiting.length)), slots, maxRows)
   }
 
   /**

@@ -79,6 +79,20 @@ describe('batcher over a fake step runtime', () => {
     expect((await runRequest(e, b)).ids).toEqual(expected(b.input_ids, 9))
   })
 
+  it('a burst of requests sizes the running cache for all of them at its first step, not as each prefill group joins', async () => {
+    // Prompts of 8 in steps of 16 tokens: the burst of 16 joins the batch two at a time.
+    const kvAtDecode: number[] = []
+    const f = fakeModel()
+    session = f.session
+    const e = (engine = Engine.over(f.model, { prefixCaching: false, maxBatchedTokens: 16 }, { onStep: (s) => s.phase === 'decode' && kvAtDecode.push(e.stats().kvUsedBytes) }))
+    const reqs = Array.from({ length: 16 }, (_, i) => ({ input_ids: prompt(8, i), max_tokens: 4, temperature: 0, ignore_eos: true }))
+    const got = await Promise.all(reqs.map((r) => runRequest(e, r).then((x) => x.ids)))
+    expect(got).toEqual(reqs.map((r) => expected(r.input_ids, 4)))
+    expect(Math.max(...session.log.steps.filter((s) => s.seq > 1).map((s) => s.rows))).toBeLessThanOrEqual(2)
+    // Two tensors (key, value) of one float per token, 16 rows of 8 + 4 slots at least.
+    expect(kvAtDecode[0]).toBeGreaterThanOrEqual(2 * 16 * 12 * 4)
+  })
+
   describe('speculative decoding (n-gram drafts checked in the step)', () => {
     // A model that repeats its input with a period of 5: after a few tokens every n-gram draft is right.
     const periodic = (h: readonly number[]): number => (h.length >= 5 ? h[h.length - 5] : 1 + ((h.length * 7) % (FAKE_VOCAB - 1)))
