@@ -405,9 +405,12 @@ export class Batcher {
    * the buffers already held for them when those are larger (slots are rounded up, and kept while busy).
    */
   private fitPrefixCache(): void {
-    if (!this.prefix) return
-    const held = this.heldBytes()
-    this.prefix.shrinkTo(Math.max(0, this.opts.kvBudgetBytes - Math.max(this.reserveBytes([]), held)))
+    this.prefix?.shrinkTo(this.prefixLimit())
+  }
+
+  /** What the admitted sequences leave of the KV budget for cached prefixes (fitPrefixCache). */
+  private prefixLimit(): number {
+    return Math.max(0, this.opts.kvBudgetBytes - Math.max(this.reserveBytes([]), this.heldBytes()))
   }
 
   private async prefillChunk(): Promise<void> {
@@ -443,9 +446,12 @@ export class Batcher {
 
     // The whole prompt is in the cache: keep its blocks for later prompts, sample each row's first token, then move
     // the live rows into the batch.
+    // At its bound, the prefix cache writes new blocks over the ones it evicts (prefix-cache.ts). Its bound counts
+    // the group's cache, which stays held (as the spare, or in the running rows).
+    const limit = this.prefixLimit()
     this.group = null
     const host = g.kv instanceof KvCache ? g.kv : null
-    if (host) g.seqs.forEach((s, r) => this.prefix?.insert(s.promptIds, (from, n) => host.readSlots(r, from, n)))
+    if (host) g.seqs.forEach((s, r) => this.prefix?.insert(s.promptIds, (from, n, into) => host.readSlots(r, from, n, into), limit))
     const V = this.model.vocab
     g.seqs.forEach((s, r) => {
       if (s.cancelled) {

@@ -159,19 +159,28 @@ export class KvCache implements KvRows {
     if (need > this.cap) this.fit(this.rows, need)
   }
 
-  /** Copies of row `r`'s slots [from, from + n), one buffer per past tensor laid out [outer, heads, n, headDim]. */
-  readSlots(r: number, from: number, n: number): KvData[] {
+  /**
+   * Copies of row `r`'s slots [from, from + n), one view per past tensor laid out [outer, heads, n, headDim]: written
+   * into `into` (views of that size, as an earlier call returned them), or else into new views over one buffer.
+   */
+  readSlots(r: number, from: number, n: number, into?: KvData[]): KvData[] {
     const { outer: O, heads: H, headDim: D, dtype } = this.shape
-    return this.bufs.map((src) => {
-      const out = alloc(dtype, O * H * n * D)
+    const size = O * H * n * D
+    const views = into ?? this.viewsOver(alloc(dtype, this.bufs.length * size), size)
+    if (views.length !== this.bufs.length || views.some((v) => v.length !== size)) throw new Error('readSlots: views of another shape')
+    this.bufs.forEach((src, i) => {
       for (let o = 0; o < O; o++) {
         for (let h = 0; h < H; h++) {
           const s = (((o * this.rowsCap + r) * H + h) * this.cap + from) * D
-          out.set(src.subarray(s, s + n * D), (o * H + h) * n * D)
+          views[i].set(src.subarray(s, s + n * D), (o * H + h) * n * D)
         }
       }
-      return out
     })
+    return views
+  }
+
+  private viewsOver(one: KvData, size: number): KvData[] {
+    return this.bufs.map((_, i) => one.subarray(i * size, (i + 1) * size))
   }
 
   /**

@@ -4,7 +4,9 @@
 // taken only when its own tokens and its parent block match too, so a reuse is exact: the KV rows of a token depend
 // on that token and the ones before it only. Blocks form a tree (a block's parent is the block before it); only
 // leaves are evicted, least recently used first, so every cached block stays reachable. The batcher counts the
-// blocks' bytes in its KV budget and evicts when admitted sequences need the room.
+// blocks' bytes in its KV budget and evicts when admitted sequences need the room. A cache at its bound makes room for
+// a new block by evicting one and writing the new block into the evicted one's buffer: once full, a busy cache takes
+// no fresh memory (its pages are mapped already, and V8 sees no new external memory to collect for).
 import { createHash } from 'node:crypto'
 import type { KvData } from '../model/step-io.js'
 
@@ -15,7 +17,7 @@ interface Block {
   readonly key: string
   readonly tokens: Int32Array
   readonly parent: Block | null
-  /** One buffer per past tensor, the block's slots as [outer, heads, PREFIX_BLOCK, headDim]. */
+  /** One view per past tensor, the block's slots as [outer, heads, PREFIX_BLOCK, headDim], over one buffer. */
   readonly data: KvData[]
   readonly bytes: number
   children: number
@@ -31,6 +33,8 @@ export class PrefixCache {
   /** Every block by key, least recently used first (a use re-inserts the chain, leaf first). */
   private readonly blocks = new Map<string, Block>()
   private held = 0
+  /** The bytes of one block (every block has the same shape), once one is cached. */
+  private blockBytes = 0
 
   constructor(private readonly block = PREFIX_BLOCK) {}
 
@@ -75,20 +79,31 @@ export class PrefixCache {
   }
 
   /**
-   * Caches the whole blocks of `ids` not cached yet. `read(from, n)` gives the KV data of the prompt's slots
-   * [from, from + n) as one buffer per past tensor; it is called only for blocks that are new.
+   * Caches the whole blocks of `ids` not cached yet, holding at most `limit` bytes: at the bound, each new block
+   * takes the buffer of the least recently used leaf it evicts; where none is left to evict, the rest of the prompt
+   * is not cached. `read(from, n, into)` writes the KV data of the prompt's slots [from, from + n) into `into` (an
+   * evicted block's views) or, given none, into new views over one buffer; it is called only for blocks that are new.
    */
-  insert(ids: readonly number[], read: (from: number, n: number) => KvData[]): void {
+  insert(ids: readonly number[], read: (from: number, n: number, into?: KvData[]) => KvData[], limit = Infinity): void {
     const B = this.block
     const found = this.chain(ids, ids.length)
+    // The chain found is used now: the evictions below take other leaves first.
+    this.touch(found)
     let parent = found.at(-1) ?? null
     for (let at = found.length * B; at + B <= ids.length; at += B) {
       const tokens = Int32Array.from(ids.slice(at, at + B))
       const key = this.keyOf(parent, tokens)
       // A block under the same key whose parent or tokens differ (a hash collision) stays; this chain stops here.
       if (this.blocks.has(key)) break
-      const data = read(at, B)
+      let into: KvData[] | undefined
+      if (this.blockBytes && this.held + this.blockBytes > limit) {
+        // The parent, this chain's newest block, may be a leaf until its child is in: it is not the one evicted.
+        into = this.evictLeaf(parent)?.data
+        if (!into) break
+      }
+      const data = read(at, B, into)
       const b: Block = { key, tokens, parent, data, bytes: data.reduce((s, d) => s + d.byteLength, 0), children: 0 }
+      this.blockBytes ||= b.bytes
       if (parent) parent.children++
       this.blocks.set(key, b)
       this.held += b.bytes
@@ -100,15 +115,21 @@ export class PrefixCache {
 
   /** Evicts least recently used leaves until at most `bytes` are held. */
   shrinkTo(bytes: number): void {
-    while (this.held > bytes && this.blocks.size) {
-      for (const b of this.blocks.values()) {
-        if (b.children) continue
-        this.blocks.delete(b.key)
-        this.held -= b.bytes
-        if (b.parent) b.parent.children--
-        break
-      }
+    while (this.held > bytes && this.evictLeaf(null)) {
+      // evicted one
     }
+  }
+
+  /** Evicts the least recently used leaf other than `keep`, if there is one; returns it. */
+  private evictLeaf(keep: Block | null): Block | null {
+    for (const b of this.blocks.values()) {
+      if (b.children || b === keep) continue
+      this.blocks.delete(b.key)
+      this.held -= b.bytes
+      if (b.parent) b.parent.children--
+      return b
+    }
+    return null
   }
 
   clear(): void {

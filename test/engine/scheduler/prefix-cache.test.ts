@@ -71,6 +71,43 @@ describe('PrefixCache', () => {
     expect(c.bytes).toBe(0)
     expect(c.lookup(x, 8).tokens).toBe(0)
   })
+
+  it('at its bound, makes room for each new block by evicting a least recently used leaf and writing into its buffer', () => {
+    const c = new PrefixCache(B)
+    const bytes = B * 4
+    const x = seq(0, 8)
+    const y = seq(10, 8)
+    for (const p of [x, y]) c.insert(p, readOf(p))
+    const before = [...c.lookup(x, 8).blocks] // x's chain is now the most recently used; y's the least
+    const intos: Array<KvData[] | undefined> = []
+    const z = seq(20, 12)
+    c.insert(z, (from, n, into) => {
+      intos.push(into)
+      const out = into ?? [new Float32Array(n)]
+      out[0].fill(z[from])
+      return out
+    }, 4 * bytes)
+    // Three new blocks at a bound of four: one evicted leaf of y's, then y's first block (a leaf once its child
+    // went), then x's leaf; every new block went into an evicted block's buffer.
+    expect(intos.every((i) => i !== undefined)).toBe(true)
+    expect(c.bytes).toBe(4 * bytes)
+    expect(c.lookup(y, 8).tokens).toBe(0)
+    expect(c.lookup(x, 8).tokens).toBe(4)
+    expect(intos[2]?.[0]).toBe(before[1][0])
+    expect(firstTokens(c.lookup(z, 12).blocks)).toEqual([20, 24, 28])
+  })
+
+  it('at its bound with nothing else to evict, caches what fits of a prompt and never evicts the chain it extends', () => {
+    const c = new PrefixCache(B)
+    const bytes = B * 4
+    const z = seq(0, 16)
+    const reads: number[] = []
+    c.insert(z, readOf(z, reads), 2 * bytes)
+    // The first block's size is known once it is read: the bound holds from the second on.
+    expect(reads).toEqual([0, 4])
+    expect(c.lookup(z, 16).tokens).toBe(8)
+    expect(c.bytes).toBe(2 * bytes)
+  })
 })
 
 describe('KvCache prefix copies', () => {
@@ -96,6 +133,12 @@ describe('KvCache prefix copies', () => {
       expect(dst.lens).toEqual([0, 0, 8])
       expect(dst.readSlots(2, 0, 8)).toEqual(src.readSlots(1, 0, 8))
       expect(() => dst.loadPrefix(2, blocks, 4)).toThrow(/not empty/)
+      // One buffer per block, a view per tensor; given views, readSlots writes into them.
+      expect(blocks[0][0].buffer).toBe(blocks[0][1].buffer)
+      const into = src.readSlots(0, 0, 4)
+      expect(src.readSlots(1, 4, 4, into)).toBe(into)
+      expect(into).toEqual(blocks[1])
+      expect(() => src.readSlots(1, 0, 2, into)).toThrow(/another shape/)
     })
   }
 })
