@@ -115,9 +115,7 @@ export class PrefixCache {
 
   /** Evicts least recently used leaves until at most `bytes` are held. */
   shrinkTo(bytes: number): void {
-    while (this.held > bytes && this.evictLeaf(null)) {
-      // evicted one
-    }
+    while (this.held > bytes) if (!this.evictLeaf(null)) break
   }
 
   /** Evicts the least recently used leaf other than `keep`, if there is one; returns it. */
