@@ -17,7 +17,7 @@ interface Block {
   readonly key: string
   readonly tokens: Int32Array
   readonly parent: Block | null
-  /** One view per past tensor, the block's slots as [outer, heads, PREFIX_BLOCK, headDim], over one buffer. */
+  /** One buffer per past tensor, the block's slots as [outer, heads, PREFIX_BLOCK, headDim]. */
   readonly data: KvData[]
   readonly bytes: number
   children: number
@@ -82,7 +82,7 @@ export class PrefixCache {
    * Caches the whole blocks of `ids` not cached yet, holding at most `limit` bytes: at the bound, each new block
    * takes the buffer of the least recently used leaf it evicts; where none is left to evict, the rest of the prompt
    * is not cached. `read(from, n, into)` writes the KV data of the prompt's slots [from, from + n) into `into` (an
-   * evicted block's views) or, given none, into new views over one buffer; it is called only for blocks that are new.
+   * evicted block's buffers) or, given none, into new ones; it is called only for blocks that are new.
    */
   insert(ids: readonly number[], read: (from: number, n: number, into?: KvData[]) => KvData[], limit = Infinity): void {
     const B = this.block

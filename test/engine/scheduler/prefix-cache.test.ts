@@ -133,8 +133,7 @@ describe('KvCache prefix copies', () => {
       expect(dst.lens).toEqual([0, 0, 8])
       expect(dst.readSlots(2, 0, 8)).toEqual(src.readSlots(1, 0, 8))
       expect(() => dst.loadPrefix(2, blocks, 4)).toThrow(/not empty/)
-      // One buffer per block, a view per tensor; given views, readSlots writes into them.
-      expect(blocks[0][0].buffer).toBe(blocks[0][1].buffer)
+      // Given buffers, readSlots writes into them.
       const into = src.readSlots(0, 0, 4)
       expect(src.readSlots(1, 4, 4, into)).toBe(into)
       expect(into).toEqual(blocks[1])
