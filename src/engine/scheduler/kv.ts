@@ -166,8 +166,8 @@ export class KvCache implements KvRows {
   readSlots(r: number, from: number, n: number, into?: KvData[]): KvData[] {
     const { outer: O, heads: H, headDim: D, dtype } = this.shape
     const size = O * H * n * D
-    // A buffer per tensor. One buffer per block (737 KB on 135m) was tried: 16 streams through the node served 4-10 %
-    // slower in four alternating pairs, for a cause not found.
+    // A buffer per tensor. One buffer per block (737 KB on 135m) was tried: 16 streams through the node served
+    // slower in four alternating pairs (4-13 %), for a cause not found.
     const views = into ?? this.bufs.map(() => alloc(dtype, size))
     if (views.length !== this.bufs.length || views.some((v) => v.length !== size)) throw new Error('readSlots: views of another shape')
     this.bufs.forEach((src, i) => {

@@ -5,7 +5,7 @@
 // on that token and the ones before it only. Blocks form a tree (a block's parent is the block before it); only
 // leaves are evicted, least recently used first, so every cached block stays reachable. The batcher counts the
 // blocks' bytes in its KV budget and evicts when admitted sequences need the room. A cache at its bound makes room for
-// a new block by evicting one and writing the new block into the evicted one's buffer: once full, a busy cache takes
+// a new block by evicting one and writing the new block into the evicted one's buffers: once full, a busy cache takes
 // no fresh memory (its pages are mapped already, and V8 sees no new external memory to collect for).
 import { createHash } from 'node:crypto'
 import type { KvData } from '../model/step-io.js'
