@@ -169,7 +169,7 @@ export class KvCache implements KvRows {
     // A buffer per tensor. One buffer per block (737 KB on 135m) was tried: 16 streams through the node served
     // slower in four alternating pairs (4-13 %), for a cause not found.
     const views = into ?? this.bufs.map(() => alloc(dtype, size))
-    if (views.length !== this.bufs.length || views.some((v) => v.length !== size)) throw new Error('readSlots: views of another shape')
+    if (into && (into.length !== this.bufs.length || into.some((v) => v.length !== size))) throw new Error('readSlots: views of another shape')
     this.bufs.forEach((src, i) => {
       for (let o = 0; o < O; o++) {
         for (let h = 0; h < H; h++) {
