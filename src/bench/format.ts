@@ -1,6 +1,7 @@
 // The report as text: the per-level tables (throughput, latency, where the time goes), the reference lines, and a
 // fixed-width table formatter shared with `onnxd bench compare`. Pure over a BenchReport.
 import { isSkipped, scenarioCeiling, type BenchReport, type CeilingReference, type Skipped } from './report.js'
+import type { OpTime } from './refs/capi.js'
 
 const f = (v: number, d = 1): string => (Number.isFinite(v) ? v.toFixed(d) : '-')
 
@@ -74,6 +75,15 @@ export function timeTable(r: BenchReport): Record<string, string | number>[] {
   return rows
 }
 
+/** The four costliest operator types with their ms per step and share of the kernels' time, then the rest together. */
+export function opShares(ops: readonly OpTime[]): string {
+  const total = ops.reduce((a, o) => a + o.ms, 0)
+  if (total <= 0) return 'no kernel time recorded'
+  const part = (what: string, ms: number): string => `${what} ${ms.toFixed(1)} ms (${((100 * ms) / total).toFixed(0)}%)`
+  const rest = ops.slice(4).reduce((a, o) => a + o.ms, 0)
+  return [...ops.slice(0, 4).map((o) => part(o.op, o.ms)), ...(ops.length > 4 ? [part(`${ops.length - 4} other types`, rest)] : [])].join(', ')
+}
+
 export function referenceLines(r: BenchReport): string[] {
   const out: string[] = []
   const ceilings: [string, CeilingReference | Skipped][] = r.references.ort_ceiling_by_form ? Object.entries(r.references.ort_ceiling_by_form).map(([f, c]) => [` (${f} graph)`, c]) : [['', r.references.ort_ceiling]]
@@ -82,6 +92,7 @@ export function referenceLines(r: BenchReport): string[] {
     else {
       out.push(`ORT decode ceiling${what} (${c.file ? `${c.file}, ` : ''}${c.api ?? 'session.run'}, one decode step, past ${c.past}): ` + c.decode.map((d) => `B=${d.batch} ${d.ms.toFixed(1)} ms -> ${d.tokens_per_s.toFixed(1)} tok/s`).join('; '))
       out.push(`ORT prefill${what} of ${c.prefill.rows} x ${c.prefill.prompt}-token prompts in one run: ${c.prefill.ms.toFixed(1)} ms (${c.prefill.tokens_per_s.toFixed(0)} tok/s)`)
+      for (const d of c.ops ?? []) out.push(`ORT decode step${what} at B=${d.batch} by operator (ORT's profiler): ${opShares(d.ops)}`)
     }
   }
   const m = r.references.matmul_peak

@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import type { EngineTime } from './engine-metrics.js'
 import type { LevelFigures } from './metrics.js'
 import { flopsPerToken, type ModelInfo } from './model-info.js'
+import type { DecodeOps } from './refs/capi.js'
 import type { DecodeCeiling, MatmulPoint, PrefillTiming } from './refs/ort.js'
 import type { SystemInfo } from './system.js'
 import { GGUF_PAIR, type TargetDtype } from './options.js'
@@ -63,6 +64,8 @@ export interface CeilingReference {
   prefill: PrefillTiming
   /** Each measurement as taken. */
   runs: { before?: { decode: DecodeCeiling[]; prefill: PrefillTiming }; after?: { decode: DecodeCeiling[]; prefill: PrefillTiming } }
+  /** ORT's decode step at each batch by operator type (ORT's profiler, once before the sweep; C API on the CPU only). */
+  ops?: DecodeOps[]
 }
 
 export interface MatmulReference {
@@ -235,6 +238,7 @@ export function bestOf(a: BenchReport['references'], b: BenchReport['references'
       }),
       prefill: y.prefill.ms < x.prefill.ms ? y.prefill : x.prefill,
       runs: { ...x.runs, ...y.runs },
+      ...(x.ops ?? y.ops ? { ops: x.ops ?? y.ops } : {}),
     }
   }
   let matmul_peak = a.matmul_peak

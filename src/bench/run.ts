@@ -20,7 +20,7 @@ import { levelFigures } from './metrics.js'
 import { flopsPerToken, readModelInfo, type ModelInfo } from './model-info.js'
 import { describeConfig, requestsFor, type BenchConfig, type LlamaSpec, type TargetSpec } from './options.js'
 import { Progress } from './progress.js'
-import { measureCapiCeiling, usesGroupQueryAttention } from './refs/capi.js'
+import { measureCapiCeiling, profileCapiDecode, usesGroupQueryAttention, type DecodeOps } from './refs/capi.js'
 import { measureCeiling, measureMatmulPeak } from './refs/ort.js'
 import {
   REPORT_KIND,
@@ -340,7 +340,13 @@ async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, dtype: Dtype
     log.step(`ORT ceiling of ${model.id}${dtype === 'fp32' ? '' : ` (${dtype})`} (${when} the sweep, ${api}): decode steps at batch ${cfg.concurrency.join(', ')} over a past of ${past}, prefill of ${prefillRows} x ${len.prompt}`)
     const o = { onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, provider: cfg.provider, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
     const c = capi ? await measureCapiCeiling(o) : await measureCeiling(o)
-    return { threads: cfg.threads, api, ...(cfg.provider === 'cpu' ? {} : { provider: cfg.provider }), file: basename(onnxPath), past, ...c, runs: { [when]: { decode: c.decode, prefill: c.prefill } } }
+    // Where ORT's own step goes, by operator (its profiler, a session of its own): once, before the sweep, on the CPU.
+    let ops: DecodeOps[] | undefined
+    if (capi && cfg.provider === 'cpu' && when === 'before') {
+      log.step(`  ORT's decode step by operator (its profiler) at batch ${o.batches.join(', ')}`)
+      ops = profileCapiDecode(o)
+    }
+    return { threads: cfg.threads, api, ...(cfg.provider === 'cpu' ? {} : { provider: cfg.provider }), file: basename(onnxPath), past, ...c, ...(ops ? { ops } : {}), runs: { [when]: { decode: c.decode, prefill: c.prefill } } }
   } catch (e) {
     return skipped(`failed: ${(e as Error).message}`)
   }

@@ -148,6 +148,16 @@ describe('bestOf', () => {
     expect(Object.keys(best.ort_ceiling.runs)).toEqual(['before', 'after'])
     expect(best.matmul_peak).toMatchObject({ gflops: 120, runs: { before: 100, after: 120 } })
   })
+
+  it("keeps the operator profile, which only the measurement before the sweep takes", () => {
+    const a = fakeReport().references
+    if (isSkipped(a.ort_ceiling)) throw new Error('fixture')
+    const b = structuredClone(a)
+    a.ort_ceiling.ops = [{ batch: 1, ops: [{ op: 'MatMul', ms: 2 }] }]
+    const best = bestOf(a, b)
+    if (isSkipped(best.ort_ceiling)) throw new Error('skipped')
+    expect(best.ort_ceiling.ops).toEqual([{ batch: 1, ops: [{ op: 'MatMul', ms: 2 }] }])
+  })
 })
 
 describe('tables', () => {

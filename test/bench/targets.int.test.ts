@@ -2,7 +2,7 @@
 // same weights) and with --scenario long, on the tiny preset: the report carries every target with the runtime its node says it serves, each level's ratios to the
 // baseline and to ORT alone on the target's graph (a GroupQueryAttention graph's ceiling through the C API), and,
 // when a level's cap cuts requests, a note saying so and how throughput counts them.
-import { mkdtempSync } from 'node:fs'
+import { mkdtempSync, readdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
@@ -84,6 +84,23 @@ describe('onnxd bench: several targets', () => {
     expect(referenceLines(r).filter((x) => x.startsWith('ORT decode ceiling')).map((x) => x.split(':')[0])).toEqual([
       'ORT decode ceiling (gqa graph) (model.onnx, ORT\'s C API, presents bound onto the past, one decode step, past 24)',
       'ORT decode ceiling (gqa/q4 graph) (model_q4.onnx, ORT\'s C API, presents bound onto the past, one decode step, past 24)',
+    ])
+    // Where ORT's own step goes, by operator, at each level's batch: attention in both files, and each file's own
+    // matrix products (float MatMul, 4-bit MatMulNBits), from ORT's profiler; its trace file is gone.
+    for (const [c, product] of [[fp32, 'MatMul'], [q4, 'MatMulNBits']] as const) {
+      expect(c.ops?.map((d) => d.batch)).toEqual([1, 2])
+      for (const d of c.ops!) {
+        expect(d.ops.map((o) => o.op)).toEqual(expect.arrayContaining(['GroupQueryAttention', product]))
+        expect(d.ops.every((o) => o.ms > 0)).toBe(true)
+        expect(d.ops.map((o) => o.ms)).toEqual([...d.ops.map((o) => o.ms)].sort((x, y) => y - x))
+      }
+    }
+    expect(readdirSync(tmpdir()).filter((f) => f.startsWith(`onnxd-ort-profile-${process.pid}`))).toEqual([])
+    expect(referenceLines(r).filter((x) => x.startsWith('ORT decode step')).map((x) => x.split(':')[0])).toEqual([
+      "ORT decode step (gqa graph) at B=1 by operator (ORT's profiler)",
+      "ORT decode step (gqa graph) at B=2 by operator (ORT's profiler)",
+      "ORT decode step (gqa/q4 graph) at B=1 by operator (ORT's profiler)",
+      "ORT decode step (gqa/q4 graph) at B=2 by operator (ORT's profiler)",
     ])
   }, 90_000)
 

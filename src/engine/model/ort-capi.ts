@@ -42,6 +42,7 @@ const API = {
   CreateSession: 7,
   CreateSessionFromArray: 8,
   CreateSessionOptions: 10,
+  EnableProfiling: 14,
   SetSessionGraphOptimizationLevel: 23,
   SetIntraOpNumThreads: 24,
   AddSessionConfigEntry: 130,
@@ -69,6 +70,7 @@ const API = {
   ReleaseValue: 96,
   ReleaseTensorTypeAndShapeInfo: 99,
   ReleaseSessionOptions: 100,
+  SessionEndProfiling: 110,
   RunWithBinding: 133,
   CreateIoBinding: 134,
   ReleaseIoBinding: 135,
@@ -184,6 +186,8 @@ export class OrtCApi {
       CreateSessionOptions: fn('CreateSessionOptions', `${S} f(_Out_ void **out)`),
       SetSessionGraphOptimizationLevel: fn('SetSessionGraphOptimizationLevel', `${S} f(void *options, int level)`),
       SetIntraOpNumThreads: fn('SetIntraOpNumThreads', `${S} f(void *options, int n)`),
+      EnableProfiling: fn('EnableProfiling', `${S} f(void *options, const char *prefix)`),
+      SessionEndProfiling: fn('SessionEndProfiling', `${S} f(void *session, void *allocator, _Out_ void **out)`),
       AddSessionConfigEntry: fn('AddSessionConfigEntry', `${S} f(void *options, const char *key, const char *value)`),
       SessionGetInputCount: fn('SessionGetInputCount', `${S} f(void *session, _Out_ size_t *out)`),
       SessionGetOutputCount: fn('SessionGetOutputCount', `${S} f(void *session, _Out_ size_t *out)`),
@@ -295,12 +299,15 @@ export class OrtCApi {
       config?: Readonly<Record<string, string>>
       /** An execution provider appended by name (SessionOptionsAppendExecutionProvider), e.g. 'WebGPU', with its options. */
       ep?: { name: string; options?: Readonly<Record<string, string>> }
+      /** Records every kernel's time (EnableProfiling) into a file named from this prefix; CSession.endProfiling() ends it. */
+      profilePrefix?: string
     } = {},
   ): CSession {
     const env = this.live(this.env)
     const options = this.out('CreateSessionOptions', (o) => this.f.CreateSessionOptions(o))
     try {
       if (opts.intraOpThreads !== undefined) this.check('SetIntraOpNumThreads', this.f.SetIntraOpNumThreads(options, opts.intraOpThreads))
+      if (opts.profilePrefix !== undefined) this.check('EnableProfiling', this.f.EnableProfiling(options, opts.profilePrefix))
       const level = OPT_LEVEL[opts.graphOptimization ?? 'all']
       this.check('SetSessionGraphOptimizationLevel', this.f.SetSessionGraphOptimizationLevel(options, level))
       // Session config entries (AddSessionConfigEntry), e.g. session.model_external_initializers_file_folder_path.
@@ -554,6 +561,17 @@ export class CSession {
     const b = new Binding(this.api, this, () => this.bindings.delete(b))
     this.bindings.add(b)
     return b
+  }
+
+  /** Ends the profiling a session made with `profilePrefix` started, and returns the path of the file ORT wrote. */
+  endProfiling(): string {
+    const f = this.api.fn
+    const p = this.api.out<bigint>('SessionEndProfiling', (o) => f.SessionEndProfiling(this.handle, this.api.defaultAllocator, o))
+    try {
+      return koffi().decode.string(p)
+    } finally {
+      this.api.check('AllocatorFree', f.AllocatorFree(this.api.defaultAllocator, p))
+    }
   }
 
   /** Releases the session's bindings, then the session. Tensors stay the caller's to dispose. */
