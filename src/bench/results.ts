@@ -7,6 +7,7 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { chartSpec } from './chart.js'
+import { opShares } from './format.js'
 import { isSkipped, type BenchReport, type ScenarioResult } from './report.js'
 
 /** A kept result's file name: the day it was run, then what it is. */
@@ -78,6 +79,14 @@ const hostOf = (m: Machine | undefined, cpu?: string, cores?: number): string =>
 }
 
 /** The serving run's figures: output tok/s of every series at every level, and the ORT decode ceiling's. */
+/** ORT alone's decode step by operator, per graph form and batch, where the run profiled it (refs/capi.ts); else ''. */
+function opsTable(r: BenchReport): string {
+  const refs = r.references
+  const ceilings = refs.ort_ceiling_by_form ? Object.entries(refs.ort_ceiling_by_form) : [['', refs.ort_ceiling] as const]
+  const rows = ceilings.flatMap(([form, c]) => (isSkipped(c) ? [] : (c.ops ?? []).map((d) => [form || (c.file ?? "the baseline's graph"), d.batch, opShares(d.ops)])))
+  return rows.length ? table(["ORT alone's decode step", 'batch', "by operator (ORT's profiler), ms per step"], rows, [false, true, false]) : ''
+}
+
 function servingTable(r: BenchReport): string {
   const series = r.scenarios.filter((s): s is ScenarioResult => !isSkipped(s))
   const levels = [...new Set(series.flatMap((s) => s.levels.map((l) => l.max_concurrency)))].sort((a, b) => a - b)
@@ -152,6 +161,7 @@ export function resultMarkdown(k: KeptResult): string {
       '',
       servingTable(r),
       '',
+      ...(opsTable(r) ? [opsTable(r), ''] : []),
       `![${stem}](../bench/results/${chartFile(k.file)})`,
     )
   } else {

@@ -3,6 +3,9 @@
 import { describe, expect, it } from 'vitest'
 import { opsOfTrace } from '../../src/bench/refs/capi.js'
 import { opShares } from '../../src/bench/format.js'
+import { isSkipped } from '../../src/bench/report.js'
+import { resultMarkdown } from '../../src/bench/results.js'
+import { fakeReport } from './fixtures.js'
 
 /** A run span at `ts` lasting `dur` µs, with a kernel event per [op, µs] laid out inside it. */
 function run(ts: number, kernels: Array<[string, number]>, dur = 1000): object[] {
@@ -62,5 +65,18 @@ describe('opShares', () => {
     expect(opShares(ops)).toBe('GroupQueryAttention 40.0 ms (40%), MatMul 30.0 ms (30%), Mul 10.0 ms (10%), Add 10.0 ms (10%), 2 other types 10.0 ms (10%)')
     expect(opShares(ops.slice(0, 2))).toBe('GroupQueryAttention 40.0 ms (57%), MatMul 30.0 ms (43%)')
     expect(opShares([])).toBe('no kernel time recorded')
+  })
+})
+
+describe("a kept serving result's section", () => {
+  it("shows ORT alone's step by operator where the run profiled it, and no such table where it did not", () => {
+    const r = fakeReport()
+    const plain = resultMarkdown({ file: '2026-11-28-x.json', date: '2026-11-28', json: r as unknown as Record<string, unknown> })
+    expect(plain).not.toContain('by operator')
+    if (isSkipped(r.references.ort_ceiling)) throw new Error('fixture')
+    r.references.ort_ceiling.ops = [{ batch: 16, ops: [{ op: 'GroupQueryAttention', ms: 20 }, { op: 'MatMulNBits', ms: 30 }] }]
+    const md = resultMarkdown({ file: '2026-11-28-x.json', date: '2026-11-28', json: r as unknown as Record<string, unknown> })
+    expect(md).toContain("| ORT alone's decode step | batch | by operator (ORT's profiler), ms per step |")
+    expect(md).toMatch(/\| [^|]+ \| 16 \| GroupQueryAttention 20\.0 ms \(40%\), MatMulNBits 30\.0 ms \(60%\) \|/)
   })
 })
