@@ -78,7 +78,6 @@ const hostOf = (m: Machine | undefined, cpu?: string, cores?: number): string =>
   return `${c.replace(/\(R\)/g, '')}, ${n ?? '?'} cores${m?.provider ? `, ${m.provider}` : ''}${load}`
 }
 
-/** The serving run's figures: output tok/s of every series at every level, and the ORT decode ceiling's. */
 /** ORT alone's decode step by operator, per graph form and batch, where the run profiled it (refs/capi.ts); else ''. */
 function opsTable(r: BenchReport): string {
   const refs = r.references
@@ -87,6 +86,7 @@ function opsTable(r: BenchReport): string {
   return rows.length ? table(["ORT alone's decode step", 'batch', "by operator (ORT's profiler), ms per step"], rows, [false, true, false]) : ''
 }
 
+/** The serving run's figures: output tok/s of every series at every level, and the ORT decode ceiling's. */
 function servingTable(r: BenchReport): string {
   const series = r.scenarios.filter((s): s is ScenarioResult => !isSkipped(s))
   const levels = [...new Set(series.flatMap((s) => s.levels.map((l) => l.max_concurrency)))].sort((a, b) => a - b)

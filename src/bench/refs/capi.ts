@@ -242,6 +242,14 @@ export function profileCapiDecode(o: Pick<CeilingOptions, 'onnxPath' | 'threads'
     const ops = opsOfTrace(JSON.parse(readFileSync(file, 'utf8')) as TraceEvent[], o.batches.length, PROFILE_WARMUP, PROFILED_STEPS)
     return o.batches.map((batch, i) => ({ batch, ops: ops[i] }))
   } finally {
+    // A step that failed left the profile running: end it too, so that no trace file stays behind.
+    if (!file) {
+      try {
+        file = ort.endProfiling()
+      } catch {
+        // nothing was written
+      }
+    }
     ort.dispose()
     if (file) rmSync(file, { force: true })
   }
