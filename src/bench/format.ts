@@ -1,7 +1,7 @@
 // The report as text: the per-level tables (throughput, latency, where the time goes), the reference lines, and a
 // fixed-width table formatter shared with `onnxd bench compare`. Pure over a BenchReport.
 import { isSkipped, scenarioCeiling, type BenchReport, type CeilingReference, type Skipped } from './report.js'
-import type { OpTime } from './refs/capi.js'
+import type { OpTime } from './refs/profile.js'
 
 const f = (v: number, d = 1): string => (Number.isFinite(v) ? v.toFixed(d) : '-')
 

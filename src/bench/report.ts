@@ -5,8 +5,8 @@ import { join } from 'node:path'
 import type { EngineTime } from './engine-metrics.js'
 import type { LevelFigures } from './metrics.js'
 import { flopsPerToken, type ModelInfo } from './model-info.js'
-import type { DecodeOps } from './refs/capi.js'
 import type { DecodeCeiling, MatmulPoint, PrefillTiming } from './refs/ort.js'
+import type { DecodeOps } from './refs/profile.js'
 import type { SystemInfo } from './system.js'
 import { GGUF_PAIR, type TargetDtype } from './options.js'
 
@@ -64,7 +64,7 @@ export interface CeilingReference {
   prefill: PrefillTiming
   /** Each measurement as taken. */
   runs: { before?: { decode: DecodeCeiling[]; prefill: PrefillTiming }; after?: { decode: DecodeCeiling[]; prefill: PrefillTiming } }
-  /** ORT's decode step at each batch by operator type (ORT's profiler, once before the sweep; C API on the CPU only). */
+  /** ORT's decode step at each batch by operator type (ORT's profiler, once before the sweep, on the CPU). */
   ops?: DecodeOps[]
 }
 

@@ -20,8 +20,9 @@ import { levelFigures } from './metrics.js'
 import { flopsPerToken, readModelInfo, type ModelInfo } from './model-info.js'
 import { describeConfig, requestsFor, type BenchConfig, type LlamaSpec, type TargetSpec } from './options.js'
 import { Progress } from './progress.js'
-import { measureCapiCeiling, profileCapiDecode, usesGroupQueryAttention, type DecodeOps } from './refs/capi.js'
-import { measureCeiling, measureMatmulPeak } from './refs/ort.js'
+import { measureCapiCeiling, profileCapiDecode, usesGroupQueryAttention } from './refs/capi.js'
+import { measureCeiling, measureMatmulPeak, profileDecode } from './refs/ort.js'
+import type { DecodeOps } from './refs/profile.js'
 import {
   REPORT_KIND,
   REPORT_SCHEMA,
@@ -342,11 +343,11 @@ async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, dtype: Dtype
     const c = capi ? await measureCapiCeiling(o) : await measureCeiling(o)
     // Where ORT's own step goes, by operator (its profiler, a session of its own): once, before the sweep, on the CPU.
     let ops: DecodeOps[] | undefined
-    if (capi && cfg.provider === 'cpu' && when === 'before') {
+    if (cfg.provider === 'cpu' && when === 'before') {
       log.step(`  ORT's decode step by operator (its profiler) at batch ${o.batches.join(', ')}`)
       // A breakdown, not a figure the run is judged by: if it fails, the ceiling stands without it.
       try {
-        ops = profileCapiDecode(o)
+        ops = capi ? profileCapiDecode(o) : await profileDecode(o)
       } catch (e) {
         log.step(`  warning: ORT's profile failed, no breakdown by operator: ${(e as Error).message}`)
       }

@@ -1,7 +1,7 @@
 // Where ORT's own decode step goes, by operator type: ORT's profile (a Chrome trace) read into each batch's kernel
 // time per step (refs/capi.ts opsOfTrace), and the report's line for it (format.ts opShares).
 import { describe, expect, it } from 'vitest'
-import { opsOfTrace } from '../../src/bench/refs/capi.js'
+import { opsOfTrace } from '../../src/bench/refs/profile.js'
 import { opShares } from '../../src/bench/format.js'
 import { isSkipped } from '../../src/bench/report.js'
 import { resultMarkdown } from '../../src/bench/results.js'

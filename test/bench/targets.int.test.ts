@@ -57,6 +57,13 @@ describe('onnxd bench: several targets', () => {
     for (const f of Object.values(forms)) if (isSkipped(f)) throw new Error(`ceiling skipped: ${f.reason}`)
     expect(forms.gqa).toMatchObject({ api: expect.stringMatching(/C API, presents bound onto the past/) })
     expect(forms.plain).toMatchObject({ api: expect.stringMatching(/onnxruntime-node/) })
+    // Both forms' ORT step by operator, each through its ceiling's API: the plain graph's attention is plain MatMuls.
+    for (const [f, attention] of [['gqa', 'GroupQueryAttention'], ['plain', 'Softmax']] as const) {
+      const c = forms[f]
+      if (isSkipped(c)) throw new Error('skipped')
+      expect(c.ops?.map((d) => d.batch), f).toEqual([1, 2])
+      for (const d of c.ops!) expect(d.ops.map((o) => o.op), f).toEqual(expect.arrayContaining([attention, 'MatMul']))
+    }
     // The standard figures are the baseline's: its form's ceiling.
     expect(r.references.ort_ceiling).toEqual(forms.gqa)
     expect(r.notes).toEqual([])

@@ -7,13 +7,12 @@
 // timing rules as refs/ort.ts. The inputs fed are the graph's own (read from its input list after
 // prepareDecoderGraph): whatever of input_ids, attention_mask, position_ids, seqlens_k, total_sequence_length and
 // past_key_values.* it takes. On the CPU a second session, with ORT's profiler on, then runs a few decode steps at
-// each batch and says where ORT's own step goes, by operator type (opsOfTrace). Imports: the engine's graph
+// each batch and says where ORT's own step goes, by operator type (profile.ts). Imports: the engine's graph
 // preparation, C API and runner (its per-thread API), through its bench surface.
 import { readFileSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { externalDataConfig, loadCApi, LOGITS_AT_INPUT, ModelProto, NativeBuffer, prepareDecoderGraph, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
 import { time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
+import { decodeOpsOf, profilePrefix, PROFILE_WARMUP, PROFILED_STEPS, type DecodeOps } from './profile.js'
 
 const ELEM: Record<number, ElementType> = { 1: 'float32', 6: 'int32', 7: 'int64', 10: 'float16' }
 
@@ -171,63 +170,9 @@ export function openCapiSteps(o: { onnxPath: string; threads: number; provider?:
   }
 }
 
-/** One operator type's kernel time in ORT's decode step, milliseconds per step (all its nodes together). */
-export interface OpTime {
-  op: string
-  ms: number
-}
-
-/** ORT alone's decode step at one batch by operator type, largest first (ORT's profiler). */
-export interface DecodeOps {
-  batch: number
-  ops: OpTime[]
-}
-
-/** The events of ORT's profile (a Chrome trace) that opsOfTrace reads. */
-interface TraceEvent {
-  cat?: string
-  name?: string
-  ts?: number
-  dur?: number
-  args?: { op_name?: string }
-}
-
-/**
- * Kernel time per step by operator type, from an ORT profile of `groups` x (`skip` + `keep`) runs in that order:
- * for each group, the mean over its last `keep` runs. Each `<node>_kernel_time` event (category Node) counts in the
- * `model_run` span that holds it; ops are sorted by time, largest first.
- */
-export function opsOfTrace(events: TraceEvent[], groups: number, skip: number, keep: number): OpTime[][] {
-  const runs = events.filter((e) => e.name === 'model_run' && e.ts !== undefined && e.dur !== undefined).sort((a, b) => a.ts! - b.ts!)
-  if (runs.length !== groups * (skip + keep)) throw new Error(`ORT's profile holds ${runs.length} runs, not the ${groups * (skip + keep)} made`)
-  const sums = Array.from({ length: groups }, () => new Map<string, number>())
-  for (const e of events) {
-    if (e.cat !== 'Node' || !e.name?.endsWith('_kernel_time') || !e.args?.op_name || e.ts === undefined) continue
-    // The last run that started at or before the kernel.
-    let lo = 0
-    let hi = runs.length - 1
-    while (lo < hi) {
-      const mid = (lo + hi + 1) >> 1
-      if (runs[mid].ts! <= e.ts) lo = mid
-      else hi = mid - 1
-    }
-    const r = runs[lo]
-    if (e.ts < r.ts! || e.ts > r.ts! + r.dur!) continue
-    const g = Math.floor(lo / (skip + keep))
-    if (lo % (skip + keep) < skip) continue
-    const m = sums[g]
-    m.set(e.args.op_name, (m.get(e.args.op_name) ?? 0) + (e.dur ?? 0))
-  }
-  return sums.map((m) => [...m].map(([op, us]) => ({ op, ms: us / 1000 / keep })).sort((a, b) => b.ms - a.ms))
-}
-
-/** Steps profiled per batch, after unrecorded warm-up ones. */
-const PROFILE_WARMUP = 2
-const PROFILED_STEPS = 5
-
 /** ORT alone's decode step at each of `o.batches` by operator type, from a session of its own with ORT's profiler on. */
 export function profileCapiDecode(o: Pick<CeilingOptions, 'onnxPath' | 'threads' | 'batches' | 'past' | 'greedy'>): DecodeOps[] {
-  const ort = openCapiSteps({ ...o, profilePrefix: join(tmpdir(), `onnxd-ort-profile-${process.pid}`) })
+  const ort = openCapiSteps({ ...o, profilePrefix: profilePrefix() })
   let file: string | null = null
   try {
     for (const batch of o.batches) {
@@ -239,8 +184,7 @@ export function profileCapiDecode(o: Pick<CeilingOptions, 'onnxPath' | 'threads'
       }
     }
     file = ort.endProfiling()
-    const ops = opsOfTrace(JSON.parse(readFileSync(file, 'utf8')) as TraceEvent[], o.batches.length, PROFILE_WARMUP, PROFILED_STEPS)
-    return o.batches.map((batch, i) => ({ batch, ops: ops[i] }))
+    return decodeOpsOf(file, o.batches)
   } finally {
     // A step that failed left the profile running: end it too, so that no trace file stays behind.
     if (!file) {

@@ -7,10 +7,12 @@
 // exported one with prepareDecoderGraph's rewrites) and fetches what the engine fetches (with greedy decoding,
 // each row's next token rather than the logits), so the ceiling is the best this graph gives in ORT, not the
 // export's slower full-cache outputs.
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync, rmSync } from 'node:fs'
+import { basename, dirname, join } from 'node:path'
 import * as ort from 'onnxruntime-node'
 import { DataType, encodeModel, externalDataConfig, LOGITS_AT_INPUT, prepareDecoderGraph } from '../../engine/bench-surface.js'
 import { median, rsd } from '../stats.js'
+import { decodeOpsOf, profilePrefix, PROFILE_WARMUP, PROFILED_STEPS, type DecodeOps } from './profile.js'
 
 export interface StepTiming {
   /** Median milliseconds of one session.run. */
@@ -179,6 +181,35 @@ export async function measureCeiling(o: CeilingOptions): Promise<{ decode: Decod
     return { decode, prefill }
   } finally {
     await s.release()
+  }
+}
+
+/**
+ * ORT alone's decode step at each of `o.batches` by operator type, through onnxruntime-node (plain-op graphs, whose
+ * ceiling runs here), from a session of its own with ORT's profiler on. onnxruntime-node's endProfiling() names no
+ * file: the trace is the one file under this process's prefix, removed after reading.
+ */
+export async function profileDecode(o: Pick<CeilingOptions, 'onnxPath' | 'threads' | 'batches' | 'past' | 'greedy'>): Promise<DecodeOps[]> {
+  const g = prepareDecoderGraph(readFileSync(o.onnxPath))
+  const prefix = profilePrefix()
+  const options = { ...sessionOptions(o.threads), enableProfiling: true, profileFilePrefix: prefix }
+  const traces = (): string[] => readdirSync(dirname(prefix)).filter((f) => f.startsWith(basename(prefix))).map((f) => join(dirname(prefix), f))
+  const s = g.rewritten ? await ort.InferenceSession.create(g.model, { ...options, extra: externalDataConfig(o.onnxPath) }) : await ort.InferenceSession.create(o.onnxPath, options)
+  try {
+    const l = layout(s)
+    const fetches = o.greedy && g.nextToken ? s.outputNames.filter((n) => n !== 'logits') : s.outputNames
+    for (const batch of o.batches) {
+      const f = feeds(l, batch, 1, o.past)
+      for (let i = 0; i < PROFILE_WARMUP + PROFILED_STEPS; i++) await s.run(f, fetches)
+    }
+    s.endProfiling()
+    const files = traces()
+    if (files.length !== 1) throw new Error(`expected one ORT profile under ${prefix}, found ${files.length}`)
+    return decodeOpsOf(files[0], o.batches)
+  } finally {
+    await s.release()
+    // A run that failed left the profile to be written at release.
+    for (const f of traces()) rmSync(f, { force: true })
   }
 }
 
