@@ -78,7 +78,7 @@ const hostOf = (m: Machine | undefined, cpu?: string, cores?: number): string =>
   return `${c.replace(/\(R\)/g, '')}, ${n ?? '?'} cores${m?.provider ? `, ${m.provider}` : ''}${load}`
 }
 
-/** ORT alone's decode step by operator, per graph form and batch, where the run profiled it (refs/capi.ts); else ''. */
+/** ORT alone's decode step by operator, per graph form and batch, where the run profiled it (refs/profile.ts); else ''. */
 function opsTable(r: BenchReport): string {
   const refs = r.references
   const ceilings = refs.ort_ceiling_by_form ? Object.entries(refs.ort_ceiling_by_form) : [['', refs.ort_ceiling] as const]
@@ -156,12 +156,13 @@ export function resultMarkdown(k: KeptResult): string {
   if (kind === 'serving') {
     const r = k.json as unknown as BenchReport
     const len = lengthsOf(r)
+    const ops = opsTable(r)
     lines.push(
       `\`${servingCommand(r)}\` on ${r.model.id} (prompt ${len.prompt}, output ${len.output} tokens), report schema ${r.schema}, ${r.created}; ${hostOf(r.machine as Machine)}.`,
       '',
       servingTable(r),
       '',
-      ...(opsTable(r) ? [opsTable(r), ''] : []),
+      ...(ops ? [ops, ''] : []),
       `![${stem}](../bench/results/${chartFile(k.file)})`,
     )
   } else {

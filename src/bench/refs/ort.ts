@@ -6,7 +6,7 @@
 // without onnxd's wrapper, or it would measure onnxd against itself. It runs the same graph onnxd runs (the
 // exported one with prepareDecoderGraph's rewrites) and fetches what the engine fetches (with greedy decoding,
 // each row's next token rather than the logits), so the ceiling is the best this graph gives in ORT, not the
-// export's slower full-cache outputs.
+// export's slower full-cache outputs. profileDecode runs the same steps with ORT's profiler on (profile.ts).
 import { readdirSync, readFileSync, rmSync } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
 import * as ort from 'onnxruntime-node'
@@ -155,12 +155,19 @@ export interface CeilingOptions {
   onStep?(what: string): void
 }
 
+/**
+ * A session over the graph onnxd runs for `onnxPath` (prepareDecoderGraph's rewrites), with what a decode step fetches:
+ * each row's next token when greedy and the graph has it, else every output.
+ */
+async function openCeiling(onnxPath: string, greedy: boolean, options: ort.InferenceSession.SessionOptions): Promise<{ s: ort.InferenceSession; fetches: readonly string[] }> {
+  const g = prepareDecoderGraph(readFileSync(onnxPath))
+  const s = g.rewritten ? await ort.InferenceSession.create(g.model, { ...options, extra: externalDataConfig(onnxPath) }) : await ort.InferenceSession.create(onnxPath, options)
+  return { s, fetches: greedy && g.nextToken ? s.outputNames.filter((n) => n !== 'logits') : s.outputNames }
+}
+
 export async function measureCeiling(o: CeilingOptions): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming }> {
-  const g = prepareDecoderGraph(readFileSync(o.onnxPath))
   const provider = o.provider ?? 'cpu'
-  const s = g.rewritten
-    ? await ort.InferenceSession.create(g.model, { ...sessionOptions(o.threads, provider), extra: externalDataConfig(o.onnxPath) })
-    : await ort.InferenceSession.create(o.onnxPath, sessionOptions(o.threads, provider))
+  const { s, fetches } = await openCeiling(o.onnxPath, o.greedy, sessionOptions(o.threads, provider))
   try {
     const l = layout(s)
     o.onStep?.(`prefill ${o.prefillRows} x ${o.prompt}`)
@@ -171,7 +178,6 @@ export async function measureCeiling(o: CeilingOptions): Promise<{ decode: Decod
     const p = await time(() => s.run(pf), o.budget)
     const prefill: PrefillTiming = { prompt: o.prompt, rows: o.prefillRows, ...p, tokens_per_s: (o.prefillRows * o.prompt) / (p.ms / 1000) }
     const decode: DecodeCeiling[] = []
-    const fetches = o.greedy && g.nextToken ? s.outputNames.filter((n) => n !== 'logits') : s.outputNames
     for (const batch of o.batches) {
       o.onStep?.(`decode batch ${batch}`)
       const f = feeds(l, batch, 1, o.past)
@@ -190,14 +196,11 @@ export async function measureCeiling(o: CeilingOptions): Promise<{ decode: Decod
  * file: the trace is the one file under this process's prefix, removed after reading.
  */
 export async function profileDecode(o: Pick<CeilingOptions, 'onnxPath' | 'threads' | 'batches' | 'past' | 'greedy'>): Promise<DecodeOps[]> {
-  const g = prepareDecoderGraph(readFileSync(o.onnxPath))
   const prefix = profilePrefix()
-  const options = { ...sessionOptions(o.threads), enableProfiling: true, profileFilePrefix: prefix }
   const traces = (): string[] => readdirSync(dirname(prefix)).filter((f) => f.startsWith(basename(prefix))).map((f) => join(dirname(prefix), f))
-  const s = g.rewritten ? await ort.InferenceSession.create(g.model, { ...options, extra: externalDataConfig(o.onnxPath) }) : await ort.InferenceSession.create(o.onnxPath, options)
+  const { s, fetches } = await openCeiling(o.onnxPath, o.greedy, { ...sessionOptions(o.threads), enableProfiling: true, profileFilePrefix: prefix })
   try {
     const l = layout(s)
-    const fetches = o.greedy && g.nextToken ? s.outputNames.filter((n) => n !== 'logits') : s.outputNames
     for (const batch of o.batches) {
       const f = feeds(l, batch, 1, o.past)
       for (let i = 0; i < PROFILE_WARMUP + PROFILED_STEPS; i++) await s.run(f, fetches)

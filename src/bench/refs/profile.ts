@@ -55,7 +55,6 @@ export function opsOfTrace(events: TraceEvent[], groups: number, skip: number, k
   return sums.map((m) => [...m].map(([op, us]) => ({ op, ms: us / 1000 / keep })).sort((a, b) => b.ms - a.ms))
 }
 
-
 /** Steps profiled per batch, after unrecorded warm-up ones: each batch runs PROFILE_WARMUP + PROFILED_STEPS steps. */
 export const PROFILE_WARMUP = 2
 export const PROFILED_STEPS = 5
