@@ -1,6 +1,6 @@
 // The report as text: the per-level tables (throughput, latency, where the time goes), the reference lines, and a
 // fixed-width table formatter shared with `onnxd bench compare`. Pure over a BenchReport.
-import { isSkipped, scenarioCeiling, type BenchReport, type CeilingReference, type Skipped } from './report.js'
+import { besideStepMs, isSkipped, scenarioCeiling, type BenchReport, type CeilingReference, type Skipped } from './report.js'
 import type { OpTime } from './refs/profile.js'
 
 const f = (v: number, d = 1): string => (Number.isFinite(v) ? v.toFixed(d) : '-')
@@ -56,7 +56,8 @@ export function timeTable(r: BenchReport): Record<string, string | number>[] {
       const e = l.engine
       if (!e) continue
       // llama.cpp's peer reports its llama_decode calls in the same families (a step is one call); no ORT step beside it.
-      const ort = s.name === 'llama.cpp' ? undefined : ceil?.decode.find((d) => d.batch === l.max_concurrency)
+      // ORT alone beside the level when it was timed there (the mean before and after), else the ceiling's step.
+      const ort = s.name === 'llama.cpp' ? null : (besideStepMs(l) ?? ceil?.decode.find((d) => d.batch === l.max_concurrency)?.ms ?? null)
       rows.push({
         target: s.target ?? s.name,
         conc: l.max_concurrency,
@@ -68,7 +69,7 @@ export function timeTable(r: BenchReport): Record<string, string | number>[] {
         'decode steps': e.decode_steps,
         'mean batch': f(e.mean_decode_batch),
         'step ms': f(e.mean_decode_step_ms),
-        'ORT step ms (B=conc)': ort ? f(ort.ms) : '-',
+        'ORT step ms (B=conc)': ort === null ? '-' : f(ort),
       })
     }
   }

@@ -11,7 +11,7 @@ import type { SystemInfo } from './system.js'
 import { GGUF_PAIR, type TargetDtype } from './options.js'
 
 export const REPORT_KIND = 'onnxd-bench'
-export const REPORT_SCHEMA = 4
+export const REPORT_SCHEMA = 5
 
 export type ScenarioName = 'onnxd' | 'unbatched' | 'peer' | 'llama.cpp'
 
@@ -20,8 +20,28 @@ export interface Skipped {
   reason: string
 }
 
-/** One level's figures, plus the node's own step accounting when it exposes /metrics. */
-export type LevelResult = LevelFigures & { engine?: EngineTime }
+/** ORT alone timed as the ceiling is (a decode step at the level's batch over the ceiling's past, and its prefill), on
+ * the file the target serves. */
+export interface OrtTiming {
+  decode: DecodeCeiling
+  prefill: PrefillTiming
+}
+
+/**
+ * ORT alone beside one level of an onnxd target: timed right before and right after the level, in this process while
+ * the target's node sat idle. "ORT alone doing the same work" at that level reads these rather than the ceiling timed
+ * minutes away, before or after the whole sweep: this host's speed moves by more than the ratio's margin over that
+ * time (the same decode step at batch 64 took 143 ms in one run and 232 ms in another on the same day).
+ */
+export interface OrtBeside {
+  /** The ONNX file ORT ran (the target's own: model_q4.onnx for a q4 target). */
+  file: string
+  before?: OrtTiming
+  after?: OrtTiming
+}
+
+/** One level's figures, plus the node's own step accounting when it exposes /metrics, and ORT alone beside it. */
+export type LevelResult = LevelFigures & { engine?: EngineTime; ort_beside?: OrtBeside }
 
 export interface ScenarioResult {
   name: ScenarioName
@@ -82,9 +102,11 @@ export interface Efficiency {
   /** onnxd output tok/s over the ORT decode ceiling at batch = concurrency. */
   vs_ceiling: number | null
   /** Output tok/s of ORT alone doing this level's work: `concurrency` prompts prefilled (as many per run as the
-   * engine's token budget holds), then `output` decode steps at batch = concurrency. The most any server gets from
-   * ORT for this scenario on this machine. */
+   * engine's token budget holds), then `output` decode steps at batch = concurrency; timed beside the level when it
+   * was (ort_beside), else from the ceiling. The most any server gets from ORT for this scenario on this machine. */
   ort_same_work: number | null
+  /** Where ort_same_work's timings come from: ORT alone beside this level, or the ceiling (null: not measured). */
+  ort_same_work_from: 'beside' | 'ceiling' | null
   /** onnxd output tok/s over ort_same_work. */
   vs_ceiling_with_prefill: number | null
   vs_peer: number | null
@@ -191,7 +213,10 @@ export interface Drift {
   unbatched_step: number | null
   /** Slowest over fastest of the ORT decode ceiling's before and after timings, worst batch. */
   ceiling_step: number | null
-  /** Set when either moved by more than DRIFT_WARN: what to distrust in this run. */
+  /** Slowest over fastest of ORT alone's decode step right before and right after an onnxd level, worst level (reports
+   * before ORT alone was timed beside the levels lack it). */
+  beside_step?: number | null
+  /** Set when any moved by more than DRIFT_WARN: what to distrust in this run. */
   warning: string | null
 }
 
@@ -254,11 +279,29 @@ export function bestOf(a: BenchReport['references'], b: BenchReport['references'
   return { ort_ceiling, matmul_peak, ...(a.ort_ceiling_by_form || b.ort_ceiling_by_form ? { ort_ceiling_by_form: forms } : {}) }
 }
 
-/** Output tok/s of ORT alone doing a level's work: `c` prompts prefilled (as many per run as the ceiling's prefill
- * rows), then `output` decode steps at batch c. Null without a decode timing at batch c. */
-export function ortSameWork(ceil: CeilingReference | null, c: number, len: Lengths): number | null {
+/** Seconds ORT alone takes for a level's work: `c` prompts prefilled (`prefill.rows` per run), then `output` decode
+ * steps of `decodeMs` at batch c. */
+const sameWorkSeconds = (decodeMs: number, prefill: PrefillTiming, c: number, len: Lengths): number => ((c * prefill.ms) / prefill.rows + len.output * decodeMs) / 1000
+
+/** The timings of ORT alone beside a level (before, after, or both), null when none was taken. */
+const besideTimings = (l: Pick<LevelResult, 'ort_beside'> | null | undefined): OrtTiming[] => [l?.ort_beside?.before, l?.ort_beside?.after].filter((t): t is OrtTiming => t !== undefined)
+
+/** ORT alone's decode step at a level's batch beside the level: the mean of the timings before and after it. */
+export function besideStepMs(l: Pick<LevelResult, 'ort_beside'> | null | undefined): number | null {
+  const ts = besideTimings(l)
+  return ts.length ? ts.reduce((a, t) => a + t.decode.ms, 0) / ts.length : null
+}
+
+/**
+ * Output tok/s of ORT alone doing a level's work: `c` prompts prefilled (as many per run as the ceiling's prefill
+ * rows), then `output` decode steps at batch c. From the timings beside the level when it has them (their mean
+ * time), else from the ceiling. Null without a decode timing at batch c.
+ */
+export function ortSameWork(ceil: CeilingReference | null, c: number, len: Lengths, l?: Pick<LevelResult, 'ort_beside'> | null): number | null {
+  const beside = besideTimings(l)
+  if (beside.length) return (c * len.output) / (beside.reduce((a, t) => a + sameWorkSeconds(t.decode.ms, t.prefill, c, len), 0) / beside.length)
   const step = ceil?.decode.find((d) => d.batch === c) ?? null
-  return step && ceil ? (c * len.output) / (((c * ceil.prefill.ms) / ceil.prefill.rows + len.output * step.ms) / 1000) : null
+  return step && ceil ? (c * len.output) / sameWorkSeconds(step.ms, ceil.prefill, c, len) : null
 }
 
 /** Per level, each onnxd target against the baseline and against ORT alone on its graph form. */
@@ -276,7 +319,7 @@ export function targetRatios(r: Pick<BenchReport, 'scenarios' | 'references'>, b
       if (!l) continue
       out.output_throughput[key] = l.output_throughput
       out.vs_baseline[key] = ratio(l.output_throughput, bl.output_throughput)
-      out.vs_ort_same_work[key] = ratio(l.output_throughput, ortSameWork(scenarioCeiling(r.references, s), c, len))
+      out.vs_ort_same_work[key] = ratio(l.output_throughput, ortSameWork(scenarioCeiling(r.references, s), c, len, l))
     }
     return out
   })
@@ -352,7 +395,7 @@ export function efficiency(r: Pick<BenchReport, 'scenarios' | 'references'>, mod
   return on.levels.map((l) => {
     const c = l.max_concurrency
     const step = ceil?.decode.find((d) => d.batch === c) ?? null
-    const withPrefill = ortSameWork(ceil, c, len)
+    const withPrefill = ortSameWork(ceil, c, len, l)
     const inputRate = l.total_input_tokens / l.duration
     const gflops = model
       ? (l.output_throughput * flopsPerToken(model, len.prompt + len.output / 2) + inputRate * flopsPerToken(model, len.prompt / 2)) / 1e9
@@ -362,6 +405,7 @@ export function efficiency(r: Pick<BenchReport, 'scenarios' | 'references'>, mod
       output_throughput: l.output_throughput,
       vs_ceiling: ratio(l.output_throughput, step?.tokens_per_s),
       ort_same_work: withPrefill,
+      ort_same_work_from: withPrefill === null ? null : besideStepMs(l) !== null ? 'beside' : 'ceiling',
       vs_ceiling_with_prefill: ratio(l.output_throughput, withPrefill),
       vs_peer: ratio(l.output_throughput, level(peer, c)?.output_throughput),
       vs_unbatched: ratio(l.output_throughput, level(unb, c)?.output_throughput),
@@ -370,7 +414,8 @@ export function efficiency(r: Pick<BenchReport, 'scenarios' | 'references'>, mod
       tpot_vs_peer: ratio(l.mean_tpot_ms, level(peer, c)?.mean_tpot_ms),
       bound_vs_peer: ratio(withPrefill, level(peer, c)?.output_throughput),
       bound_vs_unbatched: ratio(withPrefill, level(unb, c)?.output_throughput),
-      bound_vs_ceiling: ratio(withPrefill, step?.tokens_per_s),
+      // Both from the ceiling's own timings, so that the share does not mix two moments of the host.
+      bound_vs_ceiling: ratio(ortSameWork(ceil, c, len), step?.tokens_per_s),
       ceiling_batch_gain: ratio(step?.tokens_per_s, ceil?.decode.find((d) => d.batch === 1)?.tokens_per_s),
     }
   })
@@ -386,13 +431,16 @@ export function hostDrift(r: Pick<BenchReport, 'scenarios' | 'references'>): Dri
     return a ? [spread([a.ms, b.ms])!] : []
   })
   const ceiling_step = pairs.length ? Math.max(...pairs) : null
+  const around = r.scenarios.flatMap((s) => (isSkipped(s) ? [] : s.levels.flatMap((l) => (l.ort_beside?.before && l.ort_beside.after ? [spread([l.ort_beside.before.decode.ms, l.ort_beside.after.decode.ms])!] : []))))
+  const beside_step = around.length ? Math.max(...around) : null
   const moved: string[] = []
   if (unbatched_step !== null && unbatched_step > DRIFT_WARN) moved.push(`the unbatched node's batch-1 decode step ranged ${steps.map((x) => x.toFixed(1)).join(' / ')} ms across its levels`)
   if (ceiling_step !== null && ceiling_step > DRIFT_WARN) moved.push(`the ORT decode ceiling's steps differed up to ${pct(ceiling_step - 1)} between before and after the sweep`)
+  if (beside_step != null && beside_step > DRIFT_WARN) moved.push(`ORT alone's decode step differed up to ${pct(beside_step - 1)} between right before and right after one level`)
   const warning = moved.length
     ? `the host's speed moved during this run (${moved.join('; ')}): ratios between scenarios carry that error; repeat the run before trusting them`
     : null
-  return { unbatched_step, ceiling_step, warning }
+  return { unbatched_step, ceiling_step, beside_step, warning }
 }
 
 /** The issues' targets, as ratios from this run. */
@@ -435,7 +483,7 @@ export function summaryLines(eff: Efficiency[], tg: TargetCheck[], r: Pick<Bench
   return [
     `onnxd vs ceiling: at ${top.concurrency} streams ${top.output_throughput.toFixed(1)} output tok/s = ${pct(top.vs_ceiling)} of the ORT decode ceiling` +
       (step ? ` (${step.tokens_per_s.toFixed(1)} tok/s at batch ${step.batch}, past ${step.past})` : '') +
-      `, ${pct(top.vs_ceiling_with_prefill)} of ORT doing the same prefill + decode work (which is itself ${pct(top.bound_vs_ceiling)} of the decode ceiling), ${pct(top.vs_matmul_peak)} of the matmul peak (MFU); target >= 80% at 64: ${met(t('ceiling_throughput'))}` +
+      `, ${pct(top.vs_ceiling_with_prefill)} of ORT doing the same prefill + decode work${top.ort_same_work_from === 'beside' ? ' (timed beside the level)' : ''} (which is itself ${pct(top.bound_vs_ceiling)} of the decode ceiling), ${pct(top.vs_matmul_peak)} of the matmul peak (MFU); target >= 80% at 64: ${met(t('ceiling_throughput'))}` +
       ((top.vs_ceiling ?? 0) > 1 ? ' (above 100%: the machine was busier while the ceiling was timed, or the node decoded a smaller batch or shorter past)' : ''),
     `onnxd vs peer (transformers.js): output tok/s ${peerLine} streams (target >= 5x: ${met(t('peer_throughput'))}); ` +
       `TPOT at 1 stream ${x(one?.tpot_vs_peer ?? null, 2)} the peer's (target <= 1x: ${met(t('peer_tpot'))})`,

@@ -37,6 +37,7 @@ import {
   type CeilingReference,
   type Lengths,
   type LevelResult,
+  type OrtTiming,
   type ScenarioName,
   type ScenarioResult,
   type Skipped,
@@ -160,6 +161,9 @@ interface Load {
   cfg: BenchConfig
   form: PromptForm
   log: Progress
+  /** The workload's mean lengths, and the past the ORT references time their decode steps over. */
+  len: Lengths
+  past: number
 }
 
 /** Starts one target and sends it its untimed warm-up requests. */
@@ -291,7 +295,12 @@ async function driveTargets(
   const order: BenchReport['run_order'] = []
   const notStarted: BenchReport['scenarios'] = []
   try {
-    for (const spec of specs) running.push(await start('onnxd', x, bundleOf(spec), spec, x.cfg.concurrency))
+    const specOf = new Map<Running, TargetSpec | null>()
+    for (const spec of specs) {
+      const r = await start('onnxd', x, bundleOf(spec), spec, x.cfg.concurrency)
+      running.push(r)
+      specOf.set(r, spec)
+    }
     for (const l of llamas) {
       try {
         running.push(await start('llama.cpp', x, { dir: null, form: null }, null, x.cfg.concurrency, l))
@@ -305,7 +314,20 @@ async function driveTargets(
     for (let i = 0; i < levels.length; i++) {
       const now = i % 2 === 0 ? running : [...running].reverse()
       order.push({ concurrency: levels[i], targets: now.map((r) => r.out.target ?? r.kind) })
-      for (const r of now) await level(r, levels[i], x)
+      for (const r of now) {
+        const c = levels[i]
+        // An onnxd level between two timings of ORT alone doing its work: its ratio to ORT then holds the host's
+        // speed of that minute, not of the ceiling's (report.ts OrtBeside).
+        const spec = specOf.get(r)
+        const ort = (when: 'before' | 'after') => (spec === undefined ? Promise.resolve(undefined) : ortBeside(x.cfg, bundleOf(spec), spec, c, x.len, x.past, when, x.log))
+        const before = await ort('before')
+        await level(r, c, x)
+        const after = await ort('after')
+        const l = r.out.levels.at(-1)
+        const file = before?.file ?? after?.file
+        const timing = (t: OrtTiming): OrtTiming => ({ decode: t.decode, prefill: t.prefill })
+        if (l && file) l.ort_beside = { file, ...(before ? { before: timing(before) } : {}), ...(after ? { after: timing(after) } : {}) }
+      }
     }
     return { runs: running.map((r) => r.out), skipped: notStarted, order }
   } finally {
@@ -324,23 +346,53 @@ function lengths(cfg: BenchConfig, form: PromptForm): Lengths {
 
 type References = BenchReport['references']
 
+/** Why the ORT references are not measured in this run, or null when they are. */
+const ceilingOff = (cfg: BenchConfig): string | null =>
+  cfg.references.ceiling ? null : cfg.scenario === 'chat' ? 'not part of --scenario chat (ORT alone shares no cache between requests)' : 'disabled by --no-ceiling'
+
+/** How ORT alone runs a bundle's file for one weight dtype: the file the node serves for it (found by the engine's own
+ * rule), through the C API with presents bound onto the past on cpu and webgpu for a GroupQueryAttention graph (the
+ * cache on the device on webgpu), else through onnxruntime-node's session.run; prefill timed as the engine runs it,
+ * as many prompts per run as its default token budget holds. */
+function ortRun(cfg: BenchConfig, model: ModelInfo, dtype: Dtype, len: Lengths, past: number, batches: number[], log: Progress) {
+  const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
+  const onnxPath = dtype === 'fp32' ? model.onnxPath : readBundle(model.dir, { dtype }).onnxPath
+  const capi = (cfg.provider === 'cpu' || cfg.provider === 'webgpu') && usesGroupQueryAttention(onnxPath)
+  const api = capi ? `ORT's C API, presents bound onto the past${cfg.provider === 'webgpu' ? ' in device memory, on webgpu' : ''}` : `onnxruntime-node session.run${cfg.provider === 'cpu' ? '' : ` on ${cfg.provider}`}`
+  const o = { onnxPath, batches, past, prompt: len.prompt, prefillRows, threads: cfg.threads, provider: cfg.provider, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
+  return { o, capi, api, measure: () => (capi ? measureCapiCeiling(o) : measureCeiling(o)) }
+}
+
+/**
+ * ORT alone on the file an onnxd target serves, at one level's batch, timed as the ceiling is (refs/): once right
+ * before the level and once right after it, while the target's node sits idle. Nothing when the references are off
+ * or the bundle is not local; a failure is logged and leaves the level without it.
+ */
+async function ortBeside(cfg: BenchConfig, b: Bundle, spec: TargetSpec | null, c: number, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<(OrtTiming & { file: string }) | undefined> {
+  if (ceilingOff(cfg) || !b.model) return undefined
+  const dtype = spec?.dtype ?? 'fp32'
+  try {
+    const r = ortRun(cfg, b.model, dtype, len, past, [c], log)
+    log.step(`ORT alone on ${basename(r.o.onnxPath)} ${when} this level (${r.api}): a decode step at batch ${c} over a past of ${past}, prefill of ${r.o.prefillRows} x ${len.prompt}`)
+    const t = await r.measure()
+    return { file: basename(r.o.onnxPath), decode: t.decode[0], prefill: t.prefill }
+  } catch (e) {
+    log.step(`warning: ORT alone ${when} the level at ${c} failed: ${(e as Error).message}`)
+    return undefined
+  }
+}
+
 /** The ORT decode ceiling of one bundle over one weight dtype's file: through the C API with presents on the past
  * for a GroupQueryAttention graph (refs/capi.ts), else through onnxruntime-node (refs/ort.ts). */
 async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, dtype: Dtype, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<CeilingReference | Skipped> {
-  if (!cfg.references.ceiling) return skipped(cfg.scenario === 'chat' ? 'not part of --scenario chat (ORT alone shares no cache between requests)' : 'disabled by --no-ceiling')
+  const off = ceilingOff(cfg)
+  if (off) return skipped(off)
   if (!model) return skipped('no local model bundle: pass --model DIR')
-  // Prefill is timed as the engine runs it: as many prompts per run as its default token budget holds.
-  const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
   try {
-    // The file the node serves for that dtype, found by the engine's own rule.
-    const onnxPath = dtype === 'fp32' ? model.onnxPath : readBundle(model.dir, { dtype }).onnxPath
-    // The C-API ceiling runs on cpu and webgpu (its cache on the device there); other graphs and providers go through
-    // onnxruntime-node's session.run.
-    const capi = (cfg.provider === 'cpu' || cfg.provider === 'webgpu') && usesGroupQueryAttention(onnxPath)
-    const api = capi ? `ORT's C API, presents bound onto the past${cfg.provider === 'webgpu' ? ' in device memory, on webgpu' : ''}` : `onnxruntime-node session.run${cfg.provider === 'cpu' ? '' : ` on ${cfg.provider}`}`
+    const { o, capi, api, measure } = ortRun(cfg, model, dtype, len, past, [...new Set(cfg.concurrency)].sort((a, b) => a - b), log)
+    const { onnxPath, prefillRows } = o
     log.step(`ORT ceiling of ${model.id}${dtype === 'fp32' ? '' : ` (${dtype})`} (${when} the sweep, ${api}): decode steps at batch ${cfg.concurrency.join(', ')} over a past of ${past}, prefill of ${prefillRows} x ${len.prompt}`)
-    const o = { onnxPath, batches: [...new Set(cfg.concurrency)].sort((a, b) => a - b), past, prompt: len.prompt, prefillRows, threads: cfg.threads, provider: cfg.provider, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
-    const c = capi ? await measureCapiCeiling(o) : await measureCeiling(o)
+    const c = await measure()
     // Where ORT's own step goes, by operator (its profiler, a session of its own): once, before the sweep, on the CPU.
     let ops: DecodeOps[] | undefined
     if (cfg.provider === 'cpu' && when === 'before') {
@@ -415,7 +467,7 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
   const form: PromptForm = cfg.target.kind === 'facade' ? { kind: 'chat' } : model ? { kind: 'ids', vocab: model.vocab } : { kind: 'text' }
   const len = lengths(cfg, form)
   const past = len.prompt + Math.round(len.output / 2)
-  const x: Load = { cfg, form, log }
+  const x: Load = { cfg, form, log, len, past }
 
   // References measured through ORT in this process while nothing else runs: before the sweep and again after it.
   // A ceiling is the best ORT can do, and load from elsewhere on the machine only slows it, so each figure keeps the

@@ -42,7 +42,7 @@ function print(r: BenchReport): void {
   if (llama.length) out.write(`\nonnxd vs llama.cpp on the same weights (F32-fp32, Q8_0-int8, Q4_0-q4), per level; TTFT p50 and TPOT mean, ms\n${formatTable(llama)}`)
   for (const n of r.notes) out.write(`note: ${n}\n`)
   const time = timeTable(r)
-  if (time.length) out.write(`\nwhere the time goes (the node's /metrics: time inside forward passes, per level)\n${formatTable(time)}`)
+  if (time.length) out.write(`\nwhere the time goes (the node's /metrics: time inside forward passes, per level; ORT's step timed beside the level where it was)\n${formatTable(time)}`)
   out.write('\n')
   for (const l of r.summary) out.write(`${l}\n`)
   if (r.drift.warning) out.write(`warning: ${r.drift.warning}\n`)

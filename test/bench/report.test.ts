@@ -129,6 +129,54 @@ describe('each target against ORT alone on its own file', () => {
   })
 })
 
+describe('ORT alone timed beside each level', () => {
+  const timing = (decodeMs: number, prefillMs: number, batch: number) => ({
+    decode: { batch, past: 25, ms: decodeMs, rsd: 1, runs: 5, tokens_per_s: (1000 * batch) / decodeMs },
+    prefill: { prompt: 20, rows: 4, ms: prefillMs, rsd: 1, runs: 5, tokens_per_s: 80_000 / prefillMs },
+  })
+  /** The fake report with ORT alone timed before and after its onnxd level at 64 (the ceiling says 100 ms a step). */
+  function beside(before: number, after: number): BenchReport {
+    const r = fakeReport()
+    const on = r.scenarios.find((s) => s.name === 'onnxd') as ScenarioResult
+    const l = on.levels.find((x) => x.max_concurrency === 64)!
+    l.ort_beside = { file: 'model.onnx', before: timing(before, 40, 64), after: timing(after, 40, 64) }
+    l.engine = { decode_steps: 10, decode_seconds: 1.6, mean_decode_batch: 64, mean_decode_step_ms: 160, prefill_steps: 16, prefill_seconds: 0.6, prefill_tokens: 1280, other_seconds: 0.1, forward_fraction: 0.9 }
+    return r
+  }
+
+  it('holds a level against ORT alone timed beside it, the mean of before and after, not against the ceiling', () => {
+    const r = derive(beside(150, 250))
+    const at64 = r.efficiency.find((e) => e.concurrency === 64)!
+    // 64 prompts at 40 ms per 4, then 10 steps: 0.64 s + 1.5 s before, 0.64 s + 2.5 s after; mean 2.64 s for 640 tokens.
+    expect(at64.ort_same_work).toBeCloseTo(640 / 2.64, 6)
+    expect(at64.ort_same_work_from).toBe('beside')
+    expect(at64.vs_ceiling_with_prefill).toBeCloseTo(640 / (640 / 2.64), 6)
+    // The ceiling's own share stays the ceiling's (64 prefills of 10 ms and 10 steps of 100 ms, over 800 tok/s).
+    expect(at64.bound_vs_ceiling).toBeCloseTo(640 / 1.64 / 800, 6)
+    expect(r.summary[0]).toMatch(/of ORT doing the same prefill \+ decode work \(timed beside the level\)/)
+    // A level without timings beside it still reads the ceiling.
+    const at16 = r.efficiency.find((e) => e.concurrency === 16)!
+    expect(at16.ort_same_work_from).toBe('ceiling')
+    expect(at16.ort_same_work).toBeCloseTo(ortSameWork(r.references.ort_ceiling as CeilingReference, 16, len)!, 9)
+  })
+
+  it('puts the mean step beside the level in "where the time goes", and one timing alone counts too', () => {
+    const r = beside(150, 250)
+    expect(timeTable(r).find((x) => x.conc === 64)?.['ORT step ms (B=conc)']).toBe('200.0')
+    const l = (r.scenarios.find((s) => s.name === 'onnxd') as ScenarioResult).levels.find((x) => x.max_concurrency === 64)!
+    delete l.ort_beside!.before
+    expect(ortSameWork(null, 64, len, l)).toBeCloseTo(640 / (0.64 + 2.5), 6)
+    expect(timeTable(r).find((x) => x.conc === 64)?.['ORT step ms (B=conc)']).toBe('250.0')
+  })
+
+  it('warns when ORT alone moved between right before and right after a level', () => {
+    expect(hostDrift(beside(150, 155))).toMatchObject({ beside_step: 155 / 150, warning: null })
+    const d = hostDrift(beside(150, 250))
+    expect(d.beside_step).toBeCloseTo(250 / 150, 6)
+    expect(d.warning).toMatch(/ORT alone's decode step differed up to 67% between right before and right after one level/)
+  })
+})
+
 describe('bestOf', () => {
   it('keeps the faster ORT step per batch and the higher matmul peak of two measurements, and both runs', () => {
     const a = fakeReport().references

@@ -32,7 +32,7 @@ describe('onnxd bench --smoke', () => {
     expect(existsSync(chartPath!) && readFileSync(chartPath!, 'utf8').startsWith('<svg')).toBe(true)
 
     const r: BenchReport = report
-    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 4, scenario: 'standard', baseline: null, target_ratios: [], model: { id: 'onnxd-tiny-gqa', preset: 'tiny' } })
+    expect(r).toMatchObject({ bench: 'onnxd-bench', schema: 5, scenario: 'standard', baseline: null, target_ratios: [], model: { id: 'onnxd-tiny-gqa', preset: 'tiny' } })
     expect(r.machine).toMatchObject({ provider: 'cpu' })
     expect(r.machine.cores).toBeGreaterThan(0)
     expect(r.machine.cpu.length).toBeGreaterThan(0)
@@ -55,8 +55,13 @@ describe('onnxd bench --smoke', () => {
         expect(l.failed, `${s.name} c=${l.max_concurrency}: ${JSON.stringify(l.errors_by_status)}`).toBe(0)
         expect(l.output_throughput).toBeGreaterThan(0)
       }
-      // The target itself runs every request to the end.
-      if (s.name === 'onnxd') for (const l of s.levels) expect(l).toMatchObject({ completed: 2 * Math.max(1, l.max_concurrency), cut: 0, total_output_tokens: 16 * l.completed })
+      // The target itself runs every request to the end, each level between two timings of ORT alone at its batch.
+      if (s.name === 'onnxd')
+        for (const l of s.levels) {
+          expect(l).toMatchObject({ completed: 2 * Math.max(1, l.max_concurrency), cut: 0, total_output_tokens: 16 * l.completed })
+          for (const t of [l.ort_beside?.before, l.ort_beside?.after]) expect(t?.decode.batch, `ORT alone beside c=${l.max_concurrency}`).toBe(l.max_concurrency)
+        }
+      else for (const l of s.levels) expect(l.ort_beside).toBeUndefined()
     }
 
     // The ORT references, and the ratios against each.
@@ -71,6 +76,7 @@ describe('onnxd bench --smoke', () => {
       // ORT alone doing the same work never beats its own decode-only ceiling.
       expect(e.bound_vs_ceiling).toBeGreaterThan(0)
       expect(e.bound_vs_ceiling).toBeLessThan(1)
+      expect(e.ort_same_work_from).toBe('beside')
       if (haveTf) expect(e.vs_peer).toBeGreaterThan(0)
     }
     expect(r.targets.map((t) => t.id)).toEqual(['peer_throughput', 'peer_tpot', 'unbatched_throughput', 'ceiling_throughput', ...(haveLlama ? ['llama_cpp:gqa/capi:f32 t1:1', 'llama_cpp:gqa/capi:f32 t1:16+'] : [])])

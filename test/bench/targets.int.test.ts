@@ -83,10 +83,12 @@ describe('onnxd bench: several targets', () => {
     // The standard figures are the baseline's (float32) ceiling's.
     expect(r.references.ort_ceiling).toEqual(fp32)
     const len = { prompt: Number(r.config.prompt_len), output: Number(r.config.output_len) }
+    // Each level against ORT alone timed beside it on the target's own file.
     for (const t of r.target_ratios) {
       const l = (name: string) => runs(r.scenarios).find((s) => s.target === name)!.levels.find((x) => x.max_concurrency === t.concurrency)!
-      expect(t.vs_ort_same_work['onnxd gqa/capi']).toBeCloseTo(l('onnxd gqa/capi').output_throughput / ortSameWork(fp32, t.concurrency, len)!, 9)
-      expect(t.vs_ort_same_work['onnxd gqa/capi/q4']).toBeCloseTo(l('onnxd gqa/capi/q4').output_throughput / ortSameWork(q4, t.concurrency, len)!, 9)
+      expect([l('onnxd gqa/capi').ort_beside?.file, l('onnxd gqa/capi/q4').ort_beside?.file]).toEqual(['model.onnx', 'model_q4.onnx'])
+      expect(t.vs_ort_same_work['onnxd gqa/capi']).toBeCloseTo(l('onnxd gqa/capi').output_throughput / ortSameWork(null, t.concurrency, len, l('onnxd gqa/capi'))!, 9)
+      expect(t.vs_ort_same_work['onnxd gqa/capi/q4']).toBeCloseTo(l('onnxd gqa/capi/q4').output_throughput / ortSameWork(null, t.concurrency, len, l('onnxd gqa/capi/q4'))!, 9)
     }
     expect(referenceLines(r).filter((x) => x.startsWith('ORT decode ceiling')).map((x) => x.split(':')[0])).toEqual([
       'ORT decode ceiling (gqa graph) (model.onnx, ORT\'s C API, presents bound onto the past, one decode step, past 24)',
