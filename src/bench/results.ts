@@ -8,7 +8,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { chartSpec } from './chart.js'
 import { opShares } from './format.js'
-import { isSkipped, type BenchReport, type ScenarioResult } from './report.js'
+import { isSkipped, ortSameWork, type BenchReport, type LevelResult, type ScenarioResult } from './report.js'
 
 /** A kept result's file name: the day it was run, then what it is. */
 export const RESULT_FILE = /^(\d{4}-\d{2}-\d{2})-[a-z0-9-]+\.json$/
@@ -99,6 +99,21 @@ function servingTable(r: BenchReport): string {
     rows.push([`ORT decode step alone at batch B (past ${ceiling.past})`, ...levels.map((c) => {
       const d = ceiling.decode.find((x) => x.batch === c)
       return d ? f1(d.tokens_per_s) : ''
+    })])
+  }
+  // Each onnxd target's levels that had ORT alone timed beside them (report schema 5): ORT alone doing the same
+  // work then, in output tok/s, and the target's ratio to it.
+  const len = lengthsOf(r)
+  for (const s of series) {
+    if (!s.levels.some((l) => l.ort_beside)) continue
+    const at = (c: number): { l: LevelResult; ort: number } | null => {
+      const l = s.levels.find((x) => x.max_concurrency === c)
+      const ort = l?.ort_beside ? ortSameWork(null, c, len, l) : null
+      return l && ort ? { l, ort } : null
+    }
+    rows.push([`ORT alone, same work, beside ${s.target ?? s.name}`, ...levels.map((c) => {
+      const x = at(c)
+      return x ? `${f1(x.ort)} (${(x.l.output_throughput / x.ort).toFixed(2)}x)` : ''
     })])
   }
   return table(['output tok/s', ...levels.map((c) => `${c} stream${c === 1 ? '' : 's'}`)], rows, [false, ...levels.map(() => true)])
