@@ -31,7 +31,7 @@ export interface OrtTiming {
  * ORT alone beside one level of an onnxd target: timed right before and right after the level, in this process while
  * the target's node sat idle. "ORT alone doing the same work" at that level reads these rather than the ceiling timed
  * minutes away, before or after the whole sweep: this host's speed moves by more than the ratio's margin over that
- * time (the same decode step at batch 64 took 143 ms in one run and 232 ms in another on the same day).
+ * time (the same decode step at batch 64 took 143 ms in one run's ceiling, 172 ms in another's, 232 ms between them).
  */
 export interface OrtBeside {
   /** The ONNX file ORT ran (the target's own: model_q4.onnx for a q4 target). */
@@ -283,7 +283,7 @@ export function bestOf(a: BenchReport['references'], b: BenchReport['references'
  * steps of `decodeMs` at batch c. */
 const sameWorkSeconds = (decodeMs: number, prefill: PrefillTiming, c: number, len: Lengths): number => ((c * prefill.ms) / prefill.rows + len.output * decodeMs) / 1000
 
-/** The timings of ORT alone beside a level (before, after, or both), null when none was taken. */
+/** The timings of ORT alone beside a level (before, after, or both; none when it was not timed there). */
 const besideTimings = (l: Pick<LevelResult, 'ort_beside'> | null | undefined): OrtTiming[] => [l?.ort_beside?.before, l?.ort_beside?.after].filter((t): t is OrtTiming => t !== undefined)
 
 /** ORT alone's decode step at a level's batch beside the level: the mean of the timings before and after it. */
@@ -483,7 +483,7 @@ export function summaryLines(eff: Efficiency[], tg: TargetCheck[], r: Pick<Bench
   return [
     `onnxd vs ceiling: at ${top.concurrency} streams ${top.output_throughput.toFixed(1)} output tok/s = ${pct(top.vs_ceiling)} of the ORT decode ceiling` +
       (step ? ` (${step.tokens_per_s.toFixed(1)} tok/s at batch ${step.batch}, past ${step.past})` : '') +
-      `, ${pct(top.vs_ceiling_with_prefill)} of ORT doing the same prefill + decode work${top.ort_same_work_from === 'beside' ? ' (timed beside the level)' : ''} (which is itself ${pct(top.bound_vs_ceiling)} of the decode ceiling), ${pct(top.vs_matmul_peak)} of the matmul peak (MFU); target >= 80% at 64: ${met(t('ceiling_throughput'))}` +
+      `, ${pct(top.vs_ceiling_with_prefill)} of ORT doing the same prefill + decode work${top.ort_same_work_from === 'beside' ? ' timed beside the level (that work from the ceiling\'s own timings: ' : ' (which is itself '}${pct(top.bound_vs_ceiling)} of the decode ceiling), ${pct(top.vs_matmul_peak)} of the matmul peak (MFU); target >= 80% at 64: ${met(t('ceiling_throughput'))}` +
       ((top.vs_ceiling ?? 0) > 1 ? ' (above 100%: the machine was busier while the ceiling was timed, or the node decoded a smaller batch or shorter past)' : ''),
     `onnxd vs peer (transformers.js): output tok/s ${peerLine} streams (target >= 5x: ${met(t('peer_throughput'))}); ` +
       `TPOT at 1 stream ${x(one?.tpot_vs_peer ?? null, 2)} the peer's (target <= 1x: ${met(t('peer_tpot'))})`,

@@ -153,7 +153,7 @@ describe('ORT alone timed beside each level', () => {
     expect(at64.vs_ceiling_with_prefill).toBeCloseTo(640 / (640 / 2.64), 6)
     // The ceiling's own share stays the ceiling's (64 prefills of 10 ms and 10 steps of 100 ms, over 800 tok/s).
     expect(at64.bound_vs_ceiling).toBeCloseTo(640 / 1.64 / 800, 6)
-    expect(r.summary[0]).toMatch(/of ORT doing the same prefill \+ decode work \(timed beside the level\)/)
+    expect(r.summary[0]).toMatch(/, 264% of ORT doing the same prefill \+ decode work timed beside the level \(that work from the ceiling's own timings: 49% of the decode ceiling\)/)
     // A level without timings beside it still reads the ceiling.
     const at16 = r.efficiency.find((e) => e.concurrency === 16)!
     expect(at16.ort_same_work_from).toBe('ceiling')
