@@ -295,11 +295,14 @@ async function driveTargets(
   const order: BenchReport['run_order'] = []
   const notStarted: BenchReport['scenarios'] = []
   try {
-    const specOf = new Map<Running, TargetSpec | null>()
+    // How ORT alone runs each onnxd target's file, resolved once per target (it reads the file's head).
+    const ortOf = new Map<Running, OrtFile>()
     for (const spec of specs) {
-      const r = await start('onnxd', x, bundleOf(spec), spec, x.cfg.concurrency)
+      const b = bundleOf(spec)
+      const r = await start('onnxd', x, b, spec, x.cfg.concurrency)
       running.push(r)
-      specOf.set(r, spec)
+      const f = besideFile(x, b, spec)
+      if (f) ortOf.set(r, f)
     }
     for (const l of llamas) {
       try {
@@ -315,18 +318,9 @@ async function driveTargets(
       const now = i % 2 === 0 ? running : [...running].reverse()
       order.push({ concurrency: levels[i], targets: now.map((r) => r.out.target ?? r.kind) })
       for (const r of now) {
-        const c = levels[i]
-        // An onnxd level between two timings of ORT alone doing its work: its ratio to ORT then holds the host's
-        // speed of that minute, not of the ceiling's (report.ts OrtBeside).
-        const spec = specOf.get(r)
-        const ort = (when: 'before' | 'after') => (spec === undefined ? Promise.resolve(undefined) : ortBeside(x.cfg, bundleOf(spec), spec, c, x.len, x.past, when, x.log))
-        const before = await ort('before')
-        await level(r, c, x)
-        const after = await ort('after')
-        const l = r.out.levels.at(-1)
-        const file = before?.file ?? after?.file
-        const timing = (t: OrtTiming): OrtTiming => ({ decode: t.decode, prefill: t.prefill })
-        if (l && file) l.ort_beside = { file, ...(before ? { before: timing(before) } : {}), ...(after ? { after: timing(after) } : {}) }
+        const f = ortOf.get(r)
+        if (f) await besideLevel(x, f, levels[i], r, () => level(r, levels[i], x))
+        else await level(r, levels[i], x)
       }
     }
     return { runs: running.map((r) => r.out), skipped: notStarted, order }
@@ -350,36 +344,64 @@ type References = BenchReport['references']
 const ceilingOff = (cfg: BenchConfig): string | null =>
   cfg.references.ceiling ? null : cfg.scenario === 'chat' ? 'not part of --scenario chat (ORT alone shares no cache between requests)' : 'disabled by --no-ceiling'
 
-/** How ORT alone runs a bundle's file for one weight dtype: the file the node serves for it (found by the engine's own
+/** How ORT alone runs one weight dtype's file of a bundle: the file the node serves for it (found by the engine's own
  * rule), through the C API with presents bound onto the past on cpu and webgpu for a GroupQueryAttention graph (the
- * cache on the device on webgpu), else through onnxruntime-node's session.run; prefill timed as the engine runs it,
- * as many prompts per run as its default token budget holds. */
-function ortRun(cfg: BenchConfig, model: ModelInfo, dtype: Dtype, len: Lengths, past: number, batches: number[], log: Progress) {
-  const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
+ * cache on the device on webgpu), else through onnxruntime-node's session.run. */
+interface OrtFile {
+  onnxPath: string
+  capi: boolean
+  api: string
+}
+
+function ortFile(cfg: BenchConfig, model: ModelInfo, dtype: Dtype): OrtFile {
   const onnxPath = dtype === 'fp32' ? model.onnxPath : readBundle(model.dir, { dtype }).onnxPath
   const capi = (cfg.provider === 'cpu' || cfg.provider === 'webgpu') && usesGroupQueryAttention(onnxPath)
   const api = capi ? `ORT's C API, presents bound onto the past${cfg.provider === 'webgpu' ? ' in device memory, on webgpu' : ''}` : `onnxruntime-node session.run${cfg.provider === 'cpu' ? '' : ` on ${cfg.provider}`}`
-  const o = { onnxPath, batches, past, prompt: len.prompt, prefillRows, threads: cfg.threads, provider: cfg.provider, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
-  return { o, capi, api, measure: () => (capi ? measureCapiCeiling(o) : measureCeiling(o)) }
+  return { onnxPath, capi, api }
+}
+
+/** ORT alone's decode steps at `batches` over `past` and one prefill, on `f`, timed as refs/ time them: prefill as the
+ * engine runs it, as many prompts per run as its default token budget holds. */
+function ortTimer(cfg: BenchConfig, f: OrtFile, len: Lengths, past: number, batches: number[], log: Progress) {
+  const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
+  const o = { onnxPath: f.onnxPath, batches, past, prompt: len.prompt, prefillRows, threads: cfg.threads, provider: cfg.provider, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
+  return { o, measure: () => (f.capi ? measureCapiCeiling(o) : measureCeiling(o)) }
+}
+
+/** The file ORT alone runs beside an onnxd target's levels; none when the references are off or the bundle is not
+ * local, or when it cannot be read (logged). */
+function besideFile(x: Load, b: Bundle, spec: TargetSpec | null): OrtFile | null {
+  if (ceilingOff(x.cfg) || !b.model) return null
+  try {
+    return ortFile(x.cfg, b.model, spec?.dtype ?? 'fp32')
+  } catch (e) {
+    x.log.step(`warning: no ORT alone beside ${spec?.name ?? 'the target'}'s levels: ${(e as Error).message}`)
+    return null
+  }
 }
 
 /**
- * ORT alone on the file an onnxd target serves, at one level's batch, timed as the ceiling is (refs/): once right
- * before the level and once right after it, while the target's node sits idle. Nothing when the references are off
- * or the bundle is not local; a failure is logged and leaves the level without it.
+ * One level of an onnxd target between two timings of ORT alone doing its work on the target's file, at the level's
+ * batch, while the target's node sits idle: the level's ratio to ORT then holds the host's speed of that minute, not
+ * the ceiling's (report.ts OrtBeside). A timing that fails is logged and left out.
  */
-async function ortBeside(cfg: BenchConfig, b: Bundle, spec: TargetSpec | null, c: number, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<(OrtTiming & { file: string }) | undefined> {
-  if (ceilingOff(cfg) || !b.model) return undefined
-  const dtype = spec?.dtype ?? 'fp32'
-  try {
-    const r = ortRun(cfg, b.model, dtype, len, past, [c], log)
-    log.step(`ORT alone on ${basename(r.o.onnxPath)} ${when} this level (${r.api}): a decode step at batch ${c} over a past of ${past}, prefill of ${r.o.prefillRows} x ${len.prompt}`)
-    const t = await r.measure()
-    return { file: basename(r.o.onnxPath), decode: t.decode[0], prefill: t.prefill }
-  } catch (e) {
-    log.step(`warning: ORT alone ${when} the level at ${c} failed: ${(e as Error).message}`)
-    return undefined
+async function besideLevel(x: Load, f: OrtFile, c: number, r: Running, run: () => Promise<void>): Promise<void> {
+  const time = async (when: 'before' | 'after'): Promise<OrtTiming | undefined> => {
+    const { o, measure } = ortTimer(x.cfg, f, x.len, x.past, [c], x.log)
+    x.log.step(`ORT alone on ${basename(f.onnxPath)} ${when} this level (${f.api}): a decode step at batch ${c} over a past of ${x.past}, prefill of ${o.prefillRows} x ${x.len.prompt}`)
+    try {
+      const t = await measure()
+      return { decode: t.decode[0], prefill: t.prefill }
+    } catch (e) {
+      x.log.step(`warning: ORT alone ${when} the level at ${c} failed: ${(e as Error).message}`)
+      return undefined
+    }
   }
+  const before = await time('before')
+  await run()
+  const after = await time('after')
+  const l = r.out.levels.at(-1)
+  if (l && (before || after)) l.ort_beside = { file: basename(f.onnxPath), ...(before ? { before } : {}), ...(after ? { after } : {}) }
 }
 
 /** The ORT decode ceiling of one bundle over one weight dtype's file: through the C API with presents on the past
@@ -389,8 +411,10 @@ async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, dtype: Dtype
   if (off) return skipped(off)
   if (!model) return skipped('no local model bundle: pass --model DIR')
   try {
-    const { o, capi, api, measure } = ortRun(cfg, model, dtype, len, past, [...new Set(cfg.concurrency)].sort((a, b) => a - b), log)
-    const { onnxPath, prefillRows } = o
+    const f = ortFile(cfg, model, dtype)
+    const { onnxPath, capi, api } = f
+    const { o, measure } = ortTimer(cfg, f, len, past, [...new Set(cfg.concurrency)].sort((a, b) => a - b), log)
+    const { prefillRows } = o
     log.step(`ORT ceiling of ${model.id}${dtype === 'fp32' ? '' : ` (${dtype})`} (${when} the sweep, ${api}): decode steps at batch ${cfg.concurrency.join(', ')} over a past of ${past}, prefill of ${prefillRows} x ${len.prompt}`)
     const c = await measure()
     // Where ORT's own step goes, by operator (its profiler, a session of its own): once, before the sweep, on the CPU.

@@ -9,7 +9,7 @@
 // past_key_values.* it takes. On the CPU a second session, with ORT's profiler on, then runs a few decode steps at
 // each batch and says where ORT's own step goes, by operator type (profile.ts). Imports: the engine's graph
 // preparation, C API and runner (its per-thread API), through its bench surface.
-import { readFileSync, rmSync } from 'node:fs'
+import { closeSync, openSync, readFileSync, readSync, rmSync } from 'node:fs'
 import { externalDataConfig, loadCApi, LOGITS_AT_INPUT, ModelProto, NativeBuffer, prepareDecoderGraph, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
 import { time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
 import { decodeOpsOf, profilePrefix, PROFILE_WARMUP, PROFILED_STEPS, type DecodeOps } from './profile.js'
@@ -34,7 +34,14 @@ function inputsOf(model: Uint8Array): Input[] {
 
 /** Whether `onnxPath` is a GroupQueryAttention graph (the ceiling then runs here, not in refs/ort.ts). */
 export function usesGroupQueryAttention(onnxPath: string): boolean {
-  return /GroupQueryAttention/.test(readFileSync(onnxPath).subarray(0, 4 << 20).toString('latin1'))
+  // The graph's nodes come before its weights in the file: its first 4 MB, read without the rest.
+  const fd = openSync(onnxPath, 'r')
+  try {
+    const head = Buffer.alloc(4 << 20)
+    return /GroupQueryAttention/.test(head.subarray(0, readSync(fd, head, 0, head.length, 0)).toString('latin1'))
+  } finally {
+    closeSync(fd)
+  }
 }
 
 /** One step's tensors: `batch` rows, `seq` new tokens each, over `past` cached positions in a cache `cap` wide. */
