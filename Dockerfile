@@ -11,9 +11,9 @@ ENV ONNXRUNTIME_NODE_INSTALL=skip
 # inside its npm package, so nothing is compiled.
 WORKDIR /app
 COPY package.json package-lock.json .npmrc ./
-# Scripts are skipped only to keep `prepare` (the build) for after src/ is copied; `npm rebuild` then runs the
-# dependencies' own install scripts (native binaries).
-RUN npm ci --no-audit --no-fund --ignore-scripts && npm rebuild
+# No install script runs: the dependencies need none (package.json's allowScripts; .ci/run installs the same way), and
+# the project's own `prepare` (the build) runs below, once src/ is copied.
+RUN npm ci --no-audit --no-fund --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 RUN npm run build && npm prune --omit=dev --no-audit --no-fund

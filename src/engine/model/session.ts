@@ -55,6 +55,8 @@ function deviceFormProblem(sig: Signature): string | null {
 }
 
 const ORT_DIR = dirname(createRequire(import.meta.url).resolve('onnxruntime-node/package.json'))
+/** onnxruntime-node's install script: given ONNXRUNTIME_NODE_INSTALL=cuda12, it downloads the CUDA provider. */
+export const ORT_INSTALL_SCRIPT = join(ORT_DIR, 'script', 'install.js')
 
 function providerInstalled(p: Provider): boolean {
   if (p === 'cpu') return true
@@ -66,7 +68,9 @@ function providerInstalled(p: Provider): boolean {
 }
 
 export const INSTALL_HINT: Record<Exclude<Provider, 'cpu'>, string> = {
-  cuda: 'install the CUDA execution provider with `npm install onnxruntime-node --onnxruntime-node-install=cuda12` (or ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node) on a host with CUDA 12 and cuDNN 9; see docs/runtimes-and-gpus.md, "CUDA and TensorRT"',
+  // onnxruntime-node's own install script fetches it. npm does not run that script here (package.json's allowScripts
+  // denies it, so that no install downloads anything), so it is run by hand, by its path.
+  cuda: `install the CUDA execution provider with \`ONNXRUNTIME_NODE_INSTALL=cuda12 node ${ORT_INSTALL_SCRIPT}\` on a host with CUDA 12 and cuDNN 9; see docs/runtimes-and-gpus.md, "CUDA and TensorRT"`,
   tensorrt: 'install the CUDA execution provider as for cuda, plus TensorRT 10 libraries on the library path; see docs/runtimes-and-gpus.md, "CUDA and TensorRT"',
   webgpu: 'this onnxruntime-node build has no WebGPU execution provider (the Linux x64 build of 1.30 has it); see docs/runtimes-and-gpus.md, "WebGPU"',
 }
