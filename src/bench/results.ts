@@ -66,16 +66,20 @@ function servingCommand(r: BenchReport): string {
 interface Machine {
   cpu: string
   cores: number
+  /** The CPU's SIMD extensions (system.ts), in reports since schema 2: AVX2 and AVX-512 VNNI hosts of one model name
+   * run ORT's integer kernels at very different speeds, so a result says which it ran on. */
+  cpuFlags?: string[]
   provider?: string
   loadavg_start?: number[]
   loadavg_end?: number[]
 }
 
-const hostOf = (m: Machine | undefined, cpu?: string, cores?: number): string => {
+export const hostOf = (m: Machine | undefined, cpu?: string, cores?: number): string => {
   const c = m?.cpu ?? cpu ?? 'unknown CPU'
   const n = m?.cores ?? cores
+  const flags = m?.cpuFlags?.length ? ` (${m.cpuFlags.join(' ')})` : ''
   const load = m?.loadavg_start && m.loadavg_end ? `, load ${m.loadavg_start[0]} → ${m.loadavg_end[0]}` : ''
-  return `${c.replace(/\(R\)/g, '')}, ${n ?? '?'} cores${m?.provider ? `, ${m.provider}` : ''}${load}`
+  return `${c.replace(/\(R\)/g, '')}${flags}, ${n ?? '?'} cores${m?.provider ? `, ${m.provider}` : ''}${load}`
 }
 
 /** ORT alone's decode step by operator, per graph form and batch, where the run profiled it (refs/profile.ts); else ''. */
