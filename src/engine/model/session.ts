@@ -68,8 +68,9 @@ function providerInstalled(p: Provider): boolean {
 }
 
 export const INSTALL_HINT: Record<Exclude<Provider, 'cpu'>, string> = {
-  // onnxruntime-node's own install script fetches it. npm does not run that script here (package.json's allowScripts
-  // denies it, so that no install downloads anything), so it is run by hand, by its path.
+  // onnxruntime-node's own install script fetches it. npm is told not to run that script (package.json's allowScripts;
+  // .npmrc's onnxruntime-node-install=skip for npm 10 and 11), so that no install downloads anything: it is run by
+  // hand, by its path.
   cuda: `install the CUDA execution provider with \`ONNXRUNTIME_NODE_INSTALL=cuda12 node ${ORT_INSTALL_SCRIPT}\` on a host with CUDA 12 and cuDNN 9; see docs/runtimes-and-gpus.md, "CUDA and TensorRT"`,
   tensorrt: 'install the CUDA execution provider as for cuda, plus TensorRT 10 libraries on the library path; see docs/runtimes-and-gpus.md, "CUDA and TensorRT"',
   webgpu: 'this onnxruntime-node build has no WebGPU execution provider (the Linux x64 build of 1.30 has it); see docs/runtimes-and-gpus.md, "WebGPU"',
