@@ -386,8 +386,8 @@ function besideFile(x: Load, b: Bundle, spec: TargetSpec | null): OrtFile | null
  * the ceiling's (report.ts OrtBeside). A timing that fails is logged and left out.
  */
 async function besideLevel(x: Load, f: OrtFile, c: number, r: Running, run: () => Promise<void>): Promise<void> {
+  const { o, measure } = ortTimer(x.cfg, f, x.len, x.past, [c], x.log)
   const time = async (when: 'before' | 'after'): Promise<OrtTiming | undefined> => {
-    const { o, measure } = ortTimer(x.cfg, f, x.len, x.past, [c], x.log)
     x.log.step(`ORT alone on ${basename(f.onnxPath)} ${when} this level (${f.api}): a decode step at batch ${c} over a past of ${x.past}, prefill of ${o.prefillRows} x ${x.len.prompt}`)
     try {
       const t = await measure()

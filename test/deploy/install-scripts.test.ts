@@ -2,13 +2,13 @@
 // (.ci/run installs with --ignore-scripts, and every suite passes on them), and onnxruntime-node's script would
 // download the CUDA provider from outside the registry. package.json's allowScripts says so to npm: npm 11.16+ lists
 // the install scripts it does not cover after every install, and npm 12 runs only the ones it allows.
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { INSTALL_HINT, ORT_INSTALL_SCRIPT } from '../../src/engine/model/session.js'
+import { readDoc, ROOT } from '../helpers/markdown.js'
 
-const REPO = join(import.meta.dirname, '../..')
-const json = (file: string): Record<string, unknown> => JSON.parse(readFileSync(join(REPO, file), 'utf8')) as Record<string, unknown>
+const json = (file: string): Record<string, unknown> => JSON.parse(readDoc(file)) as Record<string, unknown>
 
 /** The packages of the lockfile that have an install script (npm marks them hasInstallScript), by name. */
 function withInstallScripts(): string[] {
@@ -38,10 +38,10 @@ describe('install scripts', () => {
   })
 
   it("the docs' command for the CUDA provider runs that script from the project's directory", () => {
-    const doc = readFileSync(join(REPO, 'docs/runtimes-and-gpus.md'), 'utf8')
+    const doc = readDoc('docs/runtimes-and-gpus.md')
     const m = /^ONNXRUNTIME_NODE_INSTALL=cuda12 node (\S+)$/m.exec(doc)
     expect(m).not.toBeNull()
-    expect(existsSync(join(REPO, m![1]))).toBe(true)
+    expect(existsSync(join(ROOT, m![1]))).toBe(true)
     expect(doc).not.toContain('npm rebuild onnxruntime-node')
   })
 })
