@@ -10,10 +10,10 @@ import { tinyPlainModelDir } from '../helpers/fixtures.js'
 import { facadeFixture, sseEvents, type FacadeFixture } from '../helpers/facade.js'
 import { listen, testOptions } from '../node/helpers.js'
 
-async function until(cond: () => boolean, what: string, timeoutMs = 30_000): Promise<void> {
+async function until(cond: () => boolean, what: string, detail = (): string => '', timeoutMs = 30_000): Promise<void> {
   const t0 = Date.now()
   while (!cond()) {
-    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`)
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}${detail()}`)
     await new Promise((r) => setTimeout(r, 10))
   }
 }
@@ -51,10 +51,13 @@ describe('an n flood against the real facade and node', () => {
   it("refuses the flooding key past its bound with 429 and Retry-After, and admits another key's stream after one turn of the flood", async () => {
     const flooder = f.key
     const other = await f.newKey((await f.newAccount()).id)
-    const flood = { messages: [{ role: 'user', content: 'tell me a long story' }], n: 16, max_tokens: 96, logprobs: true, top_logprobs: 20, stream: true }
+    const flood = { messages: [{ role: 'user', content: 'tell me a long story' }], n: 16, max_tokens: 384, logprobs: true, top_logprobs: 20, stream: true }
     const floods = [send(flooder, flood), send(flooder, flood)]
-    // Both are on the node, 4 running and at least 16 waiting (the prompts are tokenized one after another).
-    await until(() => engine.health().waiting >= 16, "the flood's sequences waiting on the node")
+    // Both are on the node, 4 running and at least 16 waiting (the prompts are tokenized one after another). Each
+    // sequence runs 384 tokens so that this lasts many of the replica's stats reports (every 250 ms) even on a loaded
+    // CI machine; with 96, CI once saw the whole flood pass without a report of 16 waiting.
+    let mostWaiting = 0
+    await until(() => (mostWaiting = Math.max(mostWaiting, engine.health().waiting)) >= 16, "the flood's sequences waiting on the node", () => ` (at most ${mostWaiting} seen waiting, ${finished} finished)`)
 
     // The other key's stream, queued behind 16 or more of the flood's sequences, is admitted at the flood's next turn.
     const waitingAhead = engine.health().waiting
