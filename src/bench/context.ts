@@ -103,6 +103,15 @@ export function filledCache(m: LoadedModel, rows: number, len: number, chunk: nu
 }
 
 /**
+ * Row lengths of a continuous batch: `rows` rows spread evenly over `spread` positions around `past`, from
+ * past - floor(spread / 2) (all `past` for a spread of 0). Rows that joined at different steps hold different lengths;
+ * GroupQueryAttention on the CPU runs such a batch slower than one whose rows are all alike (docs/benchmarks.md).
+ */
+export function spreadLengths(rows: number, past: number, spread: number): number[] {
+  return Array.from({ length: rows }, (_, r) => past - Math.floor(spread / 2) + Math.floor((r * spread) / rows))
+}
+
+/**
  * A device cache (runtime 'capi' on a GPU provider) of `rows` rows holding `len` tokens each: their lengths set, their
  * device memory as allocated (contents undefined, which a step's time does not depend on).
  */
@@ -190,12 +199,13 @@ export interface StepResult {
 
 const sum = (r: Record<string, number>): number => Object.values(r).reduce((a, b) => a + b, 0)
 
-/** One decode step as the batcher's decodeStep makes it, then the rows back to `len` tokens. */
+/** One decode step as the batcher's decodeStep makes it (`len` seeds the ids), then each row back to its length. */
 export async function sweepStep(m: LoadedModel, kv: KvRows, len: number, probe: () => Traffic): Promise<StepResult> {
   const session = m.session
   const sig = session.signature
   const t0 = performance.now()
   const rows = kv.rows
+  const lens = kv.lens.slice(0, rows)
   const P = kv.cap
   // As the batcher's decodeStep: each row's length once its new token is in, and a mask only for a graph that
   // reads one (a graph fed GroupQueryAttention's lengths may not).
@@ -218,7 +228,7 @@ export async function sweepStep(m: LoadedModel, kv: KvRows, len: number, probe: 
   const traffic: Traffic = device ? { fed: { inputs: out.traffic.in }, fetched: { outputs: out.traffic.out }, shared: sig.kv.presentNames } : probed
   const shared = device || (out.present.length > 0 && out.present.every((t, i) => t.data === x.past[i].data))
   kv.append(out.present, Array.from({ length: rows }, () => 1))
-  for (let r = 0; r < rows; r++) kv.lens[r] = len
+  for (let r = 0; r < rows; r++) kv.lens[r] = lens[r]
   const t3 = performance.now()
   // The past is read in place over the cache by both runtimes: not a byte crosses for it.
   const past = new Set(sig.kv.pastNames)

@@ -44,9 +44,14 @@ export function usesGroupQueryAttention(onnxPath: string): boolean {
   }
 }
 
-/** One step's tensors: `batch` rows, `seq` new tokens each, over `past` cached positions in a cache `cap` wide. */
-function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: number; seq: number; past: number; nextToken: string | null; greedy: boolean; device: DeviceAllocator | null }) {
-  const { batch, seq, past } = o
+/**
+ * One step's tensors: `batch` rows, `seq` new tokens each, over `past` cached positions (or row r over `lens[r]`) in a
+ * cache as wide as the longest row.
+ */
+function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: number; seq: number; past: number; lens?: readonly number[]; nextToken: string | null; greedy: boolean; device: DeviceAllocator | null }) {
+  const { batch, seq } = o
+  const lenOf = (r: number): number => o.lens?.[r] ?? o.past
+  const past = o.lens ? Math.max(...o.lens) : o.past
   const shared = past > 0
   const cap = shared ? past + seq : 0
   const tensors: Tensor[] = []
@@ -99,10 +104,11 @@ function step(s: CSession, inputs: Input[], outputs: string[], o: { batch: numbe
       }
       let t: Tensor
       if (inp.name === 'input_ids') t = int(inp, [batch, seq], (i) => 3 + ((i * 7919) % 251))
-      else if (inp.name === 'attention_mask') t = int(inp, [batch, past + seq], () => 1)
-      else if (inp.name === 'position_ids') t = int(inp, [batch, seq], (i) => past + (i % seq))
+      // Right-padded, as GroupQueryAttention reads a row's length from its mask.
+      else if (inp.name === 'attention_mask') t = int(inp, [batch, past + seq], (i) => (i % (past + seq) < lenOf(Math.floor(i / (past + seq))) + seq ? 1 : 0))
+      else if (inp.name === 'position_ids') t = int(inp, [batch, seq], (i) => lenOf(Math.floor(i / seq)) + (i % seq))
       // GroupQueryAttention's per-row length: the total (past + new) minus one.
-      else if (/(^|_)seqlens_k$/.test(inp.name)) t = int(inp, [batch], () => past + seq - 1)
+      else if (/(^|_)seqlens_k$/.test(inp.name)) t = int(inp, [batch], (r) => lenOf(r) + seq - 1)
       else if (/(^|_)total_sequence_length$/.test(inp.name)) t = int(inp, inp.dims.length ? [1] : [], () => past + seq)
       // The positions whose logits the step computes (decoder-graph.ts positionLogits): its last, as the engine's.
       else if (inp.name === LOGITS_AT_INPUT) t = int(inp, [1], () => seq - 1)
@@ -145,7 +151,7 @@ export interface CapiStep {
  * `batch` rows of `seq` new tokens over `past` cached positions, presents bound onto the past.
  */
 export interface CapiSteps {
-  step(o: { batch: number; seq: number; past: number; greedy: boolean }): CapiStep
+  step(o: { batch: number; seq: number; past: number; lens?: readonly number[]; greedy: boolean }): CapiStep
   /** Ends the profiling `profilePrefix` started and returns the trace file's path (only with profilePrefix). */
   endProfiling(): string
   dispose(): void
