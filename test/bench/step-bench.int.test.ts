@@ -33,7 +33,7 @@ describe('step bench, paired against ORT alone', () => {
       expect(c.run_ms).toBeGreaterThan(0)
       expect(c.ort_ms).toBeGreaterThan(0)
     }
-    // At a spread, ORT alone also runs equal rows after each of its spread steps, paired; at none it does not.
+    // At a spread, ORT alone also runs equal rows, in turn with its spread steps after the pairs; at none it does not.
     expect(cells[0].ort_equal_ms).toBeUndefined()
     expect(cells[1].ort_equal_ms).toBeGreaterThan(0)
     expect(Number.isFinite(cells[1].ort_spread_over_equal) && cells[1].ort_spread_over_equal! > 0).toBe(true)
