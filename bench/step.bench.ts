@@ -52,6 +52,13 @@ if (!forms.length || [past, steps, threads, rounds, ...batches, ...spreads].some
 
 const noTraffic = (): Traffic => ({ fed: {}, fetched: {}, shared: [] })
 
+/** Wall ms of one run of ORT alone's step. */
+const timed = (step: { run(): void }): number => {
+  const t0 = performance.now()
+  step.run()
+  return performance.now() - t0
+}
+
 interface Cell {
   round: number
   form: string
@@ -111,19 +118,13 @@ try {
             cpu += (c.user + c.system) / 1000
             if (!ort) continue
             ort.run()
-            const t0 = performance.now()
-            ort.run()
-            ortMs.push(performance.now() - t0)
+            ortMs.push(timed(ort))
           }
           if (ort && equal) {
             equal.run()
             for (let i = 0; i < steps; i++) {
-              const t0 = performance.now()
-              equal.run()
-              const t1 = performance.now()
-              ort.run()
-              equalMs.push(t1 - t0)
-              spreadMs.push(performance.now() - t1)
+              equalMs.push(timed(equal))
+              spreadMs.push(timed(ort))
             }
           }
         } finally {
