@@ -71,6 +71,7 @@ export class Engine {
   private constructor(
     readonly model: LoadedModel,
     private readonly batcher: Batcher,
+    private readonly limits: BatcherOptions,
     private readonly grammarLimits: GrammarLimits,
   ) {
     this.scratch = new SamplerScratch(model.vocab)
@@ -82,7 +83,8 @@ export class Engine {
 
   /** An engine over a model already loaded (or a stand-in for one: the scheduler's tests step a fake runtime). */
   static over(model: LoadedModel, opts: Partial<BatcherOptions> & { grammar?: Partial<GrammarLimits> } = {}, observer?: BatcherObserver): Engine {
-    return new Engine(model, new Batcher(model, batcherOptions(opts), observer), { ...DEFAULT_GRAMMAR_LIMITS, ...opts.grammar })
+    const limits = batcherOptions(opts)
+    return new Engine(model, new Batcher(model, limits, observer), limits, { ...DEFAULT_GRAMMAR_LIMITS, ...opts.grammar })
   }
 
   /** Prompt token ids of a request: exactly one of messages, prompt or input_ids. */
@@ -136,6 +138,37 @@ export class Engine {
     if (!tok) throw new OnnxdError('invalid_value', '`response_format` needs the model\'s tokenizer, and this bundle has none', { param: 'response_format' })
     this.grammars ??= new Grammars(() => tok.vocabulary(this.model.vocab), [...this.model.eos], this.grammarLimits)
     return this.grammars
+  }
+
+  /**
+   * Runs, before the first request, the step shapes a GPU provider compiles shaders for on first use (issue 33), so
+   * that no request waits for them: on lavapipe the first decode step at 1, at 2-4 and at 16 rows, and the first prompt
+   * chunk, each took 0.7-13 s once. A device cache steps in powers of two (rows in capi-session.ts runDevice, prompt
+   * chunks in prefillChunk), so these are all the shapes it runs. Two waves of greedy requests over synthetic ids:
+   * - maxRunning one-token prompts, each long enough to still run when the last joins, so that the decode steps cover
+   *   every power of two of rows up to maxRunning (as many as the KV budget admits);
+   * - one prompt of 2 x maxBatchedTokens - 1 tokens (as the context allows), prefilled alone in chunks of every power
+   *   of two up to maxBatchedTokens.
+   * Sampled steps fetch the logits instead of the graph's argmax, over the same kernels (lavapipe compiled nothing new
+   * for them). Returns how many requests ran; the caller decides where (the node's workers, before they say ready).
+   */
+  async warmUp(): Promise<number> {
+    const { vocab, contextLength, eos } = this.model
+    // Ids that are not EOS: ignore_eos runs past one, but a stop id would end the sequence.
+    const ok = Array.from({ length: Math.min(vocab, 64) }, (_, i) => i).filter((t) => !eos.has(t))
+    const rows = Math.max(1, this.limits.maxRunning)
+    const run = (prompt: number, maxTokens: number, k: number): Promise<void> =>
+      new Promise((resolve, reject) => {
+        const ids = Array.from({ length: prompt }, (_, j) => ok[(j * 7 + k) % ok.length])
+        this.submit({ model: this.model.id, request_id: `warmup-${k}`, input_ids: ids, max_tokens: maxTokens, temperature: 0, ignore_eos: true }, (e) => {
+          if (e.type === 'error') reject(new OnnxdError('internal', `warm-up request failed: ${e.error.message}`))
+          else if (e.type === 'done') resolve()
+        })
+      })
+    // The short rows first: a plain graph's decode step attends over the whole slot, and the long prompt widens it.
+    await Promise.all(Array.from({ length: rows }, (_, k) => run(1, Math.min(rows + 2, contextLength - 1), k + 1)))
+    await run(Math.max(1, Math.min(2 * this.limits.maxBatchedTokens - 1, contextLength - 1)), 1, 0)
+    return rows + 1
   }
 
   stats(): EngineStats {

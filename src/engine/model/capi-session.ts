@@ -155,6 +155,8 @@ export class CapiRunner {
   traffic: StepTraffic = { in: 0, out: 0 }
   /** Tensors made or bound by the steps so far (what a test watches: steady decode steps make none). */
   tensorsMade = 0
+  /** The shapes the device steps ran so far, `${slots}x${tokens}` (what a test watches: none is new after a warm-up). */
+  readonly deviceShapes = new Set<string>()
   private readonly scratch = new Map<string, Scratch>()
   private readonly retired: NativeBuffer[] = []
   /**
@@ -452,6 +454,7 @@ export class CapiRunner {
     // batch takes at most log2(slots) + 1 shapes.
     const hi = Math.min(pool.slots, 2 ** Math.ceil(Math.log2(Math.max(1, pool.hi))))
     const seq = x.seq
+    this.deviceShapes.add(`${hi}x${seq}`)
     const traffic = { in: 0, out: 0 }
     const buf = (name: string, bytes: number): NativeBuffer => this.buffer(name, bytes)
     const ids = buf(`in:${sig.ids.name}`, hi * seq * BYTES[sig.ids.dtype])

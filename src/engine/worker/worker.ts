@@ -21,6 +21,8 @@ async function init(): Promise<(t: Task) => Promise<null>> {
   // the stats or every 64 steps. /metrics lags the steps by at most the stats interval.
   let steps: StepObservation[] = []
   let finishes: FinishObservation[] = []
+  // The warm-up's steps and sequences are not the node's traffic: /metrics never sees them.
+  let warming = false
   const flush = (): void => {
     if (!steps.length && !finishes.length) return
     post({ type: 'observed', threadId, steps, finishes })
@@ -30,13 +32,21 @@ async function init(): Promise<(t: Task) => Promise<null>> {
   try {
     engine = await Engine.load(data.engine, {
       onStep: (step) => {
-        if (steps.push(step) >= 64) flush()
+        if (!warming && steps.push(step) >= 64) flush()
       },
       onFinish: (finish) => {
+        if (warming) return
         finishes.push(finish)
         queueMicrotask(flush)
       },
     })
+    // On a GPU the first step of each shape compiles shaders (seconds on lavapipe): done here, before 'ready', so that
+    // /health says loading until no request would wait for one.
+    if (engine.model.session.provider !== 'cpu') {
+      warming = true
+      await engine.warmUp()
+      warming = false
+    }
   } catch (e) {
     post({ type: 'failed', threadId, error: (e as Error).message })
     throw e
