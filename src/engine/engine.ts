@@ -145,18 +145,22 @@ export class Engine {
    * that no request waits for them: on lavapipe the first decode step at 1, at 2-4 and at 16 rows, and the first prompt
    * chunk, each took 0.7-13 s once. A device cache steps in powers of two (rows in capi-session.ts runDevice, prompt
    * chunks in prefillChunk), so these are all the shapes it runs. Two waves of greedy requests over synthetic ids:
-   * - maxRunning one-token prompts, each long enough to still run when the last joins, so that the decode steps cover
-   *   every power of two of rows up to maxRunning (as many as the KV budget admits);
+   * - maxRunning one-token prompts (at most maxWaiting), each long enough to still run when the last joins, so that
+   *   the decode steps cover every power of two of rows up to maxRunning (as many as the KV budget admits);
    * - one prompt of 2 x maxBatchedTokens - 1 tokens (as the context allows), prefilled alone in chunks of every power
    *   of two up to maxBatchedTokens.
    * Sampled steps fetch the logits instead of the graph's argmax, over the same kernels (lavapipe compiled nothing new
    * for them). Returns how many requests ran; the caller decides where (the node's workers, before they say ready).
    */
   async warmUp(): Promise<number> {
-    const { vocab, contextLength, eos } = this.model
+    const { vocab, contextLength, eos, kvBytesPerToken } = this.model
+    const { maxRunning, maxWaiting, maxBatchedTokens, kvBudgetBytes } = this.limits
     // Ids that are not EOS: ignore_eos runs past one, but a stop id would end the sequence.
     const ok = Array.from({ length: Math.min(vocab, 64) }, (_, i) => i).filter((t) => !eos.has(t))
-    const rows = Math.max(1, this.limits.maxRunning)
+    // Within what the node takes: the rows all wait at first (the queue's bound), and no sequence may need more than
+    // the context or the KV budget holds.
+    const rows = Math.max(1, Math.min(maxRunning, maxWaiting))
+    const longest = Math.min(contextLength, Math.floor(kvBudgetBytes / kvBytesPerToken)) - 1
     const run = (prompt: number, maxTokens: number, k: number): Promise<void> =>
       new Promise((resolve, reject) => {
         const ids = Array.from({ length: prompt }, (_, j) => ok[(j * 7 + k) % ok.length])
@@ -166,8 +170,8 @@ export class Engine {
         })
       })
     // The short rows first: a plain graph's decode step attends over the whole slot, and the long prompt widens it.
-    await Promise.all(Array.from({ length: rows }, (_, k) => run(1, Math.min(rows + 2, contextLength - 1), k + 1)))
-    await run(Math.max(1, Math.min(2 * this.limits.maxBatchedTokens - 1, contextLength - 1)), 1, 0)
+    await Promise.all(Array.from({ length: rows }, (_, k) => run(1, Math.max(1, Math.min(rows + 2, longest)), k + 1)))
+    await run(Math.max(1, Math.min(2 * maxBatchedTokens - 1, longest)), 1, 0)
     return rows + 1
   }
 

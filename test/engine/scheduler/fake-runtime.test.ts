@@ -48,6 +48,29 @@ describe('batcher over a fake step runtime', () => {
     expect(session.log.steps.every((s) => s.rows * s.seq <= 16 || s.rows === 1)).toBe(true)
   })
 
+  // On a device cache each prompt is prefilled alone, so the warm-up's rows join one at a time (every power of two of
+  // rows: test/engine/webgpu-warmup.int.test.ts); on this host cache its one-token prompts go in one group.
+  it('the warm-up (Engine.warmUp, a GPU worker runs it before ready) steps maxRunning rows together and a prompt in chunks up to maxBatchedTokens', async () => {
+    const e = start({ maxRunning: 8, maxBatchedTokens: 16 })
+    expect(await e.warmUp()).toBe(9)
+    expect(session.log.steps.some((s) => s.rows === 8 && s.seq === 1)).toBe(true)
+    // The long prompt, 2 x 16 - 1 tokens, alone: chunks of at most 16.
+    expect(session.log.steps.filter((s) => s.rows === 1).map((s) => s.seq)).toContain(16)
+    expect(Math.max(...session.log.steps.map((s) => s.rows * s.seq))).toBeLessThanOrEqual(16)
+    expect(e.stats()).toMatchObject({ running: 0, waiting: 0 })
+  })
+
+  it('the warm-up stays within a queue shorter than maxRunning and a KV budget smaller than its prompt', async () => {
+    const f = fakeModel()
+    session = f.session
+    // Room for 40 tokens of one sequence: the prompt is cut to 39 tokens (2 x 64 - 1 would not fit), the rows to the
+    // queue's 3.
+    const e = (engine = Engine.over(f.model, { prefixCaching: false, maxRunning: 8, maxWaiting: 3, maxBatchedTokens: 64, kvBudgetBytes: 40 * f.model.kvBytesPerToken }))
+    expect(await e.warmUp()).toBe(4)
+    expect(Math.max(...session.log.steps.map((s) => s.rows))).toBe(3)
+    expect(session.log.steps.filter((s) => s.rows === 1).map((s) => s.seq)).toContain(39)
+  })
+
   it('a cancelled row leaves the others’ caches intact', async () => {
     const e = start()
     const a = { input_ids: prompt(5, 3), max_tokens: 20, temperature: 0, ignore_eos: true }
