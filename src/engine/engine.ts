@@ -144,13 +144,14 @@ export class Engine {
    * Runs, before the first request, the step shapes a GPU provider compiles shaders for on first use (issue 33), so
    * that no request waits for them: on lavapipe the first decode step at 1, at 2-4 and at 16 rows, and the first prompt
    * chunk, each took 0.7-13 s once. A device cache steps in powers of two (rows in capi-session.ts runDevice, prompt
-   * chunks in prefillChunk), so these are all the shapes it runs. Two waves of greedy requests over synthetic ids:
+   * chunks in prefillChunk), so these are all the shapes it runs. Greedy requests over synthetic ids, in turn:
    * - maxRunning one-token prompts (at most maxWaiting), each long enough to still run when the last joins, so that
    *   the decode steps cover every power of two of rows up to maxRunning (as many as the KV budget admits);
    * - one prompt of 2 x maxBatchedTokens - 1 tokens (as the context allows), prefilled alone in chunks of every power
    *   of two up to maxBatchedTokens.
-   * Sampled steps fetch the logits instead of the graph's argmax, over the same kernels (lavapipe compiled nothing new
-   * for them). Returns how many requests ran; the caller decides where (the node's workers, before they say ready).
+   * With speculative decoding on, a third: one row whose output repeats, so that its steps carry drafts. Sampled steps
+   * fetch the logits instead of the graph's argmax, over the same kernels (lavapipe compiled nothing new for them).
+   * Returns how many requests ran; the caller decides where (the node's workers, before they say ready).
    */
   async warmUp(): Promise<number> {
     const { vocab, contextLength, eos, kvBytesPerToken } = this.model
@@ -161,9 +162,9 @@ export class Engine {
     // the context or the KV budget holds.
     const rows = Math.max(1, Math.min(maxRunning, maxWaiting))
     const longest = Math.min(contextLength, Math.floor(kvBudgetBytes / kvBytesPerToken)) - 1
-    const run = (prompt: number, maxTokens: number, k: number): Promise<void> =>
+    const run = (prompt: number | number[], maxTokens: number, k: number): Promise<void> =>
       new Promise((resolve, reject) => {
-        const ids = Array.from({ length: prompt }, (_, j) => ok[(j * 7 + k) % ok.length])
+        const ids = typeof prompt === 'number' ? Array.from({ length: prompt }, (_, j) => ok[(j * 7 + k) % ok.length]) : prompt
         this.submit({ model: this.model.id, request_id: `warmup-${k}`, input_ids: ids, max_tokens: maxTokens, temperature: 0, ignore_eos: true }, (e) => {
           if (e.type === 'error') reject(new OnnxdError('internal', `warm-up request failed: ${e.error.message}`))
           else if (e.type === 'done') resolve()
@@ -172,7 +173,11 @@ export class Engine {
     // The short rows first: a plain graph's decode step attends over the whole slot, and the long prompt widens it.
     await Promise.all(Array.from({ length: rows }, (_, k) => run(1, Math.max(1, Math.min(rows + 2, longest)), k + 1)))
     await run(Math.max(1, Math.min(2 * maxBatchedTokens - 1, longest)), 1, 0)
-    return rows + 1
+    if (this.limits.speculativeTokens === 0) return rows + 1
+    // With speculative decoding: one row alone, whose output soon repeats what it holds (a prompt of one pair of ids
+    // over and over), so that its steps carry drafts: on the device in the one shape they take (batcher.ts deviceDraft).
+    await run(Array.from({ length: Math.min(16, longest) }, (_, j) => ok[1 + (j % 2)]), Math.max(1, Math.min(32, longest - 16)), rows + 1)
+    return rows + 2
   }
 
   stats(): EngineStats {

@@ -477,7 +477,8 @@ export class CapiRunner {
       lens[s] = kv.lens[r]
       totals[s] = x.lengths ? x.lengths[r] : kv.lens[r] + seq
       // A plain graph's row is left-padded (step-plan.ts): its pads would be scattered before its tokens. On the device
-      // a step carries one prompt or one token per row (no drafts: multiTokenRows is 0), so no row is padded.
+      // a step carries one prompt, one token per row, or one row's token and draft (multiTokenRows is 1), so no row is
+      // padded.
       const n = totals[s] - lens[s]
       if (plain && n !== seq && n !== 0) throw new OnnxdError('internal', `a device step over a plain graph feeds each row ${seq} tokens or none (row ${r}: ${n})`)
     }

@@ -428,6 +428,14 @@ export class DeviceKv implements KvRows {
     return this.caches.running.admits(tokens)
   }
 
+  /**
+   * Whether a step over this cache covers its one row's slot alone (slot 0, nothing above it occupied): what
+   * GroupQueryAttention needs of a step whose row carries several tokens over a past (batch 1).
+   */
+  get stepsAlone(): boolean {
+    return this.rows === 1 && this.pool.hi === 1
+  }
+
   /** The most new tokens per row a step can carry now: every slot below hi takes that many past its length. */
   room(): number {
     let longest = 0

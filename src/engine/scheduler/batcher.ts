@@ -88,6 +88,19 @@ interface PrefillGroup {
   kv: KvRows
 }
 
+/**
+ * A draft as a step over a device cache feeds it: padded to 2^m - 1 tokens for the smallest m that holds
+ * `k` (its row then carries 2^m tokens: each new shape costs the provider its shaders' compiles, and this keeps
+ * drafting to one, which Engine.warmUp runs), with copies of its last token. A pad is checked like a draft token, so
+ * the output is unchanged (a pad the model picks is its next token). No draft where the padded one would not fit the
+ * slots the step covers (`room` tokens after the longest), or where none was found.
+ */
+export function deviceDraft(draft: readonly number[], k: number, room: number): readonly number[] {
+  const width = 2 ** Math.ceil(Math.log2(k + 1)) - 1
+  if (draft.length === 0 || width > room) return NO_TOKENS
+  return Array.from({ length: width }, (_, i) => draft[Math.min(i, draft.length - 1)])
+}
+
 export class Batcher {
   /** Sequences waiting for admission: in arrival order per tenant, tenants in turn (fair-queue.ts). */
   private readonly waiting = new FairQueue<Sequence>()
@@ -122,11 +135,9 @@ export class Batcher {
     this.prefix = opts.prefixCaching && model.session.chunkedPrefill && !model.session.deviceResident ? new PrefixCache() : null
     this.speculative = opts.speculativeTokens > 0 && model.session.signature.nextToken !== null && model.session.multiTokenRows > 0
     if (opts.speculativeTokens > 0 && !this.speculative) {
-      const why = model.session.deviceResident
-        ? 'a cache on the device takes no steps of several tokens per row'
-        : model.session.signature.nextToken === null
-          ? 'the graph gives no greedy next token (its LM head was not found, or its logits are not float32)'
-          : 'the graph takes no steps of several tokens per row on top of a cache'
+      const why = model.session.signature.nextToken === null
+        ? 'the graph gives no greedy next token (its LM head was not found, or its logits are not float32)'
+        : 'the graph takes no steps of several tokens per row on top of a cache'
       process.emitWarning(`speculative decoding off: ${why}`, { code: 'ONNXD_SPECULATIVE_OFF' })
     }
     this.loopDone = this.loop()
@@ -514,8 +525,14 @@ export class Batcher {
     // When every row decodes greedily the graph's argmax is the step's sampling: no logits leave ORT.
     const greedy = session.signature.nextToken !== null && this.running.every((s) => s.greedyNow)
     // Speculative decoding: each row's token and a draft after it, checked against the graph's argmax at each.
-    // GroupQueryAttention takes them with one running row only (DecoderSession.multiTokenRows).
-    const drafts = greedy && this.speculative && rows <= Math.min(session.multiTokenRows, this.opts.speculativeMaxRows) ? this.running.map((s) => s.draft(this.opts.speculativeTokens)) : null
+    // GroupQueryAttention takes them with one running row only (DecoderSession.multiTokenRows), and on the device only
+    // while its slot is the one the step covers.
+    const device = kv instanceof DeviceKv ? kv : null
+    const draftable = rows <= Math.min(session.multiTokenRows, this.opts.speculativeMaxRows) && (device === null || device.stepsAlone || this.kvShape.present !== 'in-place')
+    const drafts: Array<readonly number[]> | null = greedy && this.speculative && draftable ? this.running.map((s) => s.draft(this.opts.speculativeTokens)) : null
+    // The tokens each draft really guessed: on the device a draft is padded to one width (deviceDraft).
+    const guessed = drafts?.map((d) => d.length)
+    if (device && drafts) drafts.forEach((d, r) => (drafts[r] = deviceDraft(d, this.opts.speculativeTokens, device.room() - 1)))
     const drafting = drafts !== null && drafts.some((d) => d.length > 0)
     const tokens = this.running.map((s, r) => (sits?.[r] ? NO_TOKENS : drafting ? [s.pending, ...drafts[r]] : [s.pending]))
     const { x, counts, first } = planStep(kv, session.signature, tokens)
@@ -555,8 +572,8 @@ export class Batcher {
         if (k === draft.length || token !== draft[k]) break
         k++
       }
-      drafted += draft.length
-      accepted += k
+      drafted += guessed?.[r] ?? 0
+      accepted += Math.min(k, guessed?.[r] ?? 0)
       // The cache keeps the row's token and the draft tokens it accepted; the next step writes over the rest.
       if (draft.length > k) kv.truncate(r, kv.lens[r] - (draft.length - k))
     })
