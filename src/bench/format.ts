@@ -46,6 +46,15 @@ export function tables(r: BenchReport): { throughput: Record<string, string | nu
   return { throughput, latency }
 }
 
+/**
+ * How long each target the bench started took to say ready (loading the model; an onnxd node on a GPU also runs its
+ * warm-up first): one line, or null when the bench started none.
+ */
+export function readyLine(r: BenchReport): string | null {
+  const started = r.scenarios.flatMap((s) => (isSkipped(s) || s.ready_s == null ? [] : [`${s.target ?? s.name} ${f(s.ready_s)} s`]))
+  return started.length ? `ready after start (the model loaded; on a GPU, onnxd's warm-up run): ${started.join(', ')}` : null
+}
+
 /** Where each node level's wall time went (from the node's /metrics), next to the ORT step at the same batch. */
 export function timeTable(r: BenchReport): Record<string, string | number>[] {
   const rows: Record<string, string | number>[] = []

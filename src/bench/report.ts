@@ -64,6 +64,11 @@ export interface ScenarioResult {
   url: string
   /** The execution provider the target reports in /health (null when it does not say). */
   provider: string | null
+  /**
+   * Seconds from starting the target to its /health saying ready (loading the model; on a GPU, onnxd's warm-up too);
+   * null for a target reached at a URL (reports before it lack the field).
+   */
+  ready_s?: number | null
   /** Per-level deadline, seconds (null: every request ran to the end). */
   deadline_s: number | null
   levels: LevelResult[]

@@ -91,6 +91,8 @@ interface Driven {
   /** The execution provider and step runtime the target reports in /health (null when it does not say). */
   provider: string | null
   runtime: string | null
+  /** Seconds the bench waited for a target it started to be ready (null for one reached at a URL). */
+  readyS: number | null
   stop(): Promise<void>
 }
 
@@ -139,7 +141,7 @@ async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, a
     await child?.stop()
     throw new Error(`${url}: cannot tell which model it serves; pass --served-model`)
   }
-  return { ep: { url, protocol, model, ...(apiKey ? { apiKey } : {}) }, provider: health?.provider ?? null, runtime: health?.runtime ?? null, stop: async () => void (await child?.stop()) }
+  return { ep: { url, protocol, model, ...(apiKey ? { apiKey } : {}) }, provider: health?.provider ?? null, runtime: health?.runtime ?? null, readyS: child?.readyS ?? null, stop: async () => void (await child?.stop()) }
 }
 
 const LABELS: Record<ScenarioName, string> = {
@@ -206,6 +208,7 @@ async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'
     label,
     url: d.ep.url,
     provider: d.provider,
+    ready_s: d.readyS,
     deadline_s: deadline,
     levels: [],
   }

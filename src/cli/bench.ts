@@ -5,7 +5,7 @@
 import { CONTEXT_USAGE, contextOptions, formatSweep, runContextCommand } from '../bench/context.js'
 import { caveats, compareReports, formatComparison, readReport } from '../bench/compare.js'
 import { USAGE, benchConfig, parseFlags } from '../bench/options.js'
-import { formatTable, llamaCppTable, referenceLines, tables, targetTable, timeTable } from '../bench/format.js'
+import { formatTable, llamaCppTable, readyLine, referenceLines, tables, targetTable, timeTable } from '../bench/format.js'
 import type { BenchReport } from '../bench/report.js'
 import { runBench } from '../bench/run.js'
 import { systemLine } from '../bench/system.js'
@@ -35,6 +35,8 @@ function print(r: BenchReport): void {
   for (const l of referenceLines(r)) out.write(`${l}\n`)
   const t = tables(r)
   out.write(`\nthroughput\n${formatTable(t.throughput)}`)
+  const ready = readyLine(r)
+  if (ready) out.write(`${ready}\n`)
   out.write(`\nlatency, ms (vLLM's definitions; ">=" marks a TTFT lower bound from requests cut at the deadline)\n${formatTable(t.latency)}`)
   const byTarget = targetTable(r)
   if (byTarget.length) out.write(`\ntargets, per level (baseline ${r.baseline}; TTFT and TPOT mean, ms)\n${formatTable(byTarget)}`)

@@ -50,6 +50,8 @@ describe('onnxd bench --smoke', () => {
         continue
       }
       expect(s.levels.map((l) => l.max_concurrency)).toEqual([1, 4, 16])
+      // Each was started by the bench, which timed its start to ready.
+      expect(s.ready_s).toBeGreaterThan(0)
       for (const l of s.levels) {
         for (const k of LATENCIES) for (const st of STATS) expect(l).toHaveProperty(`${st}_${k}_ms`)
         expect(l.failed, `${s.name} c=${l.max_concurrency}: ${JSON.stringify(l.errors_by_status)}`).toBe(0)

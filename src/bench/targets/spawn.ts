@@ -32,6 +32,8 @@ export function freePort(): Promise<number> {
 export interface Child {
   url: string
   proc: ChildProcess
+  /** Seconds from the spawn to its /health saying ready: loading the model, and a GPU node's warm-up. */
+  readyS: number
   /** The last lines the child wrote (stdout and stderr), for error messages. */
   tail(): string
   stop(): Promise<void>
@@ -62,11 +64,13 @@ export async function spawnTarget(opts: SpawnOptions & { port: number }): Promis
   }
   proc.stdout!.on('data', keep)
   proc.stderr!.on('data', keep)
+  const started = performance.now()
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)))
   const url = `http://127.0.0.1:${opts.port}`
   const child: Child = {
     url,
     proc,
+    readyS: 0,
     tail: () => lines.join('\n'),
     async stop() {
       if (proc.exitCode !== null || proc.signalCode !== null) return
@@ -82,7 +86,10 @@ export async function spawnTarget(opts: SpawnOptions & { port: number }): Promis
   while (Date.now() < until) {
     if (gone) throw new Error(`${opts.what} exited (code ${proc.exitCode}) before it was ready:\n${child.tail()}`)
     const h = await getJson(opts.agent, `${url}/health`)
-    if (h && h.status === 200 && (h.body as { status?: string }).status === 'ready') return child
+    if (h && h.status === 200 && (h.body as { status?: string }).status === 'ready') {
+      child.readyS = (performance.now() - started) / 1000
+      return child
+    }
     await new Promise((r) => setTimeout(r, 200))
   }
   await child.stop()
