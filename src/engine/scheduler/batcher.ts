@@ -572,8 +572,10 @@ export class Batcher {
         if (k === draft.length || token !== draft[k]) break
         k++
       }
-      drafted += guessed?.[r] ?? 0
-      accepted += Math.min(k, guessed?.[r] ?? 0)
+      // The guessed tokens fed: a device draft's pads are not guesses, and a draft it dropped fed none.
+      const real = Math.min(draft.length, guessed?.[r] ?? 0)
+      drafted += real
+      accepted += Math.min(k, real)
       // The cache keeps the row's token and the draft tokens it accepted; the next step writes over the rest.
       if (draft.length > k) kv.truncate(r, kv.lens[r] - (draft.length - k))
     })
