@@ -149,7 +149,8 @@ export class Engine {
    *   the decode steps cover every power of two of rows up to maxRunning (as many as the KV budget admits);
    * - one prompt of 2 x maxBatchedTokens - 1 tokens (as the context allows), prefilled alone in chunks of every power
    *   of two up to maxBatchedTokens.
-   * With speculative decoding on, a third: one row whose output repeats, so that its steps carry drafts. Sampled steps
+   * With speculative decoding on, a third: as many rows as may draft together (speculativeMaxRows; one on a
+   * GroupQueryAttention graph), whose output repeats, so that their steps carry drafts. Sampled steps
    * fetch the logits instead of the graph's argmax, over the same kernels (lavapipe compiled nothing new for them).
    * Returns how many requests ran; the caller decides where (the node's workers, before they say ready).
    */
@@ -174,10 +175,13 @@ export class Engine {
     await Promise.all(Array.from({ length: rows }, (_, k) => run(1, Math.max(1, Math.min(rows + 2, longest)), k + 1)))
     await run(Math.max(1, Math.min(2 * maxBatchedTokens - 1, longest)), 1, 0)
     if (this.limits.speculativeTokens === 0) return rows + 1
-    // With speculative decoding: one row alone, whose output soon repeats what it holds (a prompt of one pair of ids
-    // over and over), so that its steps carry drafts: on the device in the one shape they take (batcher.ts deviceDraft).
-    await run(Array.from({ length: Math.min(16, longest) }, (_, j) => ok[1 + (j % 2)]), Math.max(1, Math.min(32, longest - 16)), rows + 1)
-    return rows + 2
+    // With speculative decoding: as many rows as may draft together, each alone at first, whose output soon repeats
+    // what it holds (a prompt of one pair of ids over and over), so that their steps carry drafts: on the device in
+    // the one width they take (batcher.ts deviceDrafts), at every power of two of rows up to that many.
+    const drafters = Math.max(1, Math.min(this.limits.speculativeMaxRows, rows, this.model.session.multiTokenRows))
+    const repeating = (k: number): number[] => Array.from({ length: Math.min(16, longest) }, (_, j) => ok[(1 + k + (j % 2)) % ok.length])
+    await Promise.all(Array.from({ length: drafters }, (_, k) => run(repeating(k), Math.max(1, Math.min(64 + 16 * k, longest - 16)), rows + 1 + k)))
+    return rows + 1 + drafters
   }
 
   stats(): EngineStats {

@@ -303,15 +303,14 @@ export class DecoderSession {
 
   /**
    * The most rows a step may have whose rows carry several tokens on top of a cache (a draft to check): any number on
-   * plain-op graphs that take chunks; one on GroupQueryAttention graphs, which ORT refuses at batch > 1 ("batch_size
-   * must be 1 when sequence_length > 1 and past context is given", on the CPU and on WebGPU), and one on a device
-   * cache, whose steps feed every slot they cover the same number of tokens (on a GroupQueryAttention graph only
-   * while that row's slot is the one the step covers: the scheduler checks, DeviceKv.stepsAlone); none on graphs that
-   * take no chunks.
+   * plain-op graphs that take chunks (on the device too, where every row then carries as many: batcher.ts
+   * deviceDraft); one on GroupQueryAttention graphs, which ORT refuses at batch > 1 ("batch_size must be 1 when
+   * sequence_length > 1 and past context is given", on the CPU and on WebGPU; on the device only while that row's slot
+   * is the one the step covers: the scheduler checks, DeviceKv.stepsAlone); none on graphs that take no chunks.
    */
   get multiTokenRows(): number {
     if (!this.chunkedPrefill) return 0
-    return this.signature.kv.present === 'in-place' || this.deviceResident ? 1 : Infinity
+    return this.signature.kv.present === 'in-place' ? 1 : Infinity
   }
 
   /** Whether this session keeps its KV cache on the device (runtime 'capi' on a GPU provider). */

@@ -89,16 +89,17 @@ interface PrefillGroup {
 }
 
 /**
- * A draft as a step over a device cache feeds it: padded to 2^m - 1 tokens for the smallest m that holds
- * `k` (its row then carries 2^m tokens: each new shape costs the provider its shaders' compiles, and this keeps
- * drafting to one, which Engine.warmUp runs), with copies of its last token. A pad is checked like a draft token, so
- * the output is unchanged (a pad the model picks is its next token). No draft where the padded one would not fit the
- * slots the step covers (`room` tokens after the longest), or where none was found.
+ * The drafts of a step over a device cache, as it feeds them: each padded to 2^m - 1 tokens for the smallest m that
+ * holds `k` (a row then carries 2^m tokens: each new shape costs the provider its shaders' compiles, and this keeps
+ * drafting to one per row count, which Engine.warmUp runs), with copies of its last token, or of the row's own token
+ * (`pending`) where it found none: a device step feeds every row as many tokens. A pad is checked like a draft token,
+ * so the output is unchanged (a pad the model picks is its next token). No drafts at all where none was found, or where
+ * the padded ones would not fit the slots the step covers (`room` tokens after the longest).
  */
-export function deviceDraft(draft: readonly number[], k: number, room: number): readonly number[] {
+export function deviceDrafts(drafts: ReadonlyArray<readonly number[]>, pending: readonly number[], k: number, room: number): Array<readonly number[]> {
   const width = 2 ** Math.ceil(Math.log2(k + 1)) - 1
-  if (draft.length === 0 || width > room) return NO_TOKENS
-  return Array.from({ length: width }, (_, i) => draft[Math.min(i, draft.length - 1)])
+  if (width > room || drafts.every((d) => d.length === 0)) return drafts.map(() => NO_TOKENS)
+  return drafts.map((d, r) => Array.from({ length: width }, (_, i) => (d.length ? d[Math.min(i, d.length - 1)] : pending[r])))
 }
 
 export class Batcher {
@@ -528,11 +529,12 @@ export class Batcher {
     // GroupQueryAttention takes them with one running row only (DecoderSession.multiTokenRows), and on the device only
     // while its slot is the one the step covers.
     const device = kv instanceof DeviceKv ? kv : null
-    const draftable = rows <= Math.min(session.multiTokenRows, this.opts.speculativeMaxRows) && (device === null || device.stepsAlone || this.kvShape.present !== 'in-place')
-    const drafts: Array<readonly number[]> | null = greedy && this.speculative && draftable ? this.running.map((s) => s.draft(this.opts.speculativeTokens)) : null
-    // The tokens each draft really guessed: on the device a draft is padded to one width (deviceDraft).
-    const guessed = drafts?.map((d) => d.length)
-    if (device && drafts) drafts.forEach((d, r) => (drafts[r] = deviceDraft(d, this.opts.speculativeTokens, device.room() - 1)))
+    // A row behind a grammar compile sits the step out: on the device every row carries the same tokens, so no drafts.
+    const draftable = rows <= Math.min(session.multiTokenRows, this.opts.speculativeMaxRows) && (device === null || ((device.stepsAlone || this.kvShape.present !== 'in-place') && sits === null))
+    const found = greedy && this.speculative && draftable ? this.running.map((s) => s.draft(this.opts.speculativeTokens)) : null
+    // The tokens each draft really guessed: on the device drafts are padded to one width (deviceDrafts).
+    const guessed = found?.map((d) => d.length)
+    const drafts = device && found ? deviceDrafts(found, this.running.map((s) => s.pending), this.opts.speculativeTokens, device.room() - 1) : found
     const drafting = drafts !== null && drafts.some((d) => d.length > 0)
     const tokens = this.running.map((s, r) => (sits?.[r] ? NO_TOKENS : drafting ? [s.pending, ...drafts[r]] : [s.pending]))
     const { x, counts, first } = planStep(kv, session.signature, tokens)
