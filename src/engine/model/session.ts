@@ -304,7 +304,7 @@ export class DecoderSession {
   /**
    * The most rows a step may have whose rows carry several tokens on top of a cache (a draft to check): any number on
    * plain-op graphs that take chunks (on the device too, where every row then carries as many: batcher.ts
-   * deviceDraft); one on GroupQueryAttention graphs, which ORT refuses at batch > 1 ("batch_size must be 1 when
+   * deviceDrafts); one on GroupQueryAttention graphs, which ORT refuses at batch > 1 ("batch_size must be 1 when
    * sequence_length > 1 and past context is given", on the CPU and on WebGPU; on the device only while that row's slot
    * is the one the step covers: the scheduler checks, DeviceKv.stepsAlone); none on graphs that take no chunks.
    */
