@@ -94,6 +94,9 @@ describe('node over the real engine pool', () => {
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'onnxd-tiny', prompt: 'x', max_tokens: 3, ignore_eos: true }),
     })
+    // The worker posts a request's step observations right after its last step, apart from its events: they may come
+    // a moment after the response.
+    await waitFor(async () => generated - after >= 2, 'the request\'s decode steps observed', 2000)
     expect(generated - after).toBe(2) // 3 tokens: the first comes from prefill, 2 from decode steps of batch 1
     const metrics = await (await fetch(`${base}/metrics`)).text()
     expect(metricValue(metrics, 'onnxd_request_success_total{model_name="onnxd-tiny",finished_reason="abort"}')).toBe(1)

@@ -77,11 +77,18 @@ describe('onnxd node --provider webgpu', () => {
     const res = await post(n.url, completionBody({ model: 'onnxd-tiny-gqa', max_tokens: 6, ignore_eos: true, temperature: 0 }))
     expect(res.status).toBe(200)
     expect(((await res.json()) as { output_ids: number[] }).output_ids).toHaveLength(6)
-    const metrics = await (await fetch(`${n.url}/metrics`)).text()
+    // The worker posts a request's step observations right after its last step, apart from its response: they may
+    // reach /metrics a moment after it.
+    const decodeSteps = (m: string): number => Number(/onnxd_iteration_tokens_count\{model_name="onnxd-tiny-gqa",phase="decode"\} (\d+)/.exec(m)?.[1] ?? 0)
+    let metrics = await (await fetch(`${n.url}/metrics`)).text()
+    for (const until = Date.now() + 2000; decodeSteps(metrics) < 5 && Date.now() < until; ) {
+      await new Promise((r) => setTimeout(r, 50))
+      metrics = await (await fetch(`${n.url}/metrics`)).text()
+    }
     expect(metrics).toMatch(/onnxd_info\{model_name="onnxd-tiny-gqa",provider="webgpu",runtime="capi"\} 1/)
     // Decode steps hand ORT a few bytes, not the cache: well under a kilobyte each at batch 1.
     const decodeIn = Number(/onnxd_step_io_bytes_total\{model_name="onnxd-tiny-gqa",phase="decode",direction="in"\} (\d+)/.exec(metrics)?.[1])
-    const steps = Number(/onnxd_iteration_tokens_count\{model_name="onnxd-tiny-gqa",phase="decode"\} (\d+)/.exec(metrics)?.[1])
+    const steps = decodeSteps(metrics)
     // The completion's own steps only: its first token comes from the prompt's step, the other 5 from decode steps.
     expect(steps).toBe(5)
     expect(decodeIn / steps).toBeLessThan(64)
