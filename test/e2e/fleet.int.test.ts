@@ -229,13 +229,21 @@ describe.skipIf(skip !== null)('a fleet: two facades and two nodes on one Postgr
   it('requests sharing a 1,000-token prefix land on one node while it has capacity, and its prefix cache serves them', async () => {
     const k = await newKey()
     const system = `You are the fleet's assistant. ${Array.from({ length: 165 }, (_, i) => `rule ${i}.`).join(' ')}`
+    // A worker's finish observations reach its node a moment after the response may have: each wave is waited for.
+    const finishedSince = (before: readonly number[]): number => nodes.reduce((s, n, i) => s + n.finishes.length - before[i]!, 0)
+    const waitFinished = async (before: readonly number[], n: number): Promise<void> => {
+      for (const until = Date.now() + 2000; finishedSince(before) < n && Date.now() < until; ) await new Promise((r) => setTimeout(r, 20))
+    }
+    const beforeFirst = nodes.map((n) => n.finishes.length)
     const first = await chat(facades[0]!.url, k.key, { system, content: 'first', maxTokens: 2 })
     expect(first).toMatchObject({ status: 200, error: null })
     expect(first.usage!.prompt_tokens).toBeGreaterThanOrEqual(1000)
+    await waitFinished(beforeFirst, 1)
     const hitsBefore = await Promise.all(nodes.map((n) => metric(n, 'onnxd_prefix_cache_hits_total')))
     const finishesBefore = nodes.map((n) => n.finishes.length)
     const rest = await Promise.all(Array.from({ length: 7 }, (_, i) => chat(facades[i % 2]!.url, k.key, { system, content: `question ${i}`, maxTokens: 2 })))
     expect(rest.every((r) => r.status === 200)).toBe(true)
+    await waitFinished(finishesBefore, 7)
     const served = nodes.map((n, i) => n.finishes.length - finishesBefore[i]!)
     const home = served.indexOf(7)
     expect(served.sort()).toEqual([0, 7]) // all seven on one node, through both facades
