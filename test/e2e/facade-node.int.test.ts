@@ -234,18 +234,10 @@ describe('prefix caching through the facade', () => {
     // A worker sends a finished request's observations right after its last step, on a channel apart from the
     // request's events (docs/metrics.md): a scrape right after the last response may not have them yet (CI saw 260 of
     // 391 queried tokens).
-    const settled = async (name: string, want: number): Promise<number> => {
-      const until = Date.now() + 2000
-      let v = await metric(name)
-      while (v !== want && Date.now() < until) {
-        await new Promise((r) => setTimeout(r, 50))
-        v = await metric(name)
-      }
-      return v
-    }
     const queries = first.usage!.prompt_tokens + second.usage!.prompt_tokens + usage!.prompt_tokens
-    expect((await settled('onnxd_prefix_cache_queries_total', queries0 + queries)) - queries0).toBe(queries)
-    expect((await settled('onnxd_prefix_cache_hits_total', hits0 + 2 * cached)) - hits0).toBe(2 * cached)
+    await waitFor(async () => (await metric('onnxd_prefix_cache_queries_total')) - queries0 >= queries, 'the last request\'s prefix-cache queries', 2000)
+    expect((await metric('onnxd_prefix_cache_queries_total')) - queries0).toBe(queries)
+    expect((await metric('onnxd_prefix_cache_hits_total')) - hits0).toBe(2 * cached)
     // The cached blocks are held beside the running cache, and said apart from it.
     const health = (await (await fetch(`${s.node.url}/health`)).json()) as { kv_cache: { prefix_cache_bytes: number } }
     expect(health.kv_cache.prefix_cache_bytes).toBe(await metric('onnxd_prefix_cache_bytes'))

@@ -231,9 +231,7 @@ describe.skipIf(skip !== null)('a fleet: two facades and two nodes on one Postgr
     const system = `You are the fleet's assistant. ${Array.from({ length: 165 }, (_, i) => `rule ${i}.`).join(' ')}`
     // A worker's finish observations reach its node a moment after the response may have: each wave is waited for.
     const finishedSince = (before: readonly number[]): number => nodes.reduce((s, n, i) => s + n.finishes.length - before[i]!, 0)
-    const waitFinished = async (before: readonly number[], n: number): Promise<void> => {
-      for (const until = Date.now() + 2000; finishedSince(before) < n && Date.now() < until; ) await new Promise((r) => setTimeout(r, 20))
-    }
+    const waitFinished = (before: readonly number[], n: number): Promise<void> => waitFor(() => finishedSince(before) >= n, `${n} finish observations`, 2000)
     const beforeFirst = nodes.map((n) => n.finishes.length)
     const first = await chat(facades[0]!.url, k.key, { system, content: 'first', maxTokens: 2 })
     expect(first).toMatchObject({ status: 200, error: null })
