@@ -6,9 +6,9 @@
 // warm-up did not. Both graph forms, on lavapipe where no GPU is; skipped, saying why, where no WebGPU adapter exists.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../src/engine/engine.js'
-import type { StepObservation } from '../../src/engine/types.js'
+import type { EngineRequest, StepObservation } from '../../src/engine/types.js'
 import { tinyGqaModelDir, tinyPlainModelDir } from '../helpers/fixtures.js'
-import { runRequest } from '../helpers/engine-run.js'
+import { runRequest, type RunResult } from '../helpers/engine-run.js'
 import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
 
 const SLOW = { timeout: 300_000 }
@@ -34,6 +34,16 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('speculative decoding on the devi
         await plain?.close()
         await spec?.close()
       })
+      const decodeSteps = (): StepObservation[] => steps.filter((s) => s.phase === 'decode')
+      const newShapes = (): string[] => [...shapesOf(spec)].filter((s) => !warmed.has(s))
+      /** `a` on the drafting engine, `b` joining it when `a`'s `at`-th token comes; both results. */
+      const joined = async (a: Partial<EngineRequest>, b: Partial<EngineRequest>, at: number): Promise<[RunResult, RunResult]> => {
+        let rb: ReturnType<typeof runRequest> | null = null
+        const gotA = await runRequest(spec, a, (n) => {
+          if (n === at) rb = runRequest(spec, b)
+        })
+        return [gotA, await rb!]
+      }
 
       it("drafts with one row running and gives the tokens decoding one at a time gives, in fewer steps; padded to one shape, which the warm-up ran", SLOW, async () => {
         expect(spec.model.session.deviceResident).toBe(true)
@@ -46,7 +56,7 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('speculative decoding on the devi
         const got = await runRequest(spec, req)
         expect(got.end.type).toBe('done')
         expect(got.ids).toEqual(want.ids)
-        const decode = steps.filter((s) => s.phase === 'decode')
+        const decode = decodeSteps()
         const drafted = decode.reduce((n, s) => n + (s.drafted ?? 0), 0)
         const accepted = decode.reduce((n, s) => n + (s.accepted ?? 0), 0)
         expect(drafted).toBeGreaterThan(0)
@@ -55,7 +65,7 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('speculative decoding on the devi
         expect(accepted).toBeLessThanOrEqual(drafted)
         expect(decode.length).toBeLessThan(39)
         expect(decode.reduce((n, s) => n + s.tokens, 0)).toBeGreaterThan(decode.length)
-        expect([...shapesOf(spec)].filter((s) => !warmed.has(s))).toEqual([])
+        expect(newShapes()).toEqual([])
       })
 
       it('in a batch the row shares for a while, every request gets its tokens alone; drafts then only on a plain graph', SLOW, async () => {
@@ -65,22 +75,17 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('speculative decoding on the devi
         const wantA = await runRequest(plain, a)
         const wantB = await runRequest(plain, b)
         steps.length = 0
-        let rb: ReturnType<typeof runRequest> | null = null
-        const ra = runRequest(spec, a, (n) => {
-          if (n === 3) rb = runRequest(spec, b)
-        })
-        const gotA = await ra
-        const gotB = await rb!
+        const [gotA, gotB] = await joined(a, b, 3)
         expect(gotA.ids).toEqual(wantA.ids)
         expect(gotB.ids).toEqual(wantB.ids)
-        const decode = steps.filter((s) => s.phase === 'decode')
+        const decode = decodeSteps()
         expect(decode.some((s) => s.batch === 2)).toBe(true)
         expect(decode.some((s) => s.batch === 1 && s.tokens > 1)).toBe(true)
         // Steps of two rows carry drafts on a plain graph (both rows padded to one width), on GroupQueryAttention none.
         const together = decode.filter((s) => s.batch === 2 && s.tokens > 2).length
         if (form === 'plain') expect(together).toBeGreaterThan(0)
         else expect(together).toBe(0)
-        expect([...shapesOf(spec)].filter((s) => !warmed.has(s))).toEqual([])
+        expect(newShapes()).toEqual([])
       })
 
       it('a row left alone in a higher slot (the first row gone) gets its tokens: drafts there only on a plain graph', SLOW, async () => {
@@ -90,15 +95,10 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('speculative decoding on the devi
         const b = { input_ids: cyclic(11, 8, V), max_tokens: 60, temperature: 0, ignore_eos: true }
         const wantB = await runRequest(plain, b)
         steps.length = 0
-        let rb: ReturnType<typeof runRequest> | null = null
-        const ra = runRequest(spec, a, (n) => {
-          if (n === 1) rb = runRequest(spec, b)
-        })
-        await ra
-        const gotB = await rb!
+        const [, gotB] = await joined(a, b, 1)
         expect(gotB.end.type).toBe('done')
         expect(gotB.ids).toEqual(wantB.ids)
-        const decode = steps.filter((s) => s.phase === 'decode')
+        const decode = decodeSteps()
         // b decodes alone after a left, in slot 1: a GroupQueryAttention step there covers slots 0 and 1.
         const last = decode.findLastIndex((s) => s.batch === 2)
         expect(last).toBeGreaterThanOrEqual(0)
