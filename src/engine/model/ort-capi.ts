@@ -32,7 +32,9 @@ const koffi = (): typeof Koffi => (koffiModule ??= createRequire(import.meta.url
  * asserts there and the OrtApi struct of include/onnxruntime/core/session/onnxruntime_c_api.h); every entry used
  * here shipped in API version 5 or earlier, so the indices hold for 1.30.0 (ORT_API_VERSION 30), which we load;
  * except the device entries, counted in the 1.30 header: GetTensorMemoryInfo (194, API 8),
- * SessionOptionsAppendExecutionProvider (216, API 12) and MemoryInfoGetDeviceType (225, API 13).
+ * SessionOptionsAppendExecutionProvider (216, API 12) and MemoryInfoGetDeviceType (225, API 13); and for WebGPU graph
+ * capture, the run options (CreateRunOptions 39 and ReleaseRunOptions 97, API 1; AddRunConfigEntry 165, API 8, right
+ * after CreateArenaCfgV2 at 164) and CopyTensors (386, API 23).
  */
 const API = {
   CreateStatus: 0,
@@ -52,6 +54,7 @@ const API = {
   SessionGetOutputCount: 31,
   SessionGetInputName: 36,
   SessionGetOutputName: 37,
+  CreateRunOptions: 39,
   CreateTensorAsOrtValue: 48,
   CreateTensorWithDataAsOrtValue: 49,
   GetTensorMutableData: 51,
@@ -68,6 +71,7 @@ const API = {
   ReleaseMemoryInfo: 94,
   ReleaseSession: 95,
   ReleaseValue: 96,
+  ReleaseRunOptions: 97,
   ReleaseTensorTypeAndShapeInfo: 99,
   ReleaseSessionOptions: 100,
   SessionEndProfiling: 110,
@@ -80,9 +84,11 @@ const API = {
   GetBoundOutputValues: 140,
   ClearBoundInputs: 141,
   ClearBoundOutputs: 142,
+  AddRunConfigEntry: 165,
   GetTensorMemoryInfo: 194,
   SessionOptionsAppendExecutionProvider: 216,
   MemoryInfoGetDeviceType: 225,
+  CopyTensors: 386,
 } as const
 /** The highest index used, to read that much of the table. */
 const API_LENGTH = Math.max(...Object.values(API)) + 1
@@ -231,6 +237,10 @@ export class OrtCApi {
       GetBoundOutputValues: fn('GetBoundOutputValues', `${S} f(void *binding, void *allocator, _Out_ void **values, _Out_ size_t *count)`),
       ClearBoundInputs: fn('ClearBoundInputs', 'void f(void *binding)'),
       ClearBoundOutputs: fn('ClearBoundOutputs', 'void f(void *binding)'),
+      CreateRunOptions: fn('CreateRunOptions', `${S} f(_Out_ void **out)`),
+      ReleaseRunOptions: fn('ReleaseRunOptions', 'void f(void *p)'),
+      AddRunConfigEntry: fn('AddRunConfigEntry', `${S} f(void *options, const char *key, const char *value)`),
+      CopyTensors: fn('CopyTensors', `${S} f(void *env, void **src, void **dst, void *stream, size_t n)`),
     }
     // ORT_LOGGING_LEVEL_WARNING, as onnxruntime-node's default; the OrtEnv is one per process inside ORT, shared
     // (and reference-counted) with onnxruntime-node's own when both are loaded.
@@ -329,6 +339,22 @@ export class OrtCApi {
     } finally {
       this.f.ReleaseSessionOptions(options)
     }
+  }
+
+  /** Run options carrying `entries` (AddRunConfigEntry), e.g. `gpu_graph_id`; dispose() them. */
+  runOptions(entries: Readonly<Record<string, string>>): RunOptions {
+    return new RunOptions(this, entries)
+  }
+
+  /**
+   * Copies each `src` tensor into its `dst` (same type and size) between host and device memory, or within either,
+   * through the providers' data transfers (CopyTensors); it returns once the copies are done.
+   */
+  copyTensors(pairs: ReadonlyArray<readonly [{ readonly ortValue: bigint }, { readonly ortValue: bigint }]>): void {
+    if (!pairs.length) return
+    const src = pairs.map(([s]) => s.ortValue)
+    const dst = pairs.map(([, d]) => d.ortValue)
+    this.check('CopyTensors', this.f.CopyTensors(this.live(this.env), src, dst, null, pairs.length))
   }
 
   /** Releases every session still open, the memory info and the env. */
@@ -659,9 +685,9 @@ export class Binding {
     return this
   }
 
-  /** Runs the session on this binding, blocking this thread until ORT returns. */
-  run(): void {
-    this.api.check('RunWithBinding', this.api.fn.RunWithBinding(this.session.handle, null, this.handle))
+  /** Runs the session on this binding (with `options`, if given), blocking this thread until ORT returns. */
+  run(options?: RunOptions): void {
+    this.api.check('RunWithBinding', this.api.fn.RunWithBinding(this.session.handle, options?.handle ?? null, this.handle))
   }
 
   /**
@@ -820,6 +846,34 @@ export class DeviceAllocator {
   private live(p: Ptr): bigint {
     if (!p) throw new Error('DeviceAllocator used after dispose()')
     return p
+  }
+}
+
+/** OrtRunOptions with config entries, for Binding.run. */
+export class RunOptions {
+  private options: Ptr
+
+  constructor(
+    private readonly api: OrtCApi,
+    entries: Readonly<Record<string, string>>,
+  ) {
+    this.options = api.out('CreateRunOptions', (o) => api.fn.CreateRunOptions(o))
+    try {
+      for (const [k, v] of Object.entries(entries)) api.check(`AddRunConfigEntry(${k})`, api.fn.AddRunConfigEntry(this.options, k, v))
+    } catch (e) {
+      api.fn.ReleaseRunOptions(this.options)
+      throw e
+    }
+  }
+
+  get handle(): bigint {
+    if (!this.options) throw new Error('RunOptions used after dispose()')
+    return this.options
+  }
+
+  dispose(): void {
+    if (this.options) this.api.fn.ReleaseRunOptions(this.options)
+    this.options = null
   }
 }
 
