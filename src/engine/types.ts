@@ -92,6 +92,8 @@ export interface StepObservation {
   /** Speculative decoding (a decode step that carried drafts): draft tokens fed, and those the model's picks confirmed. */
   drafted?: number
   accepted?: number
+  /** The step ran as the captured graph (WebGPU graph capture). */
+  replayed?: boolean
 }
 
 export interface FinishObservation {

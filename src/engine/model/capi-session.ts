@@ -5,8 +5,9 @@
 // are views over the reused buffers: valid until the next step, which the batcher honours (it reads logits and
 // appends presents before it starts another step). Imports: ort-capi and engine model types only.
 import { OnnxdError } from '../../shared/errors.js'
-import { NativeBuffer, OrtCApi, type Binding, type CSession, type DeviceTensor, type ElementType, type Tensor } from './ort-capi.js'
+import { NativeBuffer, OrtCApi, type Binding, type CSession, type DeviceTensor, type ElementType, type RunOptions, type Tensor } from './ort-capi.js'
 import { DeviceCaches, DeviceKv } from './device-kv.js'
+import { CapturedStep, eagerRunOptions } from './captured-step.js'
 import { AttrType, DataType, encodeModel, type Node, type ValueInfo } from './onnx-proto.js'
 import type { ForwardInput, KvData, Signature, StepTraffic } from './step-io.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
@@ -145,6 +146,20 @@ const logitsCount = (x: ForwardInput): number => x.logitsAt?.length ?? 1
 
 const BYTES: Record<'int32' | 'int64' | 'float32' | 'float16', number> = { int32: 4, int64: 8, float32: 4, float16: 2 }
 
+/**
+ * A device step's output over slots [0, hi) (`per` elements a slot) as the step's rows in their order: the view
+ * itself where row r is slot r and no other slot ran, else a copy.
+ */
+function inRowOrder(all: KvData | BigInt64Array, per: number, x: ForwardInput, kv: DeviceKv, hi: number): KvData | BigInt64Array {
+  if (hi === x.rows && kv.slotOf.every((s, r) => s === r)) return all
+  const rows = new (all.constructor as { new (n: number): KvData | BigInt64Array })(x.rows * per)
+  for (let r = 0; r < x.rows; r++) {
+    const s = kv.slotOf[r]
+    ;(rows as Float32Array).set((all as Float32Array).subarray(s * per, (s + 1) * per), r * per)
+  }
+  return rows
+}
+
 const sameDims = (a: readonly number[], b: readonly number[]): boolean => a.length === b.length && a.every((d, i) => d === b[i])
 
 export class CapiRunner {
@@ -184,14 +199,21 @@ export class CapiRunner {
   private readonly appender: CSession | null = null
   private appendBinding: Binding | null = null
   private appendIndex: Tensor<'int64'> | null = null
+  /**
+   * With WebGPU graph capture: the captured decode step (made at the first decode step over the running pool), and
+   * the run options of every other run (gpu_graph_id -1).
+   */
+  private readonly capture: { api: OrtCApi; memory: string; eager: RunOptions } | null = null
+  private captured: CapturedStep | null = null
 
   private constructor(
     private readonly session: CSession,
     private readonly sig: Signature,
-    device?: { memory: string; copier: CSession; appender: CSession | null },
+    device?: { memory: string; copier: CSession; appender: CSession | null; capture: OrtCApi | null },
   ) {
     if (device) {
       this.appender = device.appender
+      if (device.capture) this.capture = { api: device.capture, memory: device.memory, eager: eagerRunOptions(device.capture) }
       const copier = (this.copier = device.copier)
       this.pool = new DeviceCaches(session.deviceAllocator(device.memory), sig.kv, (from, fromSlot, to, slot) => {
         const b = (this.copyBinding ??= copier.binding())
@@ -208,8 +230,13 @@ export class CapiRunner {
           b.bindDeviceOutput(`out_${i}`, to[i])
         })
         b.run()
-      })
+      }, this.capture !== null)
     }
+  }
+
+  /** Decode steps that replayed the captured graph (WebGPU graph capture), the capturing one included. */
+  get capturedSteps(): number {
+    return this.captured?.runs ?? 0
   }
 
   /**
@@ -227,15 +254,27 @@ export class CapiRunner {
       ep?: { name: string; options?: Readonly<Record<string, string>> }
       /** The provider's device memory (OrtMemoryInfo name, 'WebGPU_Buf'): the KV cache lives there (device-kv.ts). */
       deviceMemory?: string
+      /**
+       * WebGPU graph capture of the decode step (captured-step.ts): the provider is asked for it, the running pool is
+       * allocated once at the model's context, and decode steps run over all of its slots. GroupQueryAttention graphs
+       * on the device only.
+       */
+      graphCapture?: boolean
     },
   ): CapiRunner | null {
     const c = loadCApi(opts.libraryPath)
     if (!c) return null
+    const capture = opts.graphCapture === true && opts.deviceMemory !== undefined && opts.ep !== undefined
+    if (opts.graphCapture && !capture) throw new OnnxdError('config', 'graph capture needs a GPU provider with the KV cache on the device')
+    if (capture && (sig.kv.present !== 'in-place' || !sig.lengths)) {
+      throw new OnnxdError('config', 'graph capture needs a GroupQueryAttention graph fed its lengths (build the model with --attention gqa); this one is not')
+    }
+    const ep = capture ? { name: opts.ep!.name, options: { ...opts.ep!.options, enableGraphCapture: '1' } } : opts.ep
     const session = c.createSession(model, {
       intraOpThreads: opts.intraOpThreads ?? 0,
       graphOptimization: 'all',
       config: opts.config,
-      ep: opts.ep,
+      ep,
     })
     let copier: CSession | null = null
     let appender: CSession | null = null
@@ -244,7 +283,7 @@ export class CapiRunner {
         copier = c.createSession(copyGraph(sig), { graphOptimization: 'all', ep: opts.ep })
         if (sig.kv.present === 'new') appender = c.createSession(appendGraph(sig), { graphOptimization: 'all', ep: opts.ep })
       }
-      return new CapiRunner(session, sig, opts.deviceMemory && copier ? { memory: opts.deviceMemory, copier, appender } : undefined)
+      return new CapiRunner(session, sig, opts.deviceMemory && copier ? { memory: opts.deviceMemory, copier, appender, capture: capture ? c : null } : undefined)
     } catch (e) {
       appender?.dispose()
       copier?.dispose()
@@ -452,8 +491,10 @@ export class CapiRunner {
     // The step's rows in powers of two (free slots run as dummies): each new shape costs the provider its shaders'
     // compiles (on the H200, decode steps of a batch that changed every step took about a second each), so the
     // batch takes at most log2(slots) + 1 shapes.
-    const hi = Math.min(pool.slots, 2 ** Math.ceil(Math.log2(Math.max(1, pool.hi))))
     const seq = x.seq
+    // With graph capture, a decode step over the running pool runs the captured graph, over every slot.
+    const captured = this.capture !== null && seq === 1 && pool === this.pool!.running && logitsCount(x) === 1
+    const hi = captured ? pool.slots : Math.min(pool.slots, 2 ** Math.ceil(Math.log2(Math.max(1, pool.hi))))
     this.deviceShapes.add(`${hi}x${seq}`)
     const traffic = { in: 0, out: 0 }
     const buf = (name: string, bytes: number): NativeBuffer => this.buffer(name, bytes)
@@ -486,6 +527,7 @@ export class CapiRunner {
     let total = 0
     for (let s = 0; s < hi; s++) total = Math.max(total, lens[s] + seq, totals[s])
     if (total > pool.cap) throw new OnnxdError('internal', `a device step of ${total} tokens over slots of ${pool.cap}`)
+    if (captured) return this.runCaptured(x, kv, names, idv, pos, totals)
     const write = (nb: NativeBuffer, dtype: 'int32' | 'int64', src: Int32Array): void => {
       if (dtype === 'int32') nb.view('int32', 0, src.length).set(src)
       else {
@@ -578,23 +620,41 @@ export class CapiRunner {
       outs.push({ name, buf: nb, type, per, dims: [x.rows, ...dims.slice(1)] })
     }
     this.sweep()
-    b.run()
+    b.run(this.capture?.eager)
     if (plain) this.appendRows(pool.all, presents, lens, seq, traffic)
     this.traffic = traffic
     const out: Record<string, StepValue> = {}
-    const inOrder = hi === x.rows && kv.slotOf.every((s, r) => s === r)
-    for (const o of outs) {
-      const all = o.buf.view(o.type, 0, hi * o.per) as KvData | BigInt64Array
-      if (inOrder) out[o.name] = { data: all, dims: o.dims }
-      else {
-        const rows = new (all.constructor as { new (n: number): KvData | BigInt64Array })(x.rows * o.per)
-        for (let r = 0; r < x.rows; r++) {
-          const s = kv.slotOf[r]
-          ;(rows as Float32Array).set((all as Float32Array).subarray(s * o.per, (s + 1) * o.per), r * o.per)
-        }
-        out[o.name] = { data: rows, dims: o.dims }
-      }
+    for (const o of outs) out[o.name] = { data: inRowOrder(o.buf.view(o.type, 0, hi * o.per) as KvData | BigInt64Array, o.per, x, kv, hi), dims: o.dims }
+    return out
+  }
+
+  /**
+   * A decode step over every slot of the running pool through the captured graph (captured-step.ts): made at the
+   * first such step, over the pool's tensors, which stay where they are for the session's life (DevicePool.fixed).
+   */
+  private runCaptured(x: ForwardInput, kv: DeviceKv, names: string[], ids: Int32Array, positions: Int32Array, totals: Int32Array): Record<string, StepValue> {
+    const sig = this.sig
+    const pool = kv.pool
+    const c = this.capture!
+    const step = (this.captured ??= new CapturedStep(c.api, this.session, c.memory, sig, pool.bound(pool.slots), pool.slots, pool.cap))
+    if (step.slots !== pool.slots || step.cap !== pool.cap) {
+      throw new OnnxdError('internal', `the captured step covers ${step.slots} slots of ${step.cap}; the pool has ${pool.slots} of ${pool.cap}`)
     }
+    const S = pool.slots
+    step.inputs.ids.set(ids)
+    step.inputs.positions.set(positions)
+    step.inputs.totals.set(totals)
+    for (let s = 0; s < S; s++) step.inputs.seqlensK[s] = totals[s] - 1
+    const got = step.run(names)
+    const traffic = { in: step.bytesIn, out: 0, replayed: true }
+    const out: Record<string, StepValue> = {}
+    for (const name of names) {
+      const t = got.get(name)!
+      const per = t.dims.slice(1).reduce((a, d) => a * d, 1)
+      traffic.out += t.data.byteLength
+      out[name] = { data: inRowOrder(t.data as KvData | BigInt64Array, per, x, kv, S), dims: [x.rows, ...t.dims.slice(1)] }
+    }
+    this.traffic = traffic
     return out
   }
 
@@ -697,6 +757,8 @@ export class CapiRunner {
 
   dispose(): void {
     this.idle()
+    this.captured?.dispose()
+    this.capture?.eager.dispose()
     this.pool?.close()
     this.copier?.dispose()
     this.copySlot?.dispose()

@@ -62,6 +62,11 @@ export class DevicePool {
     private readonly kv: Signature['kv'],
     /** The running pool, for a staging pool: it takes that pool's slot length, and one slot. */
     private readonly stagingFor: DevicePool | null = null,
+    /**
+     * Allocated once, at the model's context length, and kept until the session closes (WebGPU graph capture: the
+     * captured step reads and writes the tensors' addresses as they were when it was captured).
+     */
+    readonly fixed = false,
   ) {}
 
   /** The tensors, [slots, heads, cap, headDim] each. */
@@ -167,11 +172,22 @@ export class DevicePool {
       cap = this.stagingFor.cap
     } else {
       const { budgetBytes, maxRows, contextLength } = this.limits
-      const need = roundUp(this.want.slots)
-      // Big enough already (rows joining and leaving keep it): no reallocation.
-      if (this.tensors.length && this.cap >= need && this.slots >= this.want.rows) return
-      slots = Math.max(1, this.want.rows, Math.min(maxRows, Math.floor(budgetBytes / (need * per))))
-      cap = Math.max(need, Math.min(roundUp(contextLength), Math.floor(budgetBytes / (slots * per) / CAP_STEP) * CAP_STEP))
+      if (this.fixed) {
+        // Once, for good: slots as long as the context (or the whole budget, where one context does not fit in it),
+        // and as many as the budget holds, up to the row limit. Rows past that wait for a slot (admits).
+        if (this.tensors.length) {
+          if (this.want.slots > this.cap) throw new OnnxdError('internal', `the device KV pool is fixed at slots of ${this.cap}; ${this.want.slots} were asked`)
+          return
+        }
+        cap = roundUp(Math.min(contextLength, Math.max(1, Math.floor(budgetBytes / per))))
+        slots = Math.max(1, Math.min(maxRows, Math.floor(budgetBytes / (cap * per))))
+      } else {
+        const need = roundUp(this.want.slots)
+        // Big enough already (rows joining and leaving keep it): no reallocation.
+        if (this.tensors.length && this.cap >= need && this.slots >= this.want.rows) return
+        slots = Math.max(1, this.want.rows, Math.min(maxRows, Math.floor(budgetBytes / (need * per))))
+        cap = Math.max(need, Math.min(roundUp(contextLength), Math.floor(budgetBytes / (slots * per) / CAP_STEP) * CAP_STEP))
+      }
       this.want = { rows: 1, slots: CAP_STEP }
     }
     if (this.tensors.length && cap === this.cap && slots === this.slots) return
@@ -197,9 +213,9 @@ export class DevicePool {
     return rows === this.slots ? this.tensors : this.views
   }
 
-  /** Gives the device memory back when no slot is occupied (the scheduler is idle). */
+  /** Gives the device memory back when no slot is occupied (the scheduler is idle), unless the pool is fixed. */
   release(): void {
-    if (this.occupied === 0) this.dispose()
+    if (this.occupied === 0 && !this.fixed) this.dispose()
   }
 
   /** Frees the tensors and the allocator: the session is going. */
@@ -282,9 +298,11 @@ export class DeviceCaches {
     allocator: DeviceAllocator,
     kv: Signature['kv'],
     readonly copy: DeviceCopier,
+    /** The running pool is allocated once and kept (DevicePool.fixed). */
+    fixed = false,
   ) {
-    this.running = new DevicePool(allocator, kv)
-    this.staging = new DevicePool(allocator, kv, this.running)
+    this.running = new DevicePool(allocator, kv, null, fixed)
+    this.staging = new DevicePool(allocator, kv, this.running, fixed)
     this.newRows = kv.present === 'new' ? new DeviceNewRows(allocator, kv) : null
   }
 

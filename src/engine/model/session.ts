@@ -36,6 +36,11 @@ export interface SessionOptions {
   capiLibraryPath?: string
   /** WebGPU provider options passed through on runtime 'capi' (SessionOptionsAppendExecutionProvider's keys). */
   webgpuOptions?: Readonly<Record<string, string>>
+  /**
+   * WebGPU graph capture of the decode step (captured-step.ts): on provider 'webgpu', runtime 'capi', a
+   * GroupQueryAttention graph; refused (a config error saying why) anywhere else.
+   */
+  graphCapture?: boolean
 }
 
 /**
@@ -206,6 +211,7 @@ export class DecoderSession {
     if (provider === 'webgpu' && (opts.deviceId ?? 0) !== 0) {
       throw new OnnxdError('config', `deviceId applies to cuda and tensorrt: onnxruntime-node's webgpu provider picks its own adapter (restrict Vulkan's devices instead, e.g. VK_DRIVER_FILES). Given: ${opts.deviceId}`)
     }
+    if (opts.graphCapture && (opts.provider ?? 'cpu') !== 'webgpu') throw new OnnxdError('config', `--graph-capture cannot run on provider ${opts.provider ?? 'cpu'} (it is WebGPU's)`)
     if (!providerInstalled(provider)) {
       if (!opts.allowCpuFallback) {
         throw new OnnxdError('config', `execution provider '${provider}' is not installed: ${INSTALL_HINT[provider as Exclude<Provider, 'cpu'>]}. To start on CPU instead, set ONNXD_ALLOW_CPU_FALLBACK=1.`)
@@ -262,6 +268,19 @@ export class DecoderSession {
     if (wantsCapi && device && !deviceForm && sig.kv.present === 'new' && !(await new DecoderSession(session, sig, provider).takesChunksOverPast())) {
       deviceForm = 'takes several new tokens only over an empty past (a device slot is never one)'
     }
+    // A CPU fallback (no adapter, --allow-cpu-fallback) serves without it.
+    const graphCapture = opts.graphCapture === true && provider === 'webgpu'
+    if (graphCapture) {
+      const why =
+        !wantsCapi
+            ? `runtime ${opts.runtime} (it needs the C-API runtime, which keeps the KV cache on the device)`
+            : deviceForm
+              ? `${bundle.onnxPath}, which ${deviceForm}`
+              : sig.kv.present !== 'in-place'
+                ? `${bundle.onnxPath}, a plain-op graph (it needs GroupQueryAttention: build with --attention gqa)`
+                : null
+      if (why) throw new OnnxdError('config', `--graph-capture cannot run on ${why}`)
+    }
     if (opts.runtime === 'capi' && provider !== 'cpu' && provider !== 'webgpu') {
       process.emitWarning(`runtime 'capi' runs on cpu and webgpu: provider ${provider} runs its steps through the JS API`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
     } else if (wantsCapi && device && deviceForm) {
@@ -272,13 +291,16 @@ export class DecoderSession {
           config,
           intraOpThreads: opts.intraOpThreads,
           libraryPath: opts.capiLibraryPath,
-          ...(provider === 'webgpu' ? { ep: { name: 'WebGPU', options: opts.webgpuOptions }, deviceMemory: 'WebGPU_Buf' } : {}),
+          ...(provider === 'webgpu' ? { ep: { name: 'WebGPU', options: opts.webgpuOptions }, deviceMemory: 'WebGPU_Buf', graphCapture } : {}),
         })
       } catch (e) {
+        if (graphCapture) throw new OnnxdError('config', `--graph-capture: runtime 'capi' cannot load ${bundle.onnxPath} on ${provider}: ${(e as Error).message}`)
         process.emitWarning(`runtime 'capi' cannot load ${bundle.onnxPath}${device ? ` on ${provider}` : ''}, running steps through the JS API: ${(e as Error).message}`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
       }
       if (capi) {
         await session.release()
+      } else if (graphCapture) {
+        throw new OnnxdError('config', "--graph-capture needs ORT's C API, which cannot load here")
       }
     }
     const s = new DecoderSession(capi ? null : session, sig, provider, capi)
@@ -291,14 +313,22 @@ export class DecoderSession {
 
   /**
    * The device cache as it stands (null where the cache is in host memory): the running pool's slots and slot length,
-   * its bytes, how many times it was allocated (and, for a plain graph, the buffers its steps write new rows to), and
-   * where ORT says its memory is ('gpu'; null while unallocated).
+   * its bytes, how many times it was allocated (and, for a plain graph, the buffers its steps write new rows to),
+   * where ORT says its memory is ('gpu'; null while unallocated), and how many decode steps ran as the captured graph
+   * (WebGPU graph capture; 0 without it).
    */
-  deviceCache(): { slots: number; cap: number; bytes: number; allocations: number; memory: string | null } | null {
+  deviceCache(): { slots: number; cap: number; bytes: number; allocations: number; memory: string | null; capturedSteps: number } | null {
     const caches = this.capi?.pool
     if (!caches) return null
     const p = caches.running
-    return { slots: p.slots, cap: p.cap, bytes: p.bytes(), allocations: p.allocations + (caches.newRows?.allocations ?? 0), memory: p.all[0]?.deviceType() ?? null }
+    return {
+      slots: p.slots,
+      cap: p.cap,
+      bytes: p.bytes(),
+      allocations: p.allocations + (caches.newRows?.allocations ?? 0),
+      memory: p.all[0]?.deviceType() ?? null,
+      capturedSteps: this.capi!.capturedSteps,
+    }
   }
 
   /**

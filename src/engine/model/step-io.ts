@@ -83,6 +83,8 @@ export interface ForwardInput {
 export interface StepTraffic {
   in: number
   out: number
+  /** The step ran as the session's captured graph (WebGPU graph capture, captured-step.ts). */
+  replayed?: boolean
 }
 
 export interface ForwardOutput {

@@ -25,6 +25,8 @@ export interface PoolOptions extends Partial<BatcherOptions> {
   intraOpThreads?: number
   /** Which ORT API runs the steps (default 'auto': model/runtime.ts's defaultRuntime for the provider); 'capi' falls back to 'js' where the C API cannot load. */
   runtime?: RuntimeChoice
+  /** WebGPU graph capture of the decode step (model/captured-step.ts); refused where it cannot run. */
+  graphCapture?: boolean
   /** A worker whose step loop shows no sign of life for this long is unhealthy. */
   heartbeatTimeoutMs?: number
   /** ... and for this long is replaced: its requests end with worker_crashed and a fresh replica loads (default 30 s). */

@@ -89,6 +89,7 @@ export class EnginePool implements EngineClient {
       deviceId: opts.deviceId,
       allowCpuFallback: opts.allowCpuFallback,
       runtime: opts.runtime,
+      graphCapture: opts.graphCapture,
       // One worker on CPU uses every core; several split them.
       intraOpThreads: opts.intraOpThreads || Math.max(1, Math.floor(availableParallelism() / this.nWorkers)),
       ...batcherOptions(opts),

@@ -581,7 +581,7 @@ export class Batcher {
       // The cache keeps the row's token and the draft tokens it accepted; the next step writes over the rest.
       if (draft.length > k) kv.truncate(r, kv.lens[r] - (draft.length - k))
     })
-    this.observer.onStep?.({ phase: 'decode', seconds, batch: rows, tokens: counts.reduce((n, c) => n + c, 0), bytesIn: out.traffic.in, bytesOut: out.traffic.out, ...(drafting ? { drafted, accepted } : {}) })
+    this.observer.onStep?.({ phase: 'decode', seconds, batch: rows, tokens: counts.reduce((n, c) => n + c, 0), bytesIn: out.traffic.in, bytesOut: out.traffic.out, ...(drafting ? { drafted, accepted } : {}), ...(out.traffic.replayed ? { replayed: true } : {}) })
     if (finished) this.keepRunning((s) => !s.done && !s.cancelled)
   }
 }
