@@ -17,6 +17,7 @@ const HELP = `usage: onnxd generate [--model DIR|OWNER/NAME] [options] "prompt"
   --ignore-eos         generate max-tokens tokens
   --dtype fp32|fp16|q4|int8|quantized
   --provider P         execution provider: cpu (default), webgpu, cuda, tensorrt
+  --graph-capture      WebGPU graph capture of the decode step (webgpu, a GroupQueryAttention model)
   --json               print the result as JSON (with the completion's token ids and the provider that ran it)
 `
 
@@ -38,6 +39,7 @@ export async function run(argv: string[]): Promise<number> {
       'ignore-eos': { type: 'boolean' },
       dtype: { type: 'string' },
       provider: { type: 'string' },
+      'graph-capture': { type: 'boolean' },
       json: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -55,7 +57,7 @@ export async function run(argv: string[]): Promise<number> {
   const provider = (values.provider ?? 'cpu') as Provider
   if (!PROVIDERS.includes(provider)) throw new OnnxdError('config', `--provider must be one of ${PROVIDERS.join(', ')}. Given: ${values.provider}`)
   const modelDir = await resolveModelDir(values.model, { revision: values.revision, dtype: values.dtype as Dtype | undefined })
-  const engine = await Engine.load({ modelDir, dtype: values.dtype as Dtype | undefined, provider })
+  const engine = await Engine.load({ modelDir, dtype: values.dtype as Dtype | undefined, provider, graphCapture: values['graph-capture'] })
   try {
     const prompt = positionals[0]
     const started = performance.now()

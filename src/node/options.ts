@@ -41,6 +41,11 @@ export const NodeOptions = Type.Object(
       RUNTIME_CHOICES.map((r) => Type.Literal(r)),
       { default: 'auto' },
     ),
+    /**
+     * WebGPU graph capture: the decode step over all the device cache's slots is recorded once and replayed at every
+     * later step (provider webgpu, runtime capi, a GroupQueryAttention model; refused elsewhere).
+     */
+    graphCapture: Type.Boolean({ default: false }),
     /** Worker threads, each an engine replica with its own session. One worker using all cores suits CPU best. */
     workers: Type.Integer({ minimum: 1, maximum: 256, default: 1 }),
     /** ONNX Runtime intra-op threads per worker; 0 = all cores. */
@@ -96,6 +101,7 @@ export const NODE_ENV: Record<Field, string> = {
   deviceId: 'ONNXD_DEVICE_ID',
   allowCpuFallback: 'ONNXD_ALLOW_CPU_FALLBACK',
   runtime: 'ONNXD_RUNTIME',
+  graphCapture: 'ONNXD_GRAPH_CAPTURE',
   workers: 'ONNXD_WORKERS',
   intraOpThreads: 'ONNXD_INTRA_OP_THREADS',
   maxRunning: 'ONNXD_MAX_RUNNING',
@@ -203,6 +209,7 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
     deviceId: opts.deviceId,
     allowCpuFallback: opts.allowCpuFallback,
     runtime: opts.runtime,
+    graphCapture: opts.graphCapture,
     workers: opts.workers,
     intraOpThreads: opts.intraOpThreads,
     maxRunning: opts.maxRunning,

@@ -94,6 +94,29 @@ describe('onnxd node --provider webgpu', () => {
     expect(decodeIn / steps).toBeLessThan(64)
   })
 
+  it.skipIf(noWebgpu !== null)(webgpuTitle("with --graph-capture, serves the CPU's tokens from the captured decode step and counts its replays"), { timeout: 300_000 }, async () => {
+    const body = completionBody({ model: 'onnxd-tiny-gqa', max_tokens: 8, ignore_eos: true, temperature: 0 })
+    const cpu = await startNode([], {}, tinyGqaModelDir())
+    await ready(cpu)
+    const want = ((await (await post(cpu.url, body)).json()) as { output_ids: number[] }).output_ids
+    cpu.exited.catch(() => {})
+    child!.kill('SIGKILL')
+    await cpu.exited
+    const n = await startNode(['--provider', 'webgpu', '--graph-capture', '--max-running', '4'], {}, tinyGqaModelDir())
+    expect(await ready(n)).toMatchObject({ status: 'ready', provider: 'webgpu', runtime: 'capi' })
+    const res = await post(n.url, body)
+    expect(res.status).toBe(200)
+    expect(((await res.json()) as { output_ids: number[] }).output_ids).toEqual(want)
+    // The warm-up captured the step before ready (not counted); the completion's 7 decode steps replayed it.
+    const replays = (m: string): number => Number(/onnxd_graph_replays_total\{model_name="onnxd-tiny-gqa"\} (\d+)/.exec(m)?.[1] ?? -1)
+    let metrics = await (await fetch(`${n.url}/metrics`)).text()
+    for (const until = Date.now() + 2000; replays(metrics) < 7 && Date.now() < until; ) {
+      await new Promise((r) => setTimeout(r, 50))
+      metrics = await (await fetch(`${n.url}/metrics`)).text()
+    }
+    expect(replays(metrics)).toBe(7)
+  })
+
   it.skipIf(noWebgpu !== null || !haveFixtures)(webgpuTitle('on a graph whose cache cannot stay on the device (a stacked one), runs the JS API and says why at start'), { timeout: 300_000 }, async () => {
     const n = await startNode(['--provider', 'webgpu'], {}, fixture('tiny-random-gpt2-fp16'))
     expect(await ready(n)).toMatchObject({ status: 'ready', provider: 'webgpu', runtime: 'js' })
@@ -113,6 +136,17 @@ describe('onnxd node --provider webgpu', () => {
     expect(await ready(n)).toMatchObject({ status: 'ready', provider: 'cpu' })
     const res = await post(n.url, completionBody({ max_tokens: 2 }))
     expect(res.status).toBe(200)
+  })
+
+  it('without an adapter, --graph-capture and --allow-cpu-fallback run on CPU without it; --graph-capture on cpu is refused', { timeout: 120_000 }, async () => {
+    const n = await startNode(['--provider', 'webgpu', '--allow-cpu-fallback', '--graph-capture'], NO_DRIVER, tinyGqaModelDir())
+    expect(await ready(n)).toMatchObject({ status: 'ready', provider: 'cpu' })
+    expect((await post(n.url, completionBody({ model: 'onnxd-tiny-gqa', max_tokens: 2 }))).status).toBe(200)
+    child!.kill('SIGKILL')
+    await n.exited
+    const c = await startNode(['--graph-capture'], {}, tinyGqaModelDir())
+    expect(await c.exited).toBe(1)
+    expect(c.stderr().trimEnd().split('\n').at(-1)).toMatch(/^onnxd node: --graph-capture cannot run on provider cpu \(it is WebGPU's\)/)
   })
 
   it('refuses --device-id other than 0: the webgpu provider picks its own adapter', { timeout: 120_000 }, async () => {

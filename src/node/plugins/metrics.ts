@@ -184,7 +184,8 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
   for (const h of [ttft, tpot, itl, e2e, queue, promptHist, genHist]) h.zero(m)
   for (const h of [iterTokens, iterTokensOld, batchSize, stepSeconds]) for (const phase of PHASES) h.zero({ ...m, phase })
   for (const phase of PHASES) for (const direction of ['in', 'out']) stepBytes.inc({ ...m, phase, direction }, 0)
-  for (const c of [promptTokens, genTokens, prefixQueries, prefixHits, draftTokens, acceptedTokens, restarts]) c.inc(m, 0)
+  const replays = new Counter({ name: 'onnxd_graph_replays_total', help: "Decode steps that ran as WebGPU's captured graph (--graph-capture).", labelNames: L, registers })
+  for (const c of [promptTokens, genTokens, prefixQueries, prefixHits, draftTokens, acceptedTokens, replays, restarts]) c.inc(m, 0)
   for (const r of FINISH_REASONS) success.inc({ ...m, finished_reason: r }, 0)
 
   const observer: EngineObserver = {
@@ -200,6 +201,7 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
         draftTokens.inc(m, s.drafted)
         acceptedTokens.inc(m, s.accepted ?? 0)
       }
+      if (s.replayed) replays.inc(m)
     },
     onFinish(f: FinishObservation) {
       success.inc({ ...m, finished_reason: f.finishReason })
