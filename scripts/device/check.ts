@@ -15,6 +15,8 @@
 //   context:P      `onnxd bench context --provider webgpu` on the GroupQueryAttention form, runtime js
 //   serve:P        `onnxd bench --provider webgpu` at 1, 16 and 64 streams, fp16 and q4, with ORT alone on webgpu doing
 //                  the same work (the ceiling) and llama.cpp's Vulkan build on the F16/Q4_0 GGUF where packed
+//   capture:P      the same sweep's first weight form with the node's WebGPU graph capture (--graph-capture), and its
+//                  output tok/s over serve:P's at each level (the first preset only)
 //
 //   check.ts --out DIR [--app DIR] [--mode dist|src] [--work DIR] [--budget S] [--dry-run] [--unpack-seconds S]
 import { spawn } from 'node:child_process'
@@ -299,6 +301,8 @@ interface PresetPlan {
   /** `onnxd bench` arguments of the serving sweep (without llama.cpp's), and the least time it needs. */
   serve: string[]
   serveMinS: number
+  /** `onnxd bench` arguments of the graph-capture sweep (none: not run on this preset). */
+  capture?: string[]
 }
 
 /** The presets, weight forms and sizes of a run. */
@@ -322,15 +326,16 @@ function plan(dry: boolean): Plan {
           context: true,
           serve: ['--dtype', 'fp16', '--concurrency', '1', '--prompt-len', '8', '--output-len', '4', '--num-requests', '1', '--warmup', '0', '--duration', '20'],
           serveMinS: 15,
+          capture: ['--dtype', 'fp16', '--concurrency', '1', '--prompt-len', '8', '--output-len', '4', '--num-requests', '1', '--warmup', '0', '--duration', '20'],
         },
       ],
       context: { contexts: '16', batches: '1', steps: '2', bigSteps: '2' },
       greedyTokens: 8,
     }
-  const sweep = (durationS: number): string[] => ['--dtype', 'fp16,q4', '--concurrency', '1,16,64', '--prompt-len', '128', '--output-len', '128', '--warmup', '1', '--duration', String(durationS)]
+  const sweep = (durationS: number, dtypes = 'fp16,q4'): string[] => ['--dtype', dtypes, '--concurrency', '1,16,64', '--prompt-len', '128', '--output-len', '128', '--warmup', '1', '--duration', String(durationS)]
   return {
     presets: [
-      { preset: '135m', dtypes: ['fp16', 'q4'], greedy: ['fp32', 'fp16', 'q4'], gguf: ['f16', 'q4_0'], context: true, serve: sweep(12), serveMinS: 90 },
+      { preset: '135m', dtypes: ['fp16', 'q4'], greedy: ['fp32', 'fp16', 'q4'], gguf: ['f16', 'q4_0'], context: true, serve: sweep(12), serveMinS: 90, capture: sweep(8, 'fp16') },
       // The Qwen2.5-0.5B shape after 135m, as far as the budget goes: llama.cpp and the context sweep on 135m only.
       { preset: 'qwen0.5b', dtypes: ['fp16', 'q4'], greedy: ['fp16', 'q4'], gguf: [], context: false, serve: sweep(8), serveMinS: 60 },
     ],
@@ -459,6 +464,34 @@ async function serveStep(c: Ctx, x: PresetPlan, llama: boolean, timeoutS: number
       notes: rep.notes,
     },
   }
+}
+
+/**
+ * The serving sweep with the node's WebGPU graph capture (`--node-arg=--graph-capture`), and each level's output tok/s
+ * over the same target's in the serve step (run minutes apart on the same device: read it as a first look).
+ */
+async function captureStep(c: Ctx, preset: string, sweep: string[], serve: StepRecord, timeoutS: number, commands: string[], log: string): Promise<{ result: unknown }> {
+  const outDir = join(c.out, 'bench')
+  const name = `capture-${preset}`
+  const args = ['bench', '--preset', preset, '--provider', 'webgpu', '--attention', 'gqa', ...sweep, '--node-arg=--graph-capture', '--no-llama-cpp', '--no-peer', '--no-unbatched', '--no-ceiling', '--models-dir', join(c.work, 'models'), '--out', outDir, '--name', name, '--no-progress']
+  await must(c, onnxd(c, args), timeoutS, log, 'onnxd bench', commands)
+  const path = join(outDir, `${name}.json`)
+  if (!existsSync(path)) throw new StepError(`onnxd bench wrote no ${path}`)
+  const rep = JSON.parse(readFileSync(path, 'utf8')) as { scenarios: BenchScenarioLike[] }
+  const eager = (serve.result as { targets?: { name: string; levels?: { streams: number; output_tok_s: number }[] }[] } | undefined)?.targets ?? []
+  const targets = rep.scenarios.map((s) => {
+    const target = s.target ?? s.name
+    if (s.skipped) return { name: target, skipped: s.reason }
+    const before = eager.find((t) => t.name === target)
+    return {
+      name: target,
+      levels: (s.levels ?? []).map((l) => {
+        const e = before?.levels?.find((x) => x.streams === l.max_concurrency)
+        return { streams: l.max_concurrency, output_tok_s: round(l.output_throughput, 1), ttft_p50_ms: round(l.median_ttft_ms, 1), tpot_mean_ms: round(l.mean_tpot_ms, 2), completed: l.completed, failed: l.failed, over_serve: e ? round(l.output_throughput / e.output_tok_s, 2) : null }
+      }),
+    }
+  })
+  return { result: { report: path.replace(`${c.out}/`, ''), node_args: ['--graph-capture'], targets } }
 }
 
 // ---- tasks (each in a child process of its own) ----
@@ -603,7 +636,11 @@ export async function deviceCheck(o: { app: string; mode: Mode; out: string; wor
     if (x.context) await step(c, { name: `context:${x.preset}`, minS: o.dry ? 10 : 45, capS: o.dry ? 60 : 120, blocked: needBuilt(x.preset), run: (t, cmds, log) => contextStep(c, x.preset, p.context, t, cmds, log) })
     const llama = x.gguf.length > 0 && c.llamaCpp === null && c.report.steps.find((s) => s.name === `gguf:${x.preset}`)?.status === 'ok'
     if (x.gguf.length && !llama) c.report.notes.push(`serve:${x.preset}: llama.cpp left out: ${c.llamaCpp ?? `gguf:${x.preset} did not complete`}`)
-    await step(c, { name: `serve:${x.preset}`, minS: x.serveMinS, capS: o.dry ? 90 : 240, blocked: needBuilt(x.preset), run: (t, cmds, log) => serveStep(c, x, llama, t, cmds, log) })
+    const serve = await step(c, { name: `serve:${x.preset}`, minS: x.serveMinS, capS: o.dry ? 90 : 240, blocked: needBuilt(x.preset), run: (t, cmds, log) => serveStep(c, x, llama, t, cmds, log) })
+    if (x.capture) {
+      const args = x.capture
+      await step(c, { name: `capture:${x.preset}`, minS: o.dry ? 15 : 45, capS: o.dry ? 90 : 150, blocked: needBuilt(x.preset), run: (t, cmds, log) => captureStep(c, x.preset, args, serve, t, cmds, log) })
+    }
   }
   c.report.finished = true
   save(c)

@@ -43,7 +43,7 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('device check dry run (tiny prese
     expect(r.code, r.out).toBe(0)
     const report = JSON.parse(readFileSync(join(out, 'device-check.json'), 'utf8')) as DeviceReport
     expect(report).toMatchObject({ kind: 'onnxd-device-check', dry_run: true, finished: true, mode: 'src' })
-    expect(report.steps.map((s) => s.name)).toEqual(['device', 'webgpu', 'build:tiny', 'gguf:tiny', 'greedy:tiny', 'context:tiny', 'serve:tiny'])
+    expect(report.steps.map((s) => s.name)).toEqual(['device', 'webgpu', 'build:tiny', 'gguf:tiny', 'greedy:tiny', 'context:tiny', 'serve:tiny', 'capture:tiny'])
     for (const s of report.steps) {
       if (s.status === 'skipped') expect(s.reason, s.name).toMatch(/\w{4}/)
       else expect(s.status, `${s.name}: ${s.error ?? s.reason ?? ''}`).toBe('ok')
@@ -75,6 +75,12 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('device check dry run (tiny prese
     const llama = serve.targets.find((t) => t.name.startsWith('llama.cpp'))
     if (llama) expect(llama.skipped ?? llama.levels?.[0].completed).toBeTruthy()
     else expect(report.notes.join(' ')).toMatch(/llama\.cpp left out/)
+    // The same sweep with the node's graph capture, its output tok/s set against the serve step's.
+    const capture = step('capture:tiny').result as { node_args: string[]; targets: { name: string; levels?: { completed: number; over_serve: number | null }[] }[] }
+    expect(capture.node_args).toEqual(['--graph-capture'])
+    const captured = capture.targets.find((t) => t.name === 'onnxd gqa/capi/fp16')!
+    expect(captured.levels?.[0].completed).toBe(1)
+    expect(captured.levels?.[0].over_serve).toBeGreaterThan(0)
     // Within its budget: no step was left out for want of time (each runs under its own timeout, which fails it).
     expect(report.steps.filter((s) => /budget/.test(s.reason ?? '')).map((s) => s.name)).toEqual([])
   }, 180_000)
