@@ -14,14 +14,11 @@ import { buildModel } from '../../src/builder/index.js'
 import { Engine } from '../../src/engine/engine.js'
 import type { StepObservation } from '../../src/engine/types.js'
 import { tinyGqaModelDir, tinyPlainModelDir } from '../helpers/fixtures.js'
-import { runRequest, type RunResult } from '../helpers/engine-run.js'
+import { logprobsOf as logprobs, runJoining, runRequest, type RunResult } from '../helpers/engine-run.js'
 import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
 
 const SLOW = { timeout: 300_000 }
 const prompt = (n: number, salt: number, vocab: number): number[] => Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 3) % vocab)
-/** Each token's log-probability and its top alternatives', in order. */
-const logprobs = (x: RunResult): number[] =>
-  x.events.flatMap((e) => (e.type === 'token' || e.type === 'done' ? (e.logprobs ?? []).flatMap((l) => [l.logprob, ...(l.top_logprobs ?? []).map((t) => t.logprob)]) : []))
 
 /**
  * The graph forms, and the most bytes a batch-1 greedy decode step may hand ORT over a cache of `cap` slots: an int64
@@ -142,11 +139,8 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('KV cache on the device (webgpu, 
         ]
         const want = await Promise.all([main, early, ...joiners].map((r) => runRequest(cpu, r)))
         steps.length = 0
-        const later: Promise<RunResult>[] = []
-        const first = runRequest(gpu, early)
         // Joiners come while main runs (the early request has left by then or soon after) and leave before it.
-        const got = await runRequest(gpu, main, (n) => (n === 4 || n === 6) && later.push(runRequest(gpu, joiners[later.length])))
-        const all = [got, await first, ...(await Promise.all(later))]
+        const all = await runJoining(gpu, main, early, joiners, [4, 6])
         expect(all.map((x) => x.ids)).toEqual(want.map((x) => x.ids))
         all.forEach((x, i) => {
           const w = logprobs(want[i])

@@ -8,13 +8,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../src/engine/engine.js'
 import type { StepObservation } from '../../src/engine/types.js'
 import { tinyGqaModelDir, tinyPlainModelDir } from '../helpers/fixtures.js'
-import { runRequest, type RunResult } from '../helpers/engine-run.js'
+import { logprobsOf as logprobs, runJoining, runRequest } from '../helpers/engine-run.js'
 import { noWebgpu, webgpuTitle } from '../helpers/webgpu.js'
 
 const SLOW = { timeout: 300_000 }
 const prompt = (n: number, salt: number, vocab: number): number[] => Array.from({ length: n }, (_, i) => (i * 37 + salt * 13 + 5) % vocab)
-const logprobs = (x: RunResult): number[] =>
-  x.events.flatMap((e) => (e.type === 'token' || e.type === 'done' ? (e.logprobs ?? []).flatMap((l) => [l.logprob, ...(l.top_logprobs ?? []).map((t) => t.logprob)]) : []))
 const ROWS = 4
 
 describe.skipIf(noWebgpu !== null)(webgpuTitle('WebGPU graph capture of the decode step (runtime capi)'), () => {
@@ -75,10 +73,7 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('WebGPU graph capture of the deco
     const want = await Promise.all([main, early, ...joiners].map((r) => runRequest(cpu, r)))
     const before = gpu.model.session.deviceCache()!.capturedSteps
     steps.length = 0
-    const later: Promise<RunResult>[] = []
-    const first = runRequest(gpu, early)
-    const got = await runRequest(gpu, main, (n) => (n === 3 || n === 5 || n === 8) && later.push(runRequest(gpu, joiners[later.length])))
-    const all = [got, await first, ...(await Promise.all(later))]
+    const all = await runJoining(gpu, main, early, joiners, [3, 5, 8])
     expect(all.map((x) => x.ids)).toEqual(want.map((x) => x.ids))
     all.forEach((x, i) => {
       const w = logprobs(want[i])

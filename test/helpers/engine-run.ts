@@ -27,3 +27,18 @@ export function runRequest(engine: Engine, req: Partial<EngineRequest>, onToken?
   })
   return Object.assign(p, { cancel: () => cancel() })
 }
+
+/** Each token's log-probability and its top alternatives', in order. */
+export const logprobsOf = (x: RunResult): number[] =>
+  x.events.flatMap((e) => (e.type === 'token' || e.type === 'done' ? (e.logprobs ?? []).flatMap((l) => [l.logprob, ...(l.top_logprobs ?? []).map((t) => t.logprob)]) : []))
+
+/**
+ * Runs `early` and `main` at once, and submits `joiners` in turn while `main` runs, at its token counts `at` (one per
+ * joiner); resolves with every result, in the order main, early, joiners.
+ */
+export async function runJoining(engine: Engine, main: Partial<EngineRequest>, early: Partial<EngineRequest>, joiners: Partial<EngineRequest>[], at: number[]): Promise<RunResult[]> {
+  const later: Promise<RunResult>[] = []
+  const first = runRequest(engine, early)
+  const got = await runRequest(engine, main, (n) => at.includes(n) && later.length < joiners.length && later.push(runRequest(engine, joiners[later.length])))
+  return [got, await first, ...(await Promise.all(later))]
+}

@@ -271,14 +271,13 @@ export class DecoderSession {
     // A CPU fallback (no adapter, --allow-cpu-fallback) serves without it.
     const graphCapture = opts.graphCapture === true && provider === 'webgpu'
     if (graphCapture) {
-      const why =
-        !wantsCapi
-            ? `runtime ${opts.runtime} (it needs the C-API runtime, which keeps the KV cache on the device)`
-            : deviceForm
-              ? `${bundle.onnxPath}, which ${deviceForm}`
-              : sig.kv.present !== 'in-place'
-                ? `${bundle.onnxPath}, a plain-op graph (it needs GroupQueryAttention: build with --attention gqa)`
-                : null
+      const why = !wantsCapi
+        ? `runtime ${opts.runtime} (it needs the C-API runtime, which keeps the KV cache on the device)`
+        : deviceForm
+          ? `${bundle.onnxPath}, which ${deviceForm}`
+          : sig.kv.present !== 'in-place'
+            ? `${bundle.onnxPath}, a plain-op graph (it needs GroupQueryAttention: build with --attention gqa)`
+            : null
       if (why) throw new OnnxdError('config', `--graph-capture cannot run on ${why}`)
     }
     if (opts.runtime === 'capi' && provider !== 'cpu' && provider !== 'webgpu') {
