@@ -417,6 +417,7 @@ interface BenchLevelLike {
   output_throughput: number
   median_ttft_ms: number
   mean_tpot_ms: number
+  engine?: { decode_steps: number; graph_replays?: number }
 }
 
 interface BenchScenarioLike {
@@ -487,7 +488,18 @@ async function captureStep(c: Ctx, preset: string, sweep: string[], serve: StepR
       name: target,
       levels: (s.levels ?? []).map((l) => {
         const e = before?.levels?.find((x) => x.streams === l.max_concurrency)
-        return { streams: l.max_concurrency, output_tok_s: round(l.output_throughput, 1), ttft_p50_ms: round(l.median_ttft_ms, 1), tpot_mean_ms: round(l.mean_tpot_ms, 2), completed: l.completed, failed: l.failed, over_serve: e ? round(l.output_throughput / e.output_tok_s, 2) : null }
+        return {
+          streams: l.max_concurrency,
+          output_tok_s: round(l.output_throughput, 1),
+          ttft_p50_ms: round(l.median_ttft_ms, 1),
+          tpot_mean_ms: round(l.mean_tpot_ms, 2),
+          completed: l.completed,
+          failed: l.failed,
+          over_serve: e ? round(l.output_throughput / e.output_tok_s, 2) : null,
+          // The node's own count: the level's decode steps, and those that ran as the recorded graph.
+          decode_steps: l.engine?.decode_steps ?? null,
+          graph_replays: l.engine?.graph_replays ?? null,
+        }
       }),
     }
   })

@@ -6,8 +6,11 @@ import { request } from 'undici'
 
 export type Phase = 'prefill' | 'decode'
 
-/** Sums of the step histograms, per phase (model labels summed). */
-export type StepTotals = Record<Phase, { seconds: number; steps: number; rows: number; tokens: number }>
+/**
+ * Sums of the step histograms, per phase (model labels summed); `replays`: decode steps that ran as WebGPU's
+ * captured graph (onnxd_graph_replays_total; 0 in prefill).
+ */
+export type StepTotals = Record<Phase, { seconds: number; steps: number; rows: number; tokens: number; replays: number }>
 
 const FAMILIES: Record<string, keyof StepTotals[Phase]> = {
   onnxd_batch_step_seconds_sum: 'seconds',
@@ -18,10 +21,15 @@ const FAMILIES: Record<string, keyof StepTotals[Phase]> = {
 
 /** Reads the step totals out of Prometheus text. */
 export function parseStepTotals(text: string): StepTotals {
-  const t: StepTotals = { prefill: { seconds: 0, steps: 0, rows: 0, tokens: 0 }, decode: { seconds: 0, steps: 0, rows: 0, tokens: 0 } }
+  const t: StepTotals = { prefill: { seconds: 0, steps: 0, rows: 0, tokens: 0, replays: 0 }, decode: { seconds: 0, steps: 0, rows: 0, tokens: 0, replays: 0 } }
   for (const line of text.split('\n')) {
     const m = /^(\w+)\{([^}]*)\}\s+(\S+)/.exec(line)
     if (!m) continue
+    if (m[1] === 'onnxd_graph_replays_total') {
+      const v = Number(m[3])
+      if (Number.isFinite(v)) t.decode.replays += v
+      continue
+    }
     const field = FAMILIES[m[1]]
     const phase = /phase="(prefill|decode)"/.exec(m[2])?.[1] as Phase | undefined
     if (!field || !phase) continue
@@ -58,6 +66,8 @@ export interface EngineTime {
   other_seconds: number
   /** Fraction of the level's wall time inside forward passes. */
   forward_fraction: number
+  /** Decode steps that ran as WebGPU's captured graph (--graph-capture; 0 without it; absent in reports before it). */
+  graph_replays?: number
 }
 
 export function engineTime(before: StepTotals, after: StepTotals, durationS: number): EngineTime {
@@ -75,5 +85,6 @@ export function engineTime(before: StepTotals, after: StepTotals, durationS: num
     prefill_tokens: d('prefill', 'tokens'),
     other_seconds: Math.max(0, durationS - decodeS - prefillS),
     forward_fraction: durationS > 0 ? Math.min(1, (decodeS + prefillS) / durationS) : 0,
+    graph_replays: d('decode', 'replays'),
   }
 }

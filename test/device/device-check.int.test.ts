@@ -76,11 +76,17 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('device check dry run (tiny prese
     if (llama) expect(llama.skipped ?? llama.levels?.[0].completed).toBeTruthy()
     else expect(report.notes.join(' ')).toMatch(/llama\.cpp left out/)
     // The same sweep with the node's graph capture, its output tok/s set against the serve step's.
-    const capture = step('capture:tiny').result as { node_args: string[]; targets: { name: string; levels?: { completed: number; over_serve: number | null }[] }[] }
+    const capture = step('capture:tiny').result as {
+      node_args: string[]
+      targets: { name: string; levels?: { completed: number; over_serve: number | null; decode_steps: number | null; graph_replays: number | null }[] }[]
+    }
     expect(capture.node_args).toEqual(['--graph-capture'])
     const captured = capture.targets.find((t) => t.name === 'onnxd gqa/capi/fp16')!
     expect(captured.levels?.[0].completed).toBe(1)
     expect(captured.levels?.[0].over_serve).toBeGreaterThan(0)
+    // Every decode step of the level ran as the recorded graph, by the node's own count.
+    expect(captured.levels?.[0].decode_steps).toBeGreaterThan(0)
+    expect(captured.levels?.[0].graph_replays).toBe(captured.levels?.[0].decode_steps)
     // Within its budget: no step was left out for want of time (each runs under its own timeout, which fails it).
     expect(report.steps.filter((s) => /budget/.test(s.reason ?? '')).map((s) => s.name)).toEqual([])
   }, 180_000)
