@@ -532,8 +532,6 @@ export class Batcher {
     // A row behind a grammar compile sits the step out: on the device every row carries the same tokens, so no drafts.
     const draftable = rows <= Math.min(session.multiTokenRows, this.opts.speculativeMaxRows) && (device === null || ((device.stepsAlone || this.kvShape.present !== 'in-place') && sits === null))
     const found = greedy && this.speculative && draftable ? this.running.map((s) => s.draft(this.opts.speculativeTokens)) : null
-    // The tokens each draft really guessed: on the device drafts are padded to one width (deviceDrafts).
-    const guessed = found?.map((d) => d.length)
     const drafts = device && found ? deviceDrafts(found, this.running.map((s) => s.pending), this.opts.speculativeTokens, device.room() - 1) : found
     const drafting = drafts !== null && drafts.some((d) => d.length > 0)
     const tokens = this.running.map((s, r) => (sits?.[r] ? NO_TOKENS : drafting ? [s.pending, ...drafts[r]] : [s.pending]))
@@ -574,10 +572,10 @@ export class Batcher {
         if (k === draft.length || token !== draft[k]) break
         k++
       }
-      // The guessed tokens fed: a device draft's pads are not guesses, and a draft it dropped fed none.
-      const real = Math.min(draft.length, guessed?.[r] ?? 0)
-      drafted += real
-      accepted += Math.min(k, real)
+      // Every draft token fed is counted, a device draft's pads too (deviceDrafts: they are checked as any guess), so
+      // that each accepted one is a token that took no decode step of its own.
+      drafted += draft.length
+      accepted += k
       // The cache keeps the row's token and the draft tokens it accepted; the next step writes over the rest.
       if (draft.length > k) kv.truncate(r, kv.lens[r] - (draft.length - k))
     })
