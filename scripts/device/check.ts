@@ -15,8 +15,8 @@
 //   context:P      `onnxd bench context --provider webgpu` on the GroupQueryAttention form, runtime js
 //   serve:P        `onnxd bench --provider webgpu` at 1, 16 and 64 streams, fp16 and q4, with ORT alone on webgpu doing
 //                  the same work (the ceiling) and llama.cpp's Vulkan build on the F16/Q4_0 GGUF where packed
-//   capture:P      the same sweep's first weight form with the node's WebGPU graph capture (--graph-capture), and its
-//                  output tok/s over serve:P's at each level (the first preset only)
+//   capture:P      the same sweep's first weight form with the node's WebGPU graph capture (--graph-capture,
+//                  --max-model-len 512), its output tok/s over serve:P's at each level (the first preset only)
 //
 //   check.ts --out DIR [--app DIR] [--mode dist|src] [--work DIR] [--budget S] [--dry-run] [--unpack-seconds S]
 import { spawn } from 'node:child_process'
@@ -468,13 +468,20 @@ async function serveStep(c: Ctx, x: PresetPlan, llama: boolean, timeoutS: number
 }
 
 /**
+ * The node flags of the capture step: graph capture, and sequences of at most 512 tokens (the sweep's are 256), so that
+ * the cache allocated once at that length holds --max-running's slots (at 135m's context, 8,192, the default budget
+ * holds 22) and the recorded attention runs over 512 positions, not 8,192.
+ */
+const CAPTURE_NODE_ARGS = ['--node-arg=--graph-capture', '--node-arg=--max-model-len=512']
+
+/**
  * The serving sweep with the node's WebGPU graph capture (`--node-arg=--graph-capture`), and each level's output tok/s
  * over the same target's in the serve step (run minutes apart on the same device: read it as a first look).
  */
 async function captureStep(c: Ctx, preset: string, sweep: string[], serve: StepRecord, timeoutS: number, commands: string[], log: string): Promise<{ result: unknown }> {
   const outDir = join(c.out, 'bench')
   const name = `capture-${preset}`
-  const args = ['bench', '--preset', preset, '--provider', 'webgpu', '--attention', 'gqa', ...sweep, '--node-arg=--graph-capture', '--no-llama-cpp', '--no-peer', '--no-unbatched', '--no-ceiling', '--models-dir', join(c.work, 'models'), '--out', outDir, '--name', name, '--no-progress']
+  const args = ['bench', '--preset', preset, '--provider', 'webgpu', '--attention', 'gqa', ...sweep, ...CAPTURE_NODE_ARGS, '--no-llama-cpp', '--no-peer', '--no-unbatched', '--no-ceiling', '--models-dir', join(c.work, 'models'), '--out', outDir, '--name', name, '--no-progress']
   await must(c, onnxd(c, args), timeoutS, log, 'onnxd bench', commands)
   const path = join(outDir, `${name}.json`)
   if (!existsSync(path)) throw new StepError(`onnxd bench wrote no ${path}`)
@@ -503,7 +510,7 @@ async function captureStep(c: Ctx, preset: string, sweep: string[], serve: StepR
       }),
     }
   })
-  return { result: { report: path.replace(`${c.out}/`, ''), node_args: ['--graph-capture'], targets } }
+  return { result: { report: path.replace(`${c.out}/`, ''), node_args: CAPTURE_NODE_ARGS.map((a) => a.replace('--node-arg=', '')), targets } }
 }
 
 // ---- tasks (each in a child process of its own) ----

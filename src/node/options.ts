@@ -42,6 +42,11 @@ export const NodeOptions = Type.Object(
       { default: 'auto' },
     ),
     /**
+     * The longest sequence served, prompt and output (vLLM's --max-model-len): requests past it are refused as past
+     * the context, and /health reports it as the context length. Default: the model's context length.
+     */
+    maxModelLen: Type.Optional(Type.Integer({ minimum: 2 })),
+    /**
      * WebGPU graph capture: the decode step over all the device cache's slots is recorded once and replayed at every
      * later step (provider webgpu, runtime capi, a GroupQueryAttention model; refused elsewhere).
      */
@@ -101,6 +106,7 @@ export const NODE_ENV: Record<Field, string> = {
   deviceId: 'ONNXD_DEVICE_ID',
   allowCpuFallback: 'ONNXD_ALLOW_CPU_FALLBACK',
   runtime: 'ONNXD_RUNTIME',
+  maxModelLen: 'ONNXD_MAX_MODEL_LEN',
   graphCapture: 'ONNXD_GRAPH_CAPTURE',
   workers: 'ONNXD_WORKERS',
   intraOpThreads: 'ONNXD_INTRA_OP_THREADS',
@@ -226,6 +232,7 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
     grammar: { compileMs: opts.grammarCompileMs, heapBytes: opts.grammarMemoryMb * MiB },
   }
   if (opts.dtype !== undefined) pool.dtype = opts.dtype
+  if (opts.maxModelLen !== undefined) pool.maxModelLen = opts.maxModelLen
   if (opts.chatTemplate !== undefined) pool.chatTemplate = readChatTemplate(opts.chatTemplate)
   return pool
 }

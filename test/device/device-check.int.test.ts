@@ -80,7 +80,7 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('device check dry run (tiny prese
       node_args: string[]
       targets: { name: string; levels?: { completed: number; over_serve: number | null; decode_steps: number | null; graph_replays: number | null }[] }[]
     }
-    expect(capture.node_args).toEqual(['--graph-capture'])
+    expect(capture.node_args).toEqual(['--graph-capture', '--max-model-len=512'])
     const captured = capture.targets.find((t) => t.name === 'onnxd gqa/capi/fp16')!
     expect(captured.levels?.[0].completed).toBe(1)
     expect(captured.levels?.[0].over_serve).toBeGreaterThan(0)

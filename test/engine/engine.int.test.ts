@@ -1,6 +1,7 @@
 // The engine end to end on a real trained model (stories260K-hf): determinism, stop strings, validation.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Engine } from '../../src/engine/engine.js'
+import { readBundle } from '../../src/engine/model/bundle.js'
 import { tinyPlainModelDir, fixture, haveFixtures, tinyGqaModelDir } from '../helpers/fixtures.js'
 import { runRequest } from '../helpers/engine-run.js'
 
@@ -139,6 +140,26 @@ describe('engine on the embedded default model (onnxd-tiny)', () => {
     const t0 = Date.now()
     while (engine.stats().kvUsedBytes > 0 && Date.now() - t0 < 5000) await new Promise((res) => setTimeout(res, 100))
     expect(engine.stats().kvUsedBytes).toBe(0)
+  })
+})
+
+describe('--max-model-len (maxModelLen): the longest sequence served, shorter than the model context', () => {
+  it("serves up to it, refuses past it as past the context, and refuses one longer than the model's context", async () => {
+    const e = await Engine.load({ modelDir: tinyGqaModelDir(), maxModelLen: 40 })
+    try {
+      expect(e.model.contextLength).toBe(40)
+      const ok = await runRequest(e, { input_ids: [5, 6, 7, 8, 9], max_tokens: 35, temperature: 0, ignore_eos: true })
+      expect(ok.end.type === 'done' && ok.end.usage.completion_tokens).toBe(35)
+      const past = await runRequest(e, { input_ids: [5, 6, 7, 8, 9], max_tokens: 36 })
+      expect(past.end.type === 'error' && past.end.error.code).toBe('context_length_exceeded')
+      expect(past.end.type === 'error' && past.end.error.message).toMatch(/<= 40/)
+    } finally {
+      await e.close()
+    }
+    const ctx = readBundle(tinyGqaModelDir()).contextLength
+    await expect(Engine.load({ modelDir: tinyGqaModelDir(), maxModelLen: ctx + 1 })).rejects.toThrow(
+      new RegExp(`--max-model-len must be an integer from 2 to the model's context length, ${ctx} .*Given: ${ctx + 1}`),
+    )
   })
 })
 

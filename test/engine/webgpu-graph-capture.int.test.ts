@@ -105,6 +105,18 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('WebGPU graph capture of the deco
     }
   })
 
+  it("with --max-model-len, allocates its slots that long, not the model's context", SLOW, async () => {
+    const short = await Engine.load({ modelDir: tinyGqaModelDir(), provider: 'webgpu', graphCapture: true, maxRunning: ROWS, maxModelLen: 100 })
+    try {
+      const req = { input_ids: prompt(30, 110, short.model.vocab), max_tokens: 70, temperature: 0, ignore_eos: true }
+      expect((await runRequest(short, req)).ids).toEqual((await runRequest(cpu, req)).ids)
+      // Slots are whole multiples of 64 tokens.
+      expect(short.model.session.deviceCache()).toMatchObject({ slots: ROWS, cap: 128, allocations: 1 })
+    } finally {
+      await short.close()
+    }
+  })
+
   it('holds to the KV budget: fewer slots than --max-running, the rest of the requests wait for one', SLOW, async () => {
     const c = gpu.model.session.deviceCache()!
     const perSlot = c.bytes / c.slots

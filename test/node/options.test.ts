@@ -171,6 +171,7 @@ describe('toPoolOptions', () => {
     })
     expect(toPoolOptions(loadNodeOptions({ ONNXD_DTYPE: 'q4', ONNXD_MODEL_ID: 'x' }, {}, {}, sys))).toMatchObject({ dtype: 'q4', modelId: 'x' })
     expect(toPoolOptions(loadNodeOptions({ ONNXD_NO_PREFIX_CACHING: '1' }, {}, {}, sys)).prefixCaching).toBe(false)
+    expect(toPoolOptions(loadNodeOptions({}, nodeFlags({ 'max-model-len': '512', 'graph-capture': true }), {}, sys))).toMatchObject({ maxModelLen: 512, graphCapture: true })
     expect(toPoolOptions(loadNodeOptions({}, nodeFlags({ 'no-prefix-caching': true }), {}, sys)).prefixCaching).toBe(false)
     // The budget is the node's; the pool gives kvBudgetBytes to each worker.
     expect(toPoolOptions(loadNodeOptions({ ONNXD_WORKERS: '4', ONNXD_KV_BUDGET_MB: '1024' }, {}, {}, sys)).kvBudgetBytes).toBe(256 * 1024 * 1024)

@@ -20,10 +20,20 @@ export interface LoadedModel {
   kvBytesPerToken: number
 }
 
-export type LoadOptions = BundleOptions & SessionOptions
+export type LoadOptions = BundleOptions &
+  SessionOptions & {
+    /**
+     * The longest sequence served, prompt and output (vLLM's --max-model-len): the model's context length unless
+     * shorter. Requests past it are refused as past the context; a device cache's slots are no longer.
+     */
+    maxModelLen?: number
+  }
 
 export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<LoadedModel> {
   const bundle = readBundle(dir, opts)
+  if (opts.maxModelLen !== undefined && !(Number.isInteger(opts.maxModelLen) && opts.maxModelLen >= 2 && opts.maxModelLen <= bundle.contextLength)) {
+    throw new OnnxdError('config', `--max-model-len must be an integer from 2 to the model's context length, ${bundle.contextLength} (${dir}). Given: ${opts.maxModelLen}`)
+  }
   const tokenizer = bundle.tokenizer
     ? new TextTokenizer(bundle.tokenizer.json, bundle.tokenizer.config, bundle.chatTemplate, join(dir, 'tokenizer.json'))
     : null
@@ -46,7 +56,7 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Lo
       session,
       tokenizer,
       vocab,
-      contextLength: bundle.contextLength,
+      contextLength: opts.maxModelLen ?? bundle.contextLength,
       eos: new Set(bundle.eosTokenIds),
       kvBytesPerToken: layers * 2 * heads * headDim * (dtype === 'float16' ? 2 : 4),
     }

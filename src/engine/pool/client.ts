@@ -25,6 +25,8 @@ export interface PoolOptions extends Partial<BatcherOptions> {
   intraOpThreads?: number
   /** Which ORT API runs the steps (default 'auto': model/runtime.ts's defaultRuntime for the provider); 'capi' falls back to 'js' where the C API cannot load. */
   runtime?: RuntimeChoice
+  /** The longest sequence served, prompt and output (vLLM's --max-model-len); default the model's context length. */
+  maxModelLen?: number
   /** WebGPU graph capture of the decode step (model/captured-step.ts); refused where it cannot run. */
   graphCapture?: boolean
   /** A worker whose step loop shows no sign of life for this long is unhealthy. */
