@@ -144,6 +144,42 @@ describe('ort-capi: the C API on the embedded tiny model (plain ops)', () => {
     }
   })
 
+  it('runs with run options (AddRunConfigEntry) and copies tensors (CopyTensors): the calls WebGPU graph capture makes', () => {
+    const s = api.createSession(model(), { intraOpThreads: 1 })
+    const b = s.binding()
+    const P = 3
+    const ids = s.alloc('int64', [1, P])
+    const mask = s.alloc('int64', [1, P])
+    const pos = s.alloc('int64', [1, P])
+    const past = s.alloc('float32', [1, 2, 0, 16])
+    const logits = s.alloc('float32', [1, P, 2048])
+    const before = s.alloc('float32', [1, P, 2048])
+    const opts = api.runOptions({ gpu_graph_id: '-1' })
+    try {
+      ;(ids.data as BigInt64Array).set(int64([3, 141, 59]))
+      ;(mask.data as BigInt64Array).fill(1n)
+      ;(pos.data as BigInt64Array).set(int64([0, 1, 2]))
+      b.bindInput('input_ids', ids).bindInput('attention_mask', mask).bindInput('position_ids', pos)
+      for (const n of s.inputNames.slice(3)) b.bindInput(n, past)
+      b.bindOutput('logits', logits)
+      for (const n of s.outputNames.slice(1)) b.bindOutputToCpu(n)
+      b.run()
+      before.data.set(logits.data)
+      logits.data.fill(0)
+      // A run not to be captured (gpu_graph_id -1): on the CPU, the same run.
+      b.run(opts)
+      expect(maxDiff(logits.data, before.data)).toBe(0)
+      // ORT's CopyTensors copies through an execution provider's data transfer, and has none from host to host: the
+      // call at table index 386 answers so (the WebGPU suites check its copies to and from the device).
+      expect(() => api.copyTensors([[logits, before]])).toThrow(/ORT CopyTensors failed .*Data transfer implementation between source and destination device was not found/)
+    } finally {
+      opts.dispose()
+      b.dispose()
+      for (const x of [ids, mask, pos, past, logits, before]) x.dispose()
+      s.dispose()
+    }
+  })
+
   it('runs in worker threads, one after another, as the engine’s pool would, with the main thread’s answer', async () => {
     const s = api.createSession(model(), { intraOpThreads: 1 })
     const b = s.binding()
