@@ -7,7 +7,7 @@
 import { OnnxdError } from '../../shared/errors.js'
 import { NativeBuffer, OrtCApi, type Binding, type CSession, type DeviceTensor, type ElementType, type RunOptions, type Tensor } from './ort-capi.js'
 import { DeviceCaches, DeviceKv } from './device-kv.js'
-import { CapturedStep, eagerRunOptions } from './captured-step.js'
+import { CapturedStep, eagerRunOptions, type CapturedInputs } from './captured-step.js'
 import { AttrType, DataType, encodeModel, type Node, type ValueInfo } from './onnx-proto.js'
 import type { ForwardInput, KvData, Signature, StepTraffic } from './step-io.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
@@ -264,11 +264,8 @@ export class CapiRunner {
   ): CapiRunner | null {
     const c = loadCApi(opts.libraryPath)
     if (!c) return null
+    // Whether the graph and provider allow it is session.ts's decision (DecoderSession.create refuses the others).
     const capture = opts.graphCapture === true && opts.deviceMemory !== undefined && opts.ep !== undefined
-    if (opts.graphCapture && !capture) throw new OnnxdError('config', 'graph capture needs a GPU provider with the KV cache on the device')
-    if (capture && (sig.kv.present !== 'in-place' || !sig.lengths)) {
-      throw new OnnxdError('config', 'graph capture needs a GroupQueryAttention graph fed its lengths (build the model with --attention gqa); this one is not')
-    }
     const ep = capture ? { name: opts.ep!.name, options: { ...opts.ep!.options, enableGraphCapture: '1' } } : opts.ep
     const session = c.createSession(model, {
       intraOpThreads: opts.intraOpThreads ?? 0,
@@ -496,10 +493,6 @@ export class CapiRunner {
     const captured = this.capture !== null && seq === 1 && pool === this.pool!.running && logitsCount(x) === 1
     const hi = captured ? pool.slots : Math.min(pool.slots, 2 ** Math.ceil(Math.log2(Math.max(1, pool.hi))))
     this.deviceShapes.add(`${hi}x${seq}`)
-    const traffic = { in: 0, out: 0 }
-    const buf = (name: string, bytes: number): NativeBuffer => this.buffer(name, bytes)
-    const ids = buf(`in:${sig.ids.name}`, hi * seq * BYTES[sig.ids.dtype])
-    const posBuf = sig.positions ? buf(`in:${sig.positions.name}`, hi * seq * BYTES[sig.positions.dtype]) : null
     // Each slot's length before the step, and its real tokens after it.
     const lens = new Int32Array(hi)
     const totals = new Int32Array(hi)
@@ -527,7 +520,11 @@ export class CapiRunner {
     let total = 0
     for (let s = 0; s < hi; s++) total = Math.max(total, lens[s] + seq, totals[s])
     if (total > pool.cap) throw new OnnxdError('internal', `a device step of ${total} tokens over slots of ${pool.cap}`)
-    if (captured) return this.runCaptured(x, kv, names, idv, pos, totals)
+    if (captured) return this.runCaptured(x, kv, names, { ids: idv, positions: pos, totals })
+    const traffic = { in: 0, out: 0 }
+    const buf = (name: string, bytes: number): NativeBuffer => this.buffer(name, bytes)
+    const ids = buf(`in:${sig.ids.name}`, hi * seq * BYTES[sig.ids.dtype])
+    const posBuf = sig.positions ? buf(`in:${sig.positions.name}`, hi * seq * BYTES[sig.positions.dtype]) : null
     const write = (nb: NativeBuffer, dtype: 'int32' | 'int64', src: Int32Array): void => {
       if (dtype === 'int32') nb.view('int32', 0, src.length).set(src)
       else {
@@ -632,7 +629,7 @@ export class CapiRunner {
    * A decode step over every slot of the running pool through the captured graph (captured-step.ts): made at the
    * first such step, over the pool's tensors, which stay where they are for the session's life (DevicePool.fixed).
    */
-  private runCaptured(x: ForwardInput, kv: DeviceKv, names: string[], ids: Int32Array, positions: Int32Array, totals: Int32Array): Record<string, StepValue> {
+  private runCaptured(x: ForwardInput, kv: DeviceKv, names: string[], inputs: CapturedInputs): Record<string, StepValue> {
     const sig = this.sig
     const pool = kv.pool
     const c = this.capture!
@@ -641,11 +638,7 @@ export class CapiRunner {
       throw new OnnxdError('internal', `the captured step covers ${step.slots} slots of ${step.cap}; the pool has ${pool.slots} of ${pool.cap}`)
     }
     const S = pool.slots
-    step.inputs.ids.set(ids)
-    step.inputs.positions.set(positions)
-    step.inputs.totals.set(totals)
-    for (let s = 0; s < S; s++) step.inputs.seqlensK[s] = totals[s] - 1
-    const got = step.run(names)
+    const got = step.run(inputs, names)
     const traffic = { in: step.bytesIn, out: 0, replayed: true }
     const out: Record<string, StepValue> = {}
     for (const name of names) {

@@ -16,30 +16,25 @@ const GRAPH_ID = 'gpu_graph_id'
 
 /** An input of the captured step: host values copied into a device tensor before each run. */
 interface Staged {
-  readonly name: string
   readonly host: Tensor
   readonly dev: DeviceTensor
 }
 
-/** Host views of the captured step's inputs, filled by the caller before each run. */
+/** A captured step's values, one per slot: its token, its position, and its length after the step. */
 export interface CapturedInputs {
   ids: Int32Array
   positions: Int32Array
-  /** Each slot's length after the step, minus one (GroupQueryAttention's seqlens_k). */
-  seqlensK: Int32Array
-  /** Each slot's length after the step (the mask's ones, where the graph takes a mask). */
   totals: Int32Array
 }
 
 export class CapturedStep {
   private readonly binding: Binding
-  private readonly staged: Staged[] = []
+  private readonly staged = new Map<string, Staged>()
   private readonly outputs = new Map<string, { host: Tensor; dev: DeviceTensor }>()
   private readonly owned: Array<{ dispose(): void }> = []
   private readonly replay: RunOptions
   /** Runs so far: the first one captures, the later ones replay. */
   runs = 0
-  readonly inputs: CapturedInputs
 
   /**
    * Binds the step over `pool` (each past tensor, [slots, heads, cap, headDim], bound as past and present) for a
@@ -66,7 +61,7 @@ export class CapturedStep {
       const dev = allocator.alloc(type, dims)
       this.owned.push(host, dev)
       b.bindDeviceInput(name, dev)
-      this.staged.push({ name, host, dev })
+      this.staged.set(name, { host, dev })
     }
     const S = slots
     stage(sig.ids.name, sig.ids.dtype, [S, 1])
@@ -95,34 +90,36 @@ export class CapturedStep {
     }
     out(sig.logits.name, sig.logits.dtype, [S, 1, sig.logits.vocab])
     if (sig.nextToken) out(sig.nextToken, 'int64', [S, 1])
-    this.inputs = { ids: new Int32Array(S), positions: new Int32Array(S), seqlensK: new Int32Array(S), totals: new Int32Array(S) }
   }
 
   private host(name: string): Int32Array | BigInt64Array {
-    const s = this.staged.find((x) => x.name === name)
+    const s = this.staged.get(name)
     if (!s) throw new Error(`the captured step has no input ${name}`)
     return s.host.data as Int32Array | BigInt64Array
   }
 
   /** Bytes copied to the device per step (what the step traffic counts). */
   get bytesIn(): number {
-    return this.staged.reduce((n, s) => n + s.dev.bytes, 0)
+    let n = 0
+    for (const s of this.staged.values()) n += s.dev.bytes
+    return n
   }
 
   /**
-   * Runs the step on the values in `inputs` and returns the `wanted` outputs (host views, [slots, 1] next tokens or
-   * [slots, 1, vocab] logits), valid until the next run.
+   * Runs the step on `inputs` (one value per slot) and returns the `wanted` outputs (host views, [slots, 1] next
+   * tokens or [slots, 1, vocab] logits), valid until the next run.
    */
-  run(wanted: readonly string[]): Map<string, Tensor> {
-    const { sig, inputs } = this
-    const write = (name: string, src: Int32Array): void => {
+  run(inputs: CapturedInputs, wanted: readonly string[]): Map<string, Tensor> {
+    const sig = this.sig
+    const write = (name: string, src: Int32Array, less = 0): void => {
       const h = this.host(name)
-      if (h instanceof Int32Array) h.set(src)
-      else for (let i = 0; i < src.length; i++) h[i] = BigInt(src[i])
+      if (h instanceof Int32Array) for (let i = 0; i < src.length; i++) h[i] = src[i] - less
+      else for (let i = 0; i < src.length; i++) h[i] = BigInt(src[i] - less)
     }
     write(sig.ids.name, inputs.ids)
     if (sig.positions) write(sig.positions.name, inputs.positions)
-    write(sig.lengths!.seqlens, inputs.seqlensK)
+    // GroupQueryAttention's seqlens_k: each slot's length after the step, less one.
+    write(sig.lengths!.seqlens, inputs.totals, 1)
     if (sig.mask) {
       const m = this.host(sig.mask.name)
       const W = this.cap
@@ -137,7 +134,7 @@ export class CapturedStep {
         }
       }
     }
-    this.api.copyTensors(this.staged.map((s) => [s.host, s.dev] as const))
+    this.api.copyTensors([...this.staged.values()].map((s) => [s.host, s.dev] as const))
     this.binding.run(this.replay)
     this.runs++
     const got = new Map<string, Tensor>()
