@@ -14,7 +14,7 @@ import type { Signature } from './step-io.js'
 /** The run option that names a run's graph for capture and replay (ORT's kOrtRunOptionsConfigCudaGraphAnnotation). */
 const GRAPH_ID = 'gpu_graph_id'
 
-/** An input of the captured step: host values copied into a device tensor before each run. */
+/** An input or output of the captured step: its host tensor and the device tensor copied to or from it each run. */
 interface Staged {
   readonly host: Tensor
   readonly dev: DeviceTensor
@@ -30,7 +30,7 @@ export interface CapturedInputs {
 export class CapturedStep {
   private readonly binding: Binding
   private readonly staged = new Map<string, Staged>()
-  private readonly outputs = new Map<string, { host: Tensor; dev: DeviceTensor }>()
+  private readonly outputs = new Map<string, Staged>()
   private readonly owned: Array<{ dispose(): void }> = []
   private readonly replay: RunOptions
   /** Runs so far: the first one captures, the later ones replay. */
@@ -56,12 +56,16 @@ export class CapturedStep {
     this.owned.push(this.replay)
     const b = (this.binding = session.binding())
     this.owned.push(b)
+    // A host tensor and its device twin, for each input and output.
+    const pair = (type: ElementType, dims: number[]): Staged => {
+      const p = { host: session.alloc(type, dims), dev: allocator.alloc(type, dims) }
+      this.owned.push(p.host, p.dev)
+      return p
+    }
     const stage = (name: string, type: ElementType, dims: number[]): void => {
-      const host = session.alloc(type, dims)
-      const dev = allocator.alloc(type, dims)
-      this.owned.push(host, dev)
-      b.bindDeviceInput(name, dev)
-      this.staged.set(name, { host, dev })
+      const p = pair(type, dims)
+      b.bindDeviceInput(name, p.dev)
+      this.staged.set(name, p)
     }
     const S = slots
     stage(sig.ids.name, sig.ids.dtype, [S, 1])
@@ -82,11 +86,9 @@ export class CapturedStep {
       b.bindDeviceOutput(sig.kv.presentNames[i], pool[i])
     })
     const out = (name: string, type: ElementType, dims: number[]): void => {
-      const host = session.alloc(type, dims)
-      const dev = allocator.alloc(type, dims)
-      this.owned.push(host, dev)
-      b.bindDeviceOutput(name, dev)
-      this.outputs.set(name, { host, dev })
+      const p = pair(type, dims)
+      b.bindDeviceOutput(name, p.dev)
+      this.outputs.set(name, p)
     }
     out(sig.logits.name, sig.logits.dtype, [S, 1, sig.logits.vocab])
     if (sig.nextToken) out(sig.nextToken, 'int64', [S, 1])
