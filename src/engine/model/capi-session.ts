@@ -10,6 +10,7 @@ import { DeviceCaches, DeviceKv } from './device-kv.js'
 import { CapturedStep, eagerRunOptions, type CapturedInputs } from './captured-step.js'
 import { AttrType, DataType, encodeModel, type Node, type ValueInfo } from './onnx-proto.js'
 import type { ForwardInput, KvData, Signature, StepTraffic } from './step-io.js'
+import { MASK_INPUTS } from './decoder-graph.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 
 /** One output of a step, viewed over the runner's buffer (or the JS API's fresh one). */
@@ -205,14 +206,17 @@ export class CapiRunner {
    */
   private readonly capture: { api: OrtCApi; memory: string; eager: RunOptions } | null = null
   private captured: CapturedStep | null = null
+  /** A plain graph whose mask the graph computes from the rows' lengths (decoder-graph.ts maskFromLengths). */
+  private readonly maskFromLengths: boolean = false
 
   private constructor(
     private readonly session: CSession,
     private readonly sig: Signature,
-    device?: { memory: string; copier: CSession; appender: CSession | null; capture: OrtCApi | null },
+    device?: { memory: string; copier: CSession; appender: CSession | null; capture: OrtCApi | null; maskFromLengths: boolean },
   ) {
     if (device) {
       this.appender = device.appender
+      this.maskFromLengths = device.maskFromLengths
       if (device.capture) this.capture = { api: device.capture, memory: device.memory, eager: eagerRunOptions(device.capture) }
       const copier = (this.copier = device.copier)
       this.pool = new DeviceCaches(session.deviceAllocator(device.memory), sig.kv, (from, fromSlot, to, slot) => {
@@ -260,6 +264,8 @@ export class CapiRunner {
        * on the device only.
        */
       graphCapture?: boolean
+      /** `model` computes a plain graph's mask from MASK_INPUTS (decoder-graph.ts maskFromLengths); device steps only. */
+      maskFromLengths?: boolean
     },
   ): CapiRunner | null {
     const c = loadCApi(opts.libraryPath)
@@ -280,7 +286,7 @@ export class CapiRunner {
         copier = c.createSession(copyGraph(sig), { graphOptimization: 'all', ep: opts.ep })
         if (sig.kv.present === 'new') appender = c.createSession(appendGraph(sig), { graphOptimization: 'all', ep: opts.ep })
       }
-      return new CapiRunner(session, sig, opts.deviceMemory && copier ? { memory: opts.deviceMemory, copier, appender, capture: capture ? c : null } : undefined)
+      return new CapiRunner(session, sig, opts.deviceMemory && copier ? { memory: opts.deviceMemory, copier, appender, capture: capture ? c : null, maskFromLengths: opts.maskFromLengths === true } : undefined)
     } catch (e) {
       appender?.dispose()
       copier?.dispose()
@@ -385,6 +391,7 @@ export class CapiRunner {
     try {
       const b = (this.binding ??= this.session.binding())
       if (x.cache instanceof DeviceKv) return this.runDevice(b, x, x.cache, names.filter((n) => !sig.kv.presentNames.includes(n)))
+      if (this.maskFromLengths) throw new OnnxdError('internal', 'a graph that computes its mask from device slot lengths runs steps over a device cache only')
       const traffic = { in: 0, out: 0 }
       const int = (name: string, dtype: 'int32' | 'int64', src: ArrayLike<number>, dims: number[]): void => {
         const n = src.length
@@ -546,19 +553,19 @@ export class CapiRunner {
       // A plain graph's step over an empty past (a MatMul of inner dimension 0) crashes ORT's WebGPU provider: a pool's
       // slots are never empty (DevicePool sizes them in steps of 64), and this keeps it so.
       if (pool.cap === 0) throw new OnnxdError('internal', 'a device step over a plain graph needs a past of at least one slot')
-      // Written in place by fills (hi x (cap + seq) elements: no element-wise BigInt conversion).
-      const W = pool.cap + seq
-      const mb = buf(`in:${sig.mask.name}`, hi * W * BYTES[sig.mask.dtype])
-      const wide = sig.mask.dtype === 'int64' ? mb.view('int64', 0, hi * W) : null
-      const narrow = wide ? null : mb.view('int32', 0, hi * W)
-      const fill = (from: number, to: number, v: 0 | 1): void => void (wide ? wide.fill(BigInt(v), from, to) : narrow!.fill(v, from, to))
-      fill(0, hi * W, 0)
-      for (let s = 0; s < hi; s++) {
-        fill(s * W, s * W + lens[s], 1)
-        fill(s * W + pool.cap, (s + 1) * W, 1)
+      // The graph builds its mask from the slots' lengths and the two edges (decoder-graph.ts maskFromLengths).
+      if (!this.maskFromLengths) throw new OnnxdError('internal', 'a device step over a plain graph needs the graph that builds its mask')
+      const kept = buf(`in:${MASK_INPUTS.kept}`, hi * 4)
+      kept.view('int32', 0, hi).set(lens)
+      bindIn(MASK_INPUTS.kept, kept, 'int32', [hi, 1])
+      const scalar = (name: string, value: number): void => {
+        const nb = buf(`in:${name}`, 4)
+        nb.view('int32', 0, 1)[0] = value
+        bindIn(name, nb, 'int32', [])
       }
-      traffic.in += hi * W * BYTES[sig.mask.dtype]
-      bindIn(sig.mask.name, mb, sig.mask.dtype, [hi, W])
+      scalar(MASK_INPUTS.width, pool.cap + seq)
+      scalar(MASK_INPUTS.from, pool.cap)
+      traffic.in += hi * 4 + 8
     } else {
       if (!sig.lengths) throw new OnnxdError('internal', 'a device step needs a graph fed its GroupQueryAttention lengths')
       const seqlens = buf(`in:${sig.lengths.seqlens}`, hi * 4)

@@ -1,4 +1,4 @@
-// The decoder graph onnxd runs, made from the exported one by two output rewrites (prepareDecoderGraph):
+// The decoder graph onnxd runs, made from the exported one by these rewrites (prepareDecoderGraph; one on the device):
 //
 // - Fetch only the new keys and values. In the HF decoder signature every step returns present = concat(past,
 //   new) for every layer, and onnxruntime-node copies each output into a fresh JS buffer, so the whole cache was
@@ -18,12 +18,14 @@
 //   total], the one input that grows with the context every decode step (0.5 MB at batch 16 x 4,096). The two
 //   become graph inputs shared by every layer (SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT), the nodes that only fed them
 //   go, and the mask goes too unless something else still reads it. The engine knows the lengths already.
+// - On the device, a plain graph's mask computed from the rows' lengths (maskFromLengths, applied by session.ts for
+//   the C-API runtime on a GPU provider only): a decode step hands the device O(batch) bytes.
 //
 // Only the graph's node and output lists are decoded; everything else (initializers of an inline-weights export
 // included) is copied through as raw protobuf bytes.
 import { dirname } from 'node:path'
 import protobuf from 'protobufjs'
-import { AttrType, DataType, NodeProto, ValueInfoProto, type Node } from './onnx-proto.js'
+import { AttrType, DataType, NodeProto, ValueInfoProto, type Dim, type Node } from './onnx-proto.js'
 
 interface Field {
   no: number
@@ -353,6 +355,95 @@ export function feedAttentionLengths(model: Uint8Array, mask = 'attention_mask')
     return f === lastInput ? [...keep, info(SEQLENS_K_INPUT, [{ dim_param: 'batch_size' }]), info(TOTAL_LENGTH_INPUT, [])] : keep
   })
   return { model: rewritten, maskKept }
+}
+
+/**
+ * The int32 graph inputs maskFromLengths() adds: each row's kept cache length ([batch, 1]), the mask's width (its
+ * columns, a scalar) and the first column of the step's own tokens (a scalar).
+ */
+export const MASK_INPUTS = { kept: 'onnxd_mask_kept', width: 'onnxd_mask_width', from: 'onnxd_mask_new_from' } as const
+
+/** The default-domain opset a model imports (0 when it names none). */
+function defaultOpset(v: GraphView): number {
+  const OPSET_IMPORT = 8
+  for (const f of v.top) {
+    if (f.no !== OPSET_IMPORT || !f.data) continue
+    // OperatorSetIdProto: domain = 1 (string), version = 2 (int64).
+    const r = protobuf.Reader.create(f.data)
+    let domain = ''
+    let version = 0
+    while (r.pos < r.len) {
+      const tag = r.uint32()
+      if (tag === ((1 << 3) | 2)) domain = r.string()
+      else if (tag === 2 << 3) version = Number(r.int64())
+      else r.skipType(tag & 7)
+    }
+    if (domain === '' || domain === 'ai.onnx') return version
+  }
+  return 0
+}
+
+/**
+ * Rewrites `model` so that its attention `mask` ([batch, width]) is computed in the graph, on the step's provider,
+ * from the three int32 inputs of MASK_INPUTS: mask[r, k] = 1 where k < kept[r] (the row's cached tokens) or
+ * k >= from (the step's own tokens), else 0. That is the mask of every step over a device cache (capi-session.ts
+ * runDevice: the past is each slot's whole cap, the new tokens follow it), so a step hands the device the rows'
+ * lengths, O(batch) bytes, not a mask that grows with the context. The mask's Cast and Shape readers take the int32
+ * mask itself: ORT's WebGPU provider runs an int64 Cast on the CPU, which would copy the mask down from the device
+ * and back up. Other readers (and a graph output of that name) get it cast back to its type. Null when the graph
+ * has no such input, imports an opset before 12 (GreaterOrEqual), or carries subgraphs.
+ */
+export function maskFromLengths(model: Uint8Array, mask = 'attention_mask'): Uint8Array | null {
+  const v = readGraph(model)
+  if (!v || v.subgraphs || defaultOpset(v) < 12) return null
+  const inputs = v.fields.filter((f) => f.no === INPUT)
+  const maskField = inputs.find((f) => nameOf(f) === mask)
+  const names = new Set(inputs.map(nameOf))
+  if (!maskField || Object.values(MASK_INPUTS).some((n) => names.has(n))) return null
+  const type = (ValueInfoProto.toObject(ValueInfoProto.decode(maskField.data!)) as { type?: { tensor_type?: { elem_type?: number } } }).type?.tensor_type?.elem_type
+  if (type === undefined) return null
+  const int32 = '/onnxd/mask/int32'
+  const readers = new Map<Field, Uint8Array>()
+  let castBack = v.fields.some((f) => f.no === OUTPUT && nameOf(f) === mask)
+  for (const f of v.fields) {
+    if (f.no !== NODE) continue
+    const node = NodeProto.toObject(NodeProto.decode(f.data!), { longs: Number }) as Node
+    if (!node.input.includes(mask)) continue
+    if (node.op_type !== 'Cast' && node.op_type !== 'Shape') castBack = true
+    else readers.set(f, encodeNode({ ...node, input: node.input.map((i) => (i === mask ? int32 : i)) }))
+  }
+  const constant = (name: string, value: number): Node => ({
+    name,
+    op_type: 'Constant',
+    input: [],
+    output: [name],
+    attribute: [{ name: 'value', type: AttrType.TENSOR, t: { name, dims: [], data_type: INT32, raw_data: new Uint8Array(Int32Array.of(value).buffer) } }],
+  })
+  const cast = (input: string, output: string, to: number): Node => ({ name: `${output}/Cast`, op_type: 'Cast', input: [input], output: [output], attribute: [{ name: 'to', type: AttrType.INT, i: to }] })
+  const m = (n: string): string => `/onnxd/mask/${n}`
+  const built: Node[] = [
+    constant(m('zero'), 0),
+    constant(m('one'), 1),
+    { name: m('Range'), op_type: 'Range', input: [m('zero'), MASK_INPUTS.width, m('one')], output: [m('columns')] },
+    { name: m('Less'), op_type: 'Less', input: [m('columns'), MASK_INPUTS.kept], output: [m('kept')] },
+    { name: m('GreaterOrEqual'), op_type: 'GreaterOrEqual', input: [m('columns'), MASK_INPUTS.from], output: [m('new')] },
+    // The two spans never overlap (kept <= from): their sum is the mask. Or would run on the CPU under WebGPU.
+    cast(m('kept'), m('kept_int32'), INT32),
+    cast(m('new'), m('new_int32'), INT32),
+    { name: m('Add'), op_type: 'Add', input: [m('kept_int32'), m('new_int32')], output: [int32] },
+    ...(castBack ? [cast(int32, mask, type)] : []),
+  ]
+  const firstNode = v.fields.find((f) => f.no === NODE)
+  const lastInput = inputs[inputs.length - 1]
+  const info = (name: string, dims: Dim[]): Uint8Array =>
+    lengthDelimited(INPUT, ValueInfoProto.encode(ValueInfoProto.fromObject({ name, type: { tensor_type: { elem_type: INT32, shape: { dim: dims } } } })).finish())
+  const added = [info(MASK_INPUTS.kept, [{ dim_param: 'batch_size' }, { dim_value: 1 }]), info(MASK_INPUTS.width, []), info(MASK_INPUTS.from, [])]
+  return writeGraph(model, v, (f) => {
+    const own = f === maskField ? [] : [readers.get(f) ?? v.graph.data!.subarray(f.start, f.end)]
+    if (f === firstNode) return [...built.map(encodeNode), ...own]
+    if (f === lastInput) return [...own, ...added]
+    return f === maskField || readers.has(f) ? own : undefined
+  })
 }
 
 /**

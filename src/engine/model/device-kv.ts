@@ -4,8 +4,8 @@
 // ORT appends each row's new keys and values in place on the device. A plain-op graph's step binds them as its past
 // (each slot's whole cap, masked past its length), writes its new rows to device tensors (DeviceNewRows), and a second
 // small graph scatters those into each slot after its length (capi-session.ts appendGraph). Per step only ids,
-// positions, lengths (or a plain graph's mask and scatter index) and the next tokens (or the sampling rows' logits)
-// cross between host and device.
+// positions, lengths (a plain graph's, from which it builds its mask: decoder-graph.ts maskFromLengths, and its scatter
+// index) and the next tokens (or the sampling rows' logits) cross between host and device.
 //
 // Two pools per session: the running batch's, and a one-slot staging pool where a prompt is prefilled (ORT's WebGPU
 // GroupQueryAttention takes several new tokens over a cache at batch 1 only). A prefilled row joins the batch by one

@@ -11,7 +11,7 @@ import type { Provider } from '../../shared/model.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
 import { emptyPast, type ForwardInput, type ForwardOutput, type GreedyOutput, type IntDtype, type KvData, type KvTensor, type Signature, type StepTraffic } from './step-io.js'
-import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, prepareDecoderGraph } from './decoder-graph.js'
+import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, maskFromLengths, prepareDecoderGraph } from './decoder-graph.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 import { CapiRunner } from './capi-session.js'
 import type { DeviceKv, DevicePoolLimits } from './device-kv.js'
@@ -268,6 +268,12 @@ export class DecoderSession {
     if (wantsCapi && device && !deviceForm && sig.kv.present === 'new' && !(await new DecoderSession(session, sig, provider).takesChunksOverPast())) {
       deviceForm = 'takes several new tokens only over an empty past (a device slot is never one)'
     }
+    // On the device a plain graph computes its mask from the slots' lengths: O(batch) bytes a step, not a mask as wide
+    // as the cache (decoder-graph.ts maskFromLengths).
+    const deviceMask = wantsCapi && device && !deviceForm && sig.kv.present === 'new' && sig.mask ? maskFromLengths(g.model, sig.mask.name) : null
+    if (wantsCapi && device && !deviceForm && sig.kv.present === 'new' && !deviceMask) {
+      deviceForm = 'has an attention mask onnxd cannot build on the device (that needs opset 12 or later and no subgraphs)'
+    }
     // A CPU fallback (no adapter, --allow-cpu-fallback) serves without it.
     const graphCapture = opts.graphCapture === true && provider === 'webgpu'
     if (graphCapture) {
@@ -286,7 +292,8 @@ export class DecoderSession {
       process.emitWarning(`runtime 'capi' cannot keep the KV cache on ${provider}: ${bundle.onnxPath} ${deviceForm}; its steps run through the JS API, which copies the cache to the host and back every step`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
     } else if (wantsCapi) {
       try {
-        capi = CapiRunner.create(g.model, sig, {
+        capi = CapiRunner.create(deviceMask ?? g.model, sig, {
+          maskFromLengths: deviceMask !== null,
           config,
           intraOpThreads: opts.intraOpThreads,
           libraryPath: opts.capiLibraryPath,
