@@ -8,7 +8,7 @@ import { Type, type Static } from '@sinclair/typebox'
 import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
 import { flagInput, loadOptions, optionFlags, optionName, type Env, type OptionsSpec } from '../shared/options.js'
 import { DEFAULT_MODEL_DIR, DTYPES, modelIdFor, PROVIDERS } from '../shared/model.js'
-import { RUNTIME_CHOICES, type PoolOptions } from '../engine/index.js'
+import { RUNTIME_CHOICES, parseWebgpuOptions, type PoolOptions } from '../engine/index.js'
 import { hubModelId } from './hub-model.js'
 
 export { DEFAULT_MODEL_DIR }
@@ -51,6 +51,11 @@ export const NodeOptions = Type.Object(
      * later step (provider webgpu, runtime capi, a GroupQueryAttention model; refused elsewhere).
      */
     graphCapture: Type.Boolean({ default: false }),
+    /**
+     * WebGPU provider options passed on to ORT, `key=value` comma-separated (`validationMode=disabled`): the keys and
+     * values of the engine's WEBGPU_OPTIONS. Provider webgpu, runtime capi only.
+     */
+    webgpuOptions: Type.Optional(Type.String({ minLength: 1, maxLength: 1024 })),
     /** Worker threads, each an engine replica with its own session. One worker using all cores suits CPU best. */
     workers: Type.Integer({ minimum: 1, maximum: 256, default: 1 }),
     /** ONNX Runtime intra-op threads per worker; 0 = all cores. */
@@ -108,6 +113,7 @@ export const NODE_ENV: Record<Field, string> = {
   runtime: 'ONNXD_RUNTIME',
   maxModelLen: 'ONNXD_MAX_MODEL_LEN',
   graphCapture: 'ONNXD_GRAPH_CAPTURE',
+  webgpuOptions: 'ONNXD_WEBGPU_OPTIONS',
   workers: 'ONNXD_WORKERS',
   intraOpThreads: 'ONNXD_INTRA_OP_THREADS',
   maxRunning: 'ONNXD_MAX_RUNNING',
@@ -160,6 +166,11 @@ const SPEC: OptionsSpec<typeof NodeOptions> = {
     // Every running sequence decodes one token per step, so a step must fit one token per running sequence.
     ...(typeof v.maxBatchedTokens === 'number' && typeof v.maxRunning === 'number' && v.maxBatchedTokens < v.maxRunning
       ? [`${optionName(NODE_ENV, 'maxBatchedTokens')} must be >= maxRunning (${NODE_ENV.maxRunning}). Given: ${v.maxBatchedTokens} and ${v.maxRunning}`]
+      : []),
+    ...(typeof v.webgpuOptions === 'string'
+      ? v.provider !== 'webgpu'
+        ? [`${optionName(NODE_ENV, 'webgpuOptions')} applies to --provider webgpu (${NODE_ENV.provider}); given provider ${String(v.provider)}`]
+        : parseWebgpuOptions(v.webgpuOptions).problems.map((p) => `${optionName(NODE_ENV, 'webgpuOptions')}: ${p}`)
       : []),
     // A revision picks a commit of a hub model: for a local bundle it would be silently ignored.
     ...(typeof v.revision === 'string' && typeof v.model === 'string' && hubModelId(v.model) === null
@@ -233,6 +244,7 @@ export function toPoolOptions(opts: NodeOptions): PoolOptions {
   }
   if (opts.dtype !== undefined) pool.dtype = opts.dtype
   if (opts.maxModelLen !== undefined) pool.maxModelLen = opts.maxModelLen
+  if (opts.webgpuOptions !== undefined) pool.webgpuOptions = parseWebgpuOptions(opts.webgpuOptions).options
   if (opts.chatTemplate !== undefined) pool.chatTemplate = readChatTemplate(opts.chatTemplate)
   return pool
 }

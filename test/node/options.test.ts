@@ -173,7 +173,35 @@ describe('toPoolOptions', () => {
     expect(toPoolOptions(loadNodeOptions({ ONNXD_NO_PREFIX_CACHING: '1' }, {}, {}, sys)).prefixCaching).toBe(false)
     expect(toPoolOptions(loadNodeOptions({}, nodeFlags({ 'max-model-len': '512', 'graph-capture': true }), {}, sys))).toMatchObject({ maxModelLen: 512, graphCapture: true })
     expect(toPoolOptions(loadNodeOptions({}, nodeFlags({ 'no-prefix-caching': true }), {}, sys)).prefixCaching).toBe(false)
+    // WebGPU provider options, key=value comma-separated, as ORT's keys and values.
+    expect(toPoolOptions(loadNodeOptions({ ONNXD_PROVIDER: 'webgpu', ONNXD_WEBGPU_OPTIONS: 'validationMode=disabled, powerPreference=high-performance' }, {}, {}, sys)).webgpuOptions).toEqual({
+      validationMode: 'disabled',
+      powerPreference: 'high-performance',
+    })
+    expect(toPoolOptions(loadNodeOptions({}, {}, {}, sys)).webgpuOptions).toBeUndefined()
     // The budget is the node's; the pool gives kvBudgetBytes to each worker.
     expect(toPoolOptions(loadNodeOptions({ ONNXD_WORKERS: '4', ONNXD_KV_BUDGET_MB: '1024' }, {}, {}, sys)).kvBudgetBytes).toBe(256 * 1024 * 1024)
+  })
+})
+
+describe('--webgpu-options', () => {
+  const sys = { totalMemBytes: 16 * 1024 ** 3 }
+  const problems = (env: Record<string, string>): string => {
+    try {
+      loadNodeOptions(env, {}, {}, sys)
+    } catch (e) {
+      return (e as Error).message
+    }
+    return ''
+  }
+
+  it('refuses a key onnxd does not pass on, a value ORT does not take, a key given twice, and another provider', () => {
+    // ORT ignores a key it does not know: onnxd names the keys it passes on.
+    expect(problems({ ONNXD_PROVIDER: 'webgpu', ONNXD_WEBGPU_OPTIONS: 'enableGraphCapture=1' })).toMatch(/'enableGraphCapture' is not a WebGPU option onnxd passes on \(validationMode, /)
+    expect(problems({ ONNXD_PROVIDER: 'webgpu', ONNXD_WEBGPU_OPTIONS: 'validationMode=none' })).toMatch(/validationMode takes disabled, wgpuOnly, basic, full; given 'none'/)
+    expect(problems({ ONNXD_PROVIDER: 'webgpu', ONNXD_WEBGPU_OPTIONS: 'storageBufferCacheMode' })).toMatch(/storageBufferCacheMode takes disabled, lazyRelease, simple, bucket; given ''/)
+    expect(problems({ ONNXD_PROVIDER: 'webgpu', ONNXD_WEBGPU_OPTIONS: 'validationMode=basic,validationMode=full' })).toMatch(/validationMode is given twice/)
+    expect(problems({ ONNXD_WEBGPU_OPTIONS: 'validationMode=basic' })).toMatch(/applies to --provider webgpu \(ONNXD_PROVIDER\); given provider cpu/)
+    expect(problems({ ONNXD_PROVIDER: 'webgpu', ONNXD_WEBGPU_OPTIONS: 'validationMode=basic' })).toBe('')
   })
 })

@@ -1,6 +1,6 @@
-// Which ORT API runs a session's steps, and the one place that decides the default per provider. Its own module,
-// free of imports, so that naming a runtime (options, health, the node's main thread) never loads koffi, which only
-// the engine's session modules import.
+// Which ORT API runs a session's steps, and the one place that decides the default per provider; and the WebGPU
+// provider options that runtime passes on. Its own module, free of imports, so that naming a runtime or checking an
+// option (options, health, the node's main thread) never loads koffi, which only the engine's session modules import.
 
 /** 'js': onnxruntime-node's JS API; 'capi': ORT's C API through koffi (capi-session.ts). */
 export type Runtime = 'js' | 'capi'
@@ -33,4 +33,42 @@ export function intendedRuntime(choice: RuntimeChoice | undefined, provider: str
   const c = choice ?? 'auto'
   if (c === 'auto') return defaultRuntime(provider)
   return provider === 'cpu' || provider === 'webgpu' ? c : 'js'
+}
+
+const BUFFER_CACHE = ['disabled', 'lazyRelease', 'simple', 'bucket'] as const
+
+/**
+ * The WebGPU provider options onnxd passes on (the node's --webgpu-options), each with the values ORT 1.30's provider
+ * takes. ORT refuses a wrong value, but silently ignores a key it does not know, so onnxd names the keys it passes:
+ * Dawn's validation of every GPU call (`validationMode`; ORT's default `basic`), the reuse of freed GPU buffers by kind
+ * (the `...BufferCacheMode`s), and which adapter to prefer (`powerPreference`). Graph capture has its own option
+ * (--graph-capture), the adapter its own (--device-id).
+ */
+export const WEBGPU_OPTIONS: Readonly<Record<string, readonly string[]>> = {
+  validationMode: ['disabled', 'wgpuOnly', 'basic', 'full'],
+  storageBufferCacheMode: BUFFER_CACHE,
+  uniformBufferCacheMode: BUFFER_CACHE,
+  queryResolveBufferCacheMode: BUFFER_CACHE,
+  defaultBufferCacheMode: BUFFER_CACHE,
+  powerPreference: ['high-performance', 'low-power'],
+}
+
+/**
+ * `key=value` pairs, comma-separated (`validationMode=disabled,storageBufferCacheMode=bucket`), as WebGPU provider
+ * options: the options, and a line for each pair that is not one of WEBGPU_OPTIONS with one of its values.
+ */
+export function parseWebgpuOptions(text: string): { options: Record<string, string>; problems: string[] } {
+  const options: Record<string, string> = {}
+  const problems: string[] = []
+  for (const pair of text.split(',').map((p) => p.trim())) {
+    const eq = pair.indexOf('=')
+    const key = eq < 0 ? pair : pair.slice(0, eq).trim()
+    const value = eq < 0 ? '' : pair.slice(eq + 1).trim()
+    const values = Object.hasOwn(WEBGPU_OPTIONS, key) ? WEBGPU_OPTIONS[key] : undefined
+    if (!values) problems.push(`'${key.slice(0, 64)}' is not a WebGPU option onnxd passes on (${Object.keys(WEBGPU_OPTIONS).join(', ')})`)
+    else if (!values.includes(value)) problems.push(`${key} takes ${values.join(', ')}; given '${value.slice(0, 64)}'`)
+    else if (Object.hasOwn(options, key)) problems.push(`${key} is given twice`)
+    else options[key] = value
+  }
+  return { options, problems }
 }

@@ -286,6 +286,12 @@ export class DecoderSession {
             : null
       if (why) throw new OnnxdError('config', `--graph-capture cannot run on ${why}`)
     }
+    // WebGPU's provider options reach ORT through the C API only: the JS API passes on a few and ignores the rest.
+    const webgpuOptions = provider === 'webgpu' && opts.webgpuOptions && Object.keys(opts.webgpuOptions).length > 0 ? opts.webgpuOptions : null
+    if (webgpuOptions && (!wantsCapi || deviceForm)) {
+      const why = !wantsCapi ? `runtime ${opts.runtime}` : `${bundle.onnxPath}, which ${deviceForm}`
+      throw new OnnxdError('config', `--webgpu-options cannot apply to ${why}: only the C-API runtime, with the KV cache on the device, passes them on`)
+    }
     if (opts.runtime === 'capi' && provider !== 'cpu' && provider !== 'webgpu') {
       process.emitWarning(`runtime 'capi' runs on cpu and webgpu: provider ${provider} runs its steps through the JS API`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
     } else if (wantsCapi && device && deviceForm) {
@@ -300,7 +306,9 @@ export class DecoderSession {
           ...(provider === 'webgpu' ? { ep: { name: 'WebGPU', options: opts.webgpuOptions }, deviceMemory: 'WebGPU_Buf', graphCapture } : {}),
         })
       } catch (e) {
-        if (graphCapture) throw new OnnxdError('config', `--graph-capture: runtime 'capi' cannot load ${bundle.onnxPath} on ${provider}: ${(e as Error).message}`)
+        if (graphCapture || webgpuOptions) {
+          throw new OnnxdError('config', `--${graphCapture ? 'graph-capture' : 'webgpu-options'}: runtime 'capi' cannot load ${bundle.onnxPath} on ${provider}: ${(e as Error).message}`)
+        }
         process.emitWarning(`runtime 'capi' cannot load ${bundle.onnxPath}${device ? ` on ${provider}` : ''}, running steps through the JS API: ${(e as Error).message}`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
       }
       if (capi) {

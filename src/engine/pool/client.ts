@@ -29,6 +29,8 @@ export interface PoolOptions extends Partial<BatcherOptions> {
   maxModelLen?: number
   /** WebGPU graph capture of the decode step (model/captured-step.ts); refused where it cannot run. */
   graphCapture?: boolean
+  /** WebGPU provider options passed on to ORT (model/runtime.ts WEBGPU_OPTIONS); refused where they cannot apply. */
+  webgpuOptions?: Readonly<Record<string, string>>
   /** A worker whose step loop shows no sign of life for this long is unhealthy. */
   heartbeatTimeoutMs?: number
   /** ... and for this long is replaced: its requests end with worker_crashed and a fresh replica loads (default 30 s). */

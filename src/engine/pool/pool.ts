@@ -90,6 +90,7 @@ export class EnginePool implements EngineClient {
       allowCpuFallback: opts.allowCpuFallback,
       runtime: opts.runtime,
       graphCapture: opts.graphCapture,
+      webgpuOptions: opts.webgpuOptions,
       maxModelLen: opts.maxModelLen,
       // One worker on CPU uses every core; several split them.
       intraOpThreads: opts.intraOpThreads || Math.max(1, Math.floor(availableParallelism() / this.nWorkers)),
