@@ -103,15 +103,6 @@ export function filledCache(m: LoadedModel, rows: number, len: number, chunk: nu
 }
 
 /**
- * Row lengths of a continuous batch: `rows` rows spread evenly over `spread` positions around `past`, from
- * past - floor(spread / 2) (all `past` for a spread of 0). Rows that joined at different steps hold different lengths;
- * GroupQueryAttention on the CPU runs such a batch slower than one whose rows are all alike (docs/benchmarks.md).
- */
-export function spreadLengths(rows: number, past: number, spread: number): number[] {
-  return Array.from({ length: rows }, (_, r) => past - Math.floor(spread / 2) + Math.floor((r * spread) / rows))
-}
-
-/**
  * A device cache (runtime 'capi' on a GPU provider) of `rows` rows holding `len` tokens each: their lengths set, their
  * device memory as allocated (contents undefined, which a step's time does not depend on).
  */

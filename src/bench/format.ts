@@ -67,6 +67,8 @@ export function timeTable(r: BenchReport): Record<string, string | number>[] {
       // llama.cpp's peer reports its llama_decode calls in the same families (a step is one call); no ORT step beside it.
       // ORT alone beside the level when it was timed there (the mean before and after), else the ceiling's step.
       const ort = s.name === 'llama.cpp' ? null : (besideStepMs(l) ?? ceil?.decode.find((d) => d.batch === l.max_concurrency)?.ms ?? null)
+      // The same step over rows of lengths spread as a continuous batch's are (timed beside the level only).
+      const spread = s.name === 'llama.cpp' ? null : besideStepMs(l, true)
       rows.push({
         target: s.target ?? s.name,
         conc: l.max_concurrency,
@@ -79,6 +81,7 @@ export function timeTable(r: BenchReport): Record<string, string | number>[] {
         'mean batch': f(e.mean_decode_batch),
         'step ms': f(e.mean_decode_step_ms),
         'ORT step ms (B=conc)': ort === null ? '-' : f(ort),
+        'ORT, rows spread': spread === null ? '-' : f(spread),
       })
     }
   }

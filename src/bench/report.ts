@@ -25,6 +25,11 @@ export interface Skipped {
 export interface OrtTiming {
   decode: DecodeCeiling
   prefill: PrefillTiming
+  /**
+   * The same decode step over rows whose lengths spread over the output length around the past (refs/capi.ts
+   * spreadLengths), as a continuous batch's rows are: GroupQueryAttention graphs through the C API only.
+   */
+  decode_spread?: DecodeCeiling
 }
 
 /**
@@ -291,10 +296,13 @@ const sameWorkSeconds = (decodeMs: number, prefill: PrefillTiming, c: number, le
 /** The timings of ORT alone beside a level (before, after, or both; none when it was not timed there). */
 const besideTimings = (l: Pick<LevelResult, 'ort_beside'> | null | undefined): OrtTiming[] => [l?.ort_beside?.before, l?.ort_beside?.after].filter((t): t is OrtTiming => t !== undefined)
 
-/** ORT alone's decode step at a level's batch beside the level: the mean of the timings before and after it. */
-export function besideStepMs(l: Pick<LevelResult, 'ort_beside'> | null | undefined): number | null {
-  const ts = besideTimings(l)
-  return ts.length ? ts.reduce((a, t) => a + t.decode.ms, 0) / ts.length : null
+/**
+ * ORT alone's decode step at a level's batch beside the level: the mean of the timings before and after it (with
+ * `spread`, its step over rows of spread lengths; null where that was not timed).
+ */
+export function besideStepMs(l: Pick<LevelResult, 'ort_beside'> | null | undefined, spread = false): number | null {
+  const ms = besideTimings(l).flatMap((t) => (spread ? (t.decode_spread ? [t.decode_spread.ms] : []) : [t.decode.ms]))
+  return ms.length ? ms.reduce((a, m) => a + m, 0) / ms.length : null
 }
 
 /**

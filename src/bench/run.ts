@@ -21,7 +21,7 @@ import { flopsPerToken, readModelInfo, type ModelInfo } from './model-info.js'
 import { describeConfig, requestsFor, type BenchConfig, type LlamaSpec, type TargetSpec } from './options.js'
 import { Progress } from './progress.js'
 import { measureCapiCeiling, profileCapiDecode, usesGroupQueryAttention } from './refs/capi.js'
-import { measureCeiling, measureMatmulPeak, profileDecode } from './refs/ort.js'
+import { measureCeiling, measureMatmulPeak, profileDecode, type DecodeCeiling, type PrefillTiming } from './refs/ort.js'
 import type { DecodeOps } from './refs/profile.js'
 import {
   REPORT_KIND,
@@ -368,7 +368,11 @@ function ortFile(cfg: BenchConfig, model: ModelInfo, dtype: Dtype): OrtFile {
 function ortTimer(cfg: BenchConfig, f: OrtFile, len: Lengths, past: number, batches: number[], log: Progress) {
   const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
   const o = { onnxPath: f.onnxPath, batches, past, prompt: len.prompt, prefillRows, threads: cfg.threads, provider: cfg.provider, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
-  return { o, measure: () => (f.capi ? measureCapiCeiling(o) : measureCeiling(o)) }
+  return {
+    o,
+    measure: async (spread?: number): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming; spread: DecodeCeiling[] }> =>
+      f.capi ? measureCapiCeiling({ ...o, spread }) : { ...(await measureCeiling(o)), spread: [] },
+  }
 }
 
 /** The file ORT alone runs beside an onnxd target's levels; none when the references are off or the bundle is not
@@ -393,8 +397,11 @@ async function besideLevel(x: Load, f: OrtFile, c: number, r: Running, run: () =
   const time = async (when: 'before' | 'after'): Promise<OrtTiming | undefined> => {
     x.log.step(`ORT alone on ${basename(f.onnxPath)} ${when} this level (${f.api}): a decode step at batch ${c} over a past of ${x.past}, prefill of ${o.prefillRows} x ${x.len.prompt}`)
     try {
-      const t = await measure()
-      return { decode: t.decode[0], prefill: t.prefill }
+      // A GroupQueryAttention graph's step also over rows of lengths spread as the level's rows are (its output
+      // length wide): ORT's attention over rows of unequal lengths costs more than over rows all at the mean.
+      const t = await measure(x.len.output)
+      const spread = t.spread[0]
+      return { decode: t.decode[0], prefill: t.prefill, ...(spread ? { decode_spread: spread } : {}) }
     } catch (e) {
       x.log.step(`warning: ORT alone ${when} the level at ${c} failed: ${(e as Error).message}`)
       return undefined

@@ -169,6 +169,18 @@ describe('ORT alone timed beside each level', () => {
     expect(timeTable(r).find((x) => x.conc === 64)?.['ORT step ms (B=conc)']).toBe('250.0')
   })
 
+  it('puts the step over rows of spread lengths beside it where that was timed, and leaves the ratios on the step at the mean', () => {
+    const r = beside(150, 250)
+    const l = (r.scenarios.find((s) => s.name === 'onnxd') as ScenarioResult).levels.find((x) => x.max_concurrency === 64)!
+    expect(timeTable(r).find((x) => x.conc === 64)?.['ORT, rows spread']).toBe('-')
+    const spread = (ms: number) => ({ batch: 64, past: 25, ms, rsd: 1, runs: 5, tokens_per_s: 64_000 / ms })
+    l.ort_beside!.before!.decode_spread = spread(180)
+    l.ort_beside!.after!.decode_spread = spread(260)
+    expect(timeTable(r).find((x) => x.conc === 64)?.['ORT, rows spread']).toBe('220.0')
+    expect(timeTable(r).find((x) => x.conc === 64)?.['ORT step ms (B=conc)']).toBe('200.0')
+    expect(ortSameWork(null, 64, len, l)).toBeCloseTo(640 / 2.64, 6)
+  })
+
   it('warns when ORT alone moved between right before and right after a level', () => {
     expect(hostDrift(beside(150, 155))).toMatchObject({ beside_step: 155 / 150, warning: null })
     const d = hostDrift(beside(150, 250))

@@ -1,7 +1,7 @@
 // The row lengths bench/step.bench.ts --spread gives onnxd and ORT alone: a continuous batch's rows, which joined at
 // different steps, spread evenly around the past, so that the step's mean length stays the past's.
 import { describe, expect, it } from 'vitest'
-import { spreadLengths } from '../../src/bench/context.js'
+import { spreadLengths } from '../../src/bench/refs/ort.js'
 
 describe('spreadLengths', () => {
   it('gives every row the past at a spread of 0', () => {

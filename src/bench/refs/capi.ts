@@ -11,7 +11,7 @@
 // preparation, C API and runner (its per-thread API), through its bench surface.
 import { closeSync, openSync, readFileSync, readSync, rmSync } from 'node:fs'
 import { externalDataConfig, loadCApi, LOGITS_AT_INPUT, ModelProto, NativeBuffer, prepareDecoderGraph, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
-import { time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
+import { spreadLengths, time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
 import { decodeOpsOf, profilePrefix, PROFILE_WARMUP, PROFILED_STEPS, type DecodeOps } from './profile.js'
 
 const ELEM: Record<number, ElementType> = { 1: 'float32', 6: 'int32', 7: 'int64', 10: 'float16' }
@@ -212,12 +212,15 @@ export function profileCapiDecode(o: Pick<CeilingOptions, 'onnxPath' | 'threads'
   }
 }
 
-/** The decode ceiling (and one prefill) of a GroupQueryAttention graph through the C API, presents on the past. */
-export async function measureCapiCeiling(o: CeilingOptions): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming }> {
+/**
+ * The decode ceiling (and one prefill) of a GroupQueryAttention graph through the C API, presents on the past; with
+ * `spread`, each decode step also over rows whose lengths spread that wide around the past (spreadLengths).
+ */
+export async function measureCapiCeiling(o: CeilingOptions & { spread?: number }): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming; spread: DecodeCeiling[] }> {
   const ort = openCapiSteps(o)
   try {
-    const timed = async (batch: number, seq: number, past: number): Promise<StepTiming> => {
-      const st = ort.step({ batch, seq, past, greedy: o.greedy })
+    const timed = async (batch: number, seq: number, past: number, lens?: number[]): Promise<StepTiming> => {
+      const st = ort.step({ batch, seq, past, lens, greedy: o.greedy })
       try {
         return await time(async () => st.run(), o.budget)
       } finally {
@@ -233,7 +236,13 @@ export async function measureCapiCeiling(o: CeilingOptions): Promise<{ decode: D
       const t = await timed(batch, 1, o.past)
       decode.push({ batch, past: o.past, ...t, tokens_per_s: batch / (t.ms / 1000) })
     }
-    return { decode, prefill }
+    const spread: DecodeCeiling[] = []
+    for (const batch of o.spread ? o.batches : []) {
+      o.onStep?.(`decode batch ${batch}, rows of lengths spread over ${o.spread} (C API, presents on the past)`)
+      const t = await timed(batch, 1, o.past, spreadLengths(batch, o.past, o.spread!))
+      spread.push({ batch, past: o.past, ...t, tokens_per_s: batch / (t.ms / 1000) })
+    }
+    return { decode, prefill, spread }
   } finally {
     ort.dispose()
   }

@@ -136,6 +136,15 @@ function feeds(l: Layout, batch: number, seq: number, past: number, masked = 0):
   return f
 }
 
+/**
+ * Row lengths of a continuous batch: `rows` rows spread evenly over `spread` positions around `past`, from
+ * past - floor(spread / 2) (all `past` for a spread of 0). Rows that joined at different steps hold different lengths;
+ * GroupQueryAttention on the CPU runs such a batch slower than one whose rows are all alike (docs/benchmarks.md).
+ */
+export function spreadLengths(rows: number, past: number, spread: number): number[] {
+  return Array.from({ length: rows }, (_, r) => past - Math.floor(spread / 2) + Math.floor((r * spread) / rows))
+}
+
 export interface CeilingOptions {
   onnxPath: string
   batches: number[]
