@@ -26,7 +26,7 @@ export interface OrtTiming {
   decode: DecodeCeiling
   prefill: PrefillTiming
   /**
-   * The same decode step over rows whose lengths spread over the output length around the past (refs/capi.ts
+   * The same decode step over rows whose lengths spread over the output length around the past (refs/ort.ts
    * spreadLengths), as a continuous batch's rows are: GroupQueryAttention graphs through the C API only.
    */
   decode_spread?: DecodeCeiling

@@ -11,4 +11,4 @@ export type { EngineClient, EngineObserver, PoolHealth, PoolOptions, WorkerHealt
 export type { EngineRequest, EngineStats, FinishObservation, FinishReason, PhaseMarks, SeqEvent, StepObservation, Timings, Usage } from './types.js'
 
 export type { Dtype, Provider } from '../shared/model.js'
-export { RUNTIMES, RUNTIME_CHOICES, WEBGPU_OPTIONS, defaultRuntime, intendedRuntime, parseWebgpuOptions, type Runtime, type RuntimeChoice } from './model/runtime.js'
+export { RUNTIMES, RUNTIME_CHOICES, defaultRuntime, intendedRuntime, parseWebgpuOptions, type Runtime, type RuntimeChoice } from './model/runtime.js'

@@ -391,7 +391,7 @@ function defaultOpset(v: GraphView): number {
  * lengths, O(batch) bytes, not a mask that grows with the context. The mask's Cast and Shape readers take the int32
  * mask itself: ORT's WebGPU provider runs an int64 Cast on the CPU, which would copy the mask down from the device
  * and back up. Other readers (and a graph output of that name) get it cast back to its type. Null when the graph
- * has no such input, imports an opset before 12 (GreaterOrEqual), or carries subgraphs.
+ * has no such input or has those inputs already, imports an opset before 12 (GreaterOrEqual), or carries subgraphs.
  */
 export function maskFromLengths(model: Uint8Array, mask = 'attention_mask'): Uint8Array | null {
   const v = readGraph(model)
