@@ -1,6 +1,6 @@
 // `onnxd generate --model DIR "prompt"`: one completion in this process, printed with its token counts.
 import { parseArgs } from 'node:util'
-import { Engine, type SeqEvent } from '../engine/index.js'
+import { Engine, parseWebgpuOptions, type SeqEvent } from '../engine/index.js'
 import { OnnxdError, fromErrorData } from '../shared/errors.js'
 import { DEFAULT_MODEL_DIR, PROVIDERS, type Dtype, type Provider } from '../shared/model.js'
 import { resolveModelDir } from './model-dir.js'
@@ -18,6 +18,7 @@ const HELP = `usage: onnxd generate [--model DIR|OWNER/NAME] [options] "prompt"
   --dtype fp32|fp16|q4|int8|quantized
   --provider P         execution provider: cpu (default), webgpu, cuda, tensorrt
   --graph-capture      WebGPU graph capture of the decode step (webgpu, a GroupQueryAttention model)
+  --webgpu-options K=V,...  WebGPU provider options passed on to ORT, as the node's --webgpu-options (webgpu)
   --json               print the result as JSON (with the completion's token ids and the provider that ran it)
 `
 
@@ -40,6 +41,7 @@ export async function run(argv: string[]): Promise<number> {
       dtype: { type: 'string' },
       provider: { type: 'string' },
       'graph-capture': { type: 'boolean' },
+      'webgpu-options': { type: 'string' },
       json: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -56,8 +58,11 @@ export async function run(argv: string[]): Promise<number> {
   }
   const provider = (values.provider ?? 'cpu') as Provider
   if (!PROVIDERS.includes(provider)) throw new OnnxdError('config', `--provider must be one of ${PROVIDERS.join(', ')}. Given: ${values.provider}`)
+  const webgpu = values['webgpu-options'] === undefined ? null : parseWebgpuOptions(values['webgpu-options'])
+  if (webgpu && provider !== 'webgpu') throw new OnnxdError('config', `--webgpu-options applies to --provider webgpu; given provider ${provider}`)
+  if (webgpu?.problems.length) throw new OnnxdError('config', `--webgpu-options: ${webgpu.problems.join('; ')}`)
   const modelDir = await resolveModelDir(values.model, { revision: values.revision, dtype: values.dtype as Dtype | undefined })
-  const engine = await Engine.load({ modelDir, dtype: values.dtype as Dtype | undefined, provider, graphCapture: values['graph-capture'] })
+  const engine = await Engine.load({ modelDir, dtype: values.dtype as Dtype | undefined, provider, graphCapture: values['graph-capture'], webgpuOptions: webgpu?.options })
   try {
     const prompt = positionals[0]
     const started = performance.now()
