@@ -206,17 +206,14 @@ export class CapiRunner {
    */
   private readonly capture: { api: OrtCApi; memory: string; eager: RunOptions } | null = null
   private captured: CapturedStep | null = null
-  /** A plain graph whose mask the graph computes from the rows' lengths (decoder-graph.ts maskFromLengths). */
-  private readonly maskFromLengths: boolean = false
 
   private constructor(
     private readonly session: CSession,
     private readonly sig: Signature,
-    device?: { memory: string; copier: CSession; appender: CSession | null; capture: OrtCApi | null; maskFromLengths: boolean },
+    device?: { memory: string; copier: CSession; appender: CSession | null; capture: OrtCApi | null },
   ) {
     if (device) {
       this.appender = device.appender
-      this.maskFromLengths = device.maskFromLengths
       if (device.capture) this.capture = { api: device.capture, memory: device.memory, eager: eagerRunOptions(device.capture) }
       const copier = (this.copier = device.copier)
       this.pool = new DeviceCaches(session.deviceAllocator(device.memory), sig.kv, (from, fromSlot, to, slot) => {
@@ -256,7 +253,10 @@ export class CapiRunner {
       libraryPath?: string
       /** A GPU execution provider by its C-API name ('WebGPU'), with its options. */
       ep?: { name: string; options?: Readonly<Record<string, string>> }
-      /** The provider's device memory (OrtMemoryInfo name, 'WebGPU_Buf'): the KV cache lives there (device-kv.ts). */
+      /**
+       * The provider's device memory (OrtMemoryInfo name, 'WebGPU_Buf'): the KV cache lives there (device-kv.ts). A
+       * plain graph's `model` is then the one decoder-graph.ts maskFromLengths made, fed MASK_INPUTS.
+       */
       deviceMemory?: string
       /**
        * WebGPU graph capture of the decode step (captured-step.ts): the provider is asked for it, the running pool is
@@ -264,8 +264,6 @@ export class CapiRunner {
        * on the device only.
        */
       graphCapture?: boolean
-      /** `model` computes a plain graph's mask from MASK_INPUTS (decoder-graph.ts maskFromLengths); device steps only. */
-      maskFromLengths?: boolean
     },
   ): CapiRunner | null {
     const c = loadCApi(opts.libraryPath)
@@ -286,7 +284,7 @@ export class CapiRunner {
         copier = c.createSession(copyGraph(sig), { graphOptimization: 'all', ep: opts.ep })
         if (sig.kv.present === 'new') appender = c.createSession(appendGraph(sig), { graphOptimization: 'all', ep: opts.ep })
       }
-      return new CapiRunner(session, sig, opts.deviceMemory && copier ? { memory: opts.deviceMemory, copier, appender, capture: capture ? c : null, maskFromLengths: opts.maskFromLengths === true } : undefined)
+      return new CapiRunner(session, sig, opts.deviceMemory && copier ? { memory: opts.deviceMemory, copier, appender, capture: capture ? c : null } : undefined)
     } catch (e) {
       appender?.dispose()
       copier?.dispose()
@@ -391,7 +389,6 @@ export class CapiRunner {
     try {
       const b = (this.binding ??= this.session.binding())
       if (x.cache instanceof DeviceKv) return this.runDevice(b, x, x.cache, names.filter((n) => !sig.kv.presentNames.includes(n)))
-      if (this.maskFromLengths) throw new OnnxdError('internal', 'a graph that computes its mask from device slot lengths runs steps over a device cache only')
       const traffic = { in: 0, out: 0 }
       const int = (name: string, dtype: 'int32' | 'int64', src: ArrayLike<number>, dims: number[]): void => {
         const n = src.length
@@ -549,12 +546,12 @@ export class CapiRunner {
     if (plain) {
       // The past is each slot's whole cap; the mask is 1 on what the slot holds, [0, len), and on the step's own
       // tokens, [cap, cap + seq); the graph's causal mask counts key k against query j as k <= cap + j.
-      if (!sig.mask || !sig.positions) throw new OnnxdError('internal', 'a device step over a plain graph needs its attention mask and position ids')
+      if (!sig.positions) throw new OnnxdError('internal', 'a device step over a plain graph needs its position ids')
       // A plain graph's step over an empty past (a MatMul of inner dimension 0) crashes ORT's WebGPU provider: a pool's
       // slots are never empty (DevicePool sizes them in steps of 64), and this keeps it so.
       if (pool.cap === 0) throw new OnnxdError('internal', 'a device step over a plain graph needs a past of at least one slot')
-      // The graph builds its mask from the slots' lengths and the two edges (decoder-graph.ts maskFromLengths).
-      if (!this.maskFromLengths) throw new OnnxdError('internal', 'a device step over a plain graph needs the graph that builds its mask')
+      // The graph builds that mask from the slots' lengths and its two edges: on the device, a plain graph's model is
+      // maskFromLengths' rewrite (session.ts).
       const kept = buf(`in:${MASK_INPUTS.kept}`, hi * 4)
       kept.view('int32', 0, hi).set(lens)
       bindIn(MASK_INPUTS.kept, kept, 'int32', [hi, 1])

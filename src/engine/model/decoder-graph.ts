@@ -25,7 +25,7 @@
 // included) is copied through as raw protobuf bytes.
 import { dirname } from 'node:path'
 import protobuf from 'protobufjs'
-import { AttrType, DataType, NodeProto, ValueInfoProto, type Dim, type Node } from './onnx-proto.js'
+import { AttrType, DataType, NodeProto, OperatorSetIdProto, ValueInfoProto, type Dim, type Node } from './onnx-proto.js'
 
 interface Field {
   no: number
@@ -368,17 +368,8 @@ function defaultOpset(v: GraphView): number {
   const OPSET_IMPORT = 8
   for (const f of v.top) {
     if (f.no !== OPSET_IMPORT || !f.data) continue
-    // OperatorSetIdProto: domain = 1 (string), version = 2 (int64).
-    const r = protobuf.Reader.create(f.data)
-    let domain = ''
-    let version = 0
-    while (r.pos < r.len) {
-      const tag = r.uint32()
-      if (tag === ((1 << 3) | 2)) domain = r.string()
-      else if (tag === 2 << 3) version = Number(r.int64())
-      else r.skipType(tag & 7)
-    }
-    if (domain === '' || domain === 'ai.onnx') return version
+    const o = OperatorSetIdProto.toObject(OperatorSetIdProto.decode(f.data), { longs: Number, defaults: true }) as { domain: string; version: number }
+    if (o.domain === '' || o.domain === 'ai.onnx') return o.version
   }
   return 0
 }

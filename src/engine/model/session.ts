@@ -270,9 +270,11 @@ export class DecoderSession {
     }
     // On the device a plain graph computes its mask from the slots' lengths: O(batch) bytes a step, not a mask as wide
     // as the cache (decoder-graph.ts maskFromLengths).
-    const deviceMask = wantsCapi && device && !deviceForm && sig.kv.present === 'new' && sig.mask ? maskFromLengths(g.model, sig.mask.name) : null
-    if (wantsCapi && device && !deviceForm && sig.kv.present === 'new' && !deviceMask) {
-      deviceForm = 'has an attention mask onnxd cannot build on the device (that needs opset 12 or later and no subgraphs)'
+    let deviceMask: Uint8Array | null = null
+    if (wantsCapi && device && !deviceForm && sig.kv.present === 'new') {
+      // deviceFormProblem: a plain graph on the device has a mask.
+      deviceMask = maskFromLengths(g.model, sig.mask!.name)
+      if (!deviceMask) deviceForm = 'has an attention mask onnxd cannot build on the device (that needs opset 12 or later and no subgraphs)'
     }
     // A CPU fallback (no adapter, --allow-cpu-fallback) serves without it.
     const graphCapture = opts.graphCapture === true && provider === 'webgpu'
@@ -299,7 +301,6 @@ export class DecoderSession {
     } else if (wantsCapi) {
       try {
         capi = CapiRunner.create(deviceMask ?? g.model, sig, {
-          maskFromLengths: deviceMask !== null,
           config,
           intraOpThreads: opts.intraOpThreads,
           libraryPath: opts.capiLibraryPath,
