@@ -294,6 +294,8 @@ export class DecoderSession {
       const why = !wantsCapi ? `runtime ${opts.runtime}` : `${bundle.onnxPath}, which ${deviceForm}`
       throw new OnnxdError('config', `--webgpu-options cannot apply to ${why}: only the C-API runtime, with the KV cache on the device, passes them on`)
     }
+    // The option that only the C-API runtime can honour, if one was asked for: without it, start-up stops.
+    const needsCapi = graphCapture ? 'graph-capture' : webgpuOptions ? 'webgpu-options' : null
     if (opts.runtime === 'capi' && provider !== 'cpu' && provider !== 'webgpu') {
       process.emitWarning(`runtime 'capi' runs on cpu and webgpu: provider ${provider} runs its steps through the JS API`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
     } else if (wantsCapi && device && deviceForm) {
@@ -307,15 +309,13 @@ export class DecoderSession {
           ...(provider === 'webgpu' ? { ep: { name: 'WebGPU', options: opts.webgpuOptions }, deviceMemory: 'WebGPU_Buf', graphCapture } : {}),
         })
       } catch (e) {
-        if (graphCapture || webgpuOptions) {
-          throw new OnnxdError('config', `--${graphCapture ? 'graph-capture' : 'webgpu-options'}: runtime 'capi' cannot load ${bundle.onnxPath} on ${provider}: ${(e as Error).message}`)
-        }
+        if (needsCapi) throw new OnnxdError('config', `--${needsCapi}: runtime 'capi' cannot load ${bundle.onnxPath} on ${provider}: ${(e as Error).message}`)
         process.emitWarning(`runtime 'capi' cannot load ${bundle.onnxPath}${device ? ` on ${provider}` : ''}, running steps through the JS API: ${(e as Error).message}`, { code: 'ONNXD_CAPI_UNAVAILABLE' })
       }
       if (capi) {
         await session.release()
-      } else if (graphCapture) {
-        throw new OnnxdError('config', "--graph-capture needs ORT's C API, which cannot load here")
+      } else if (needsCapi) {
+        throw new OnnxdError('config', `--${needsCapi} needs ORT's C API, which cannot load here`)
       }
     }
     const s = new DecoderSession(capi ? null : session, sig, provider, capi)
