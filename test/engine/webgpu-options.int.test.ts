@@ -1,7 +1,10 @@
 // WebGPU provider options passed on to ORT (issue #33; model/runtime.ts WEBGPU_OPTIONS, the node's --webgpu-options):
 // the C-API runtime appends the WebGPU provider with them, to the step session and its small device graphs, and serves
-// the CPU's tokens; where they would not reach ORT (the JS runtime, which passes on only a few), loading is refused,
-// saying why. Lavapipe stands in for a GPU (.ci/lavapipe); skipped, saying why, without an adapter.
+// the CPU's tokens; where they would not reach ORT (the JS runtime, which passes on only a few, or a C API that cannot
+// load), loading is refused, saying why. Lavapipe stands in for a GPU (.ci/lavapipe); skipped, saying why, without
+// an adapter.
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { Engine } from '../../src/engine/engine.js'
 import { OrtCApi } from '../../src/engine/model/ort-capi.js'
@@ -35,6 +38,12 @@ describe.skipIf(noWebgpu !== null)(webgpuTitle('WebGPU provider options (runtime
       }
     })
   }
+
+  it("stops start-up where ORT's C API cannot load, rather than running the JS API without them", SLOW, async () => {
+    await expect(Engine.load({ modelDir: tinyGqaModelDir(), provider: 'webgpu', webgpuOptions: OPTIONS, capiLibraryPath: join(tmpdir(), 'no-libonnxruntime.so') })).rejects.toThrow(
+      "--webgpu-options needs ORT's C API, which cannot load here",
+    )
+  })
 
   it('is refused, saying why, on the JS runtime, which would not pass them on', SLOW, async () => {
     await expect(Engine.load({ modelDir: tinyGqaModelDir(), provider: 'webgpu', runtime: 'js', webgpuOptions: OPTIONS })).rejects.toThrow(
