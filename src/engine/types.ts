@@ -86,7 +86,7 @@ export interface StepObservation {
   seconds: number
   batch: number
   tokens: number
-  /** Bytes of the step's inputs handed to ONNX Runtime, and of its outputs read back (model/step-io.ts StepTraffic). */
+  /** Bytes copied into the step's inputs, and out of its outputs (model/step-io.ts StepTraffic). */
   bytesIn: number
   bytesOut: number
   /** Speculative decoding (a decode step that carried drafts): draft tokens fed, and those the model's picks confirmed. */

@@ -101,7 +101,7 @@ describe('node over the real engine pool', () => {
     const metrics = await (await fetch(`${base}/metrics`)).text()
     expect(metricValue(metrics, 'onnxd_request_success_total{model_name="onnxd-tiny",finished_reason="abort"}')).toBe(1)
     expect(metricValue(metrics, 'onnxd_num_requests_running')).toBe(0)
-    // What the steps handed to ONNX Runtime and read back, counted across the worker thread.
+    // What the steps copied in and read back, counted across the worker thread.
     for (const phase of ['prefill', 'decode']) for (const direction of ['in', 'out']) expect(metricValue(metrics, `onnxd_step_io_bytes_total{model_name="onnxd-tiny",phase="${phase}",direction="${direction}"}`)).toBeGreaterThan(0)
   })
 

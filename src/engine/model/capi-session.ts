@@ -428,9 +428,8 @@ export class CapiRunner {
         for (const t of old) this.releaseIfUnbound(t)
       }
       sig.kv.pastNames.forEach((n, i) => {
-        // In place over the cache's memory.
+        // In place over the cache's memory: no byte of it is copied, so the step's traffic leaves it out.
         const p = x.past[i]
-        traffic.in += p.data.byteLength
         const t = this.bindOver(b, 'in', n, this.wrap(p.data), sig.kv.dtype, p.dims, p.data.byteLength > 0 ? p.data.byteOffset : 0)
         const present = sig.kv.presentNames[i]
         if (share && names.includes(present)) {

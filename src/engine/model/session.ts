@@ -493,10 +493,13 @@ export class DecoderSession {
     })
     try {
       const out = await this.gated(() => (fetches ? session.run(feeds, fetches) : session.run(feeds)))
-      // Every feed goes in and every fetched output comes back: JS tensors, on a GPU provider copied to and from it.
+      // Every fetched output comes back as a fresh JS buffer. The feeds go in as JS tensors: on a GPU provider each
+      // is copied to it, the past included; on the CPU ORT reads the past in place over the cache, so only the
+      // others count.
+      const inPlace = this.provider === 'cpu' ? new Set(sig.kv.pastNames) : new Set<string>()
       let fed = 0
       let fetched = 0
-      for (const t of Object.values(feeds)) fed += (t.data as ArrayBufferView).byteLength
+      for (const [n, t] of Object.entries(feeds)) if (!inPlace.has(n)) fed += (t.data as ArrayBufferView).byteLength
       for (const t of Object.values(out)) fetched += (t.data as ArrayBufferView).byteLength
       this.traffic = { in: fed, out: fetched }
       return out

@@ -76,9 +76,9 @@ export interface ForwardInput {
 }
 
 /**
- * Bytes of a step's inputs handed to ONNX Runtime and of its outputs read back (outputs written into an input's own
- * memory, such as GroupQueryAttention's presents over the cache, are not read back). On a GPU provider this is what
- * crosses between host and device.
+ * Bytes copied into a step's inputs and out of its outputs. What ORT reads or writes in place does not count: on the
+ * CPU the past, read over the cache's own memory by either runtime, and outputs written into an input's memory, such
+ * as GroupQueryAttention's presents over the cache. On a GPU provider this is what crosses between host and device.
  */
 export interface StepTraffic {
   in: number

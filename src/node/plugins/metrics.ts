@@ -171,7 +171,7 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
   const prefixHits = new Counter({ name: 'onnxd_prefix_cache_hits_total', help: 'Prompt tokens found in the prefix cache (their KV rows reused, not computed).', labelNames: L, registers })
   const stepBytes = new Counter({
     name: 'onnxd_step_io_bytes_total',
-    help: "Bytes of the steps' inputs handed to ONNX Runtime (direction in) and of their outputs read back (out); on a GPU provider, what crosses between host and device.",
+    help: "Bytes copied into the steps' inputs (direction in) and out of their outputs (out); on a GPU provider, what crosses between host and device. On the CPU the KV cache is read in place and does not count.",
     labelNames: [...L, 'phase', 'direction'],
     registers,
   })
