@@ -83,6 +83,7 @@ export interface TokenLogprob extends TokenAlternative {
 /** Per-step and per-request observations, for metrics (reported by value; the node turns them into Prometheus). */
 export interface StepObservation {
   phase: 'prefill' | 'decode'
+  /** The forward pass alone (ORT's run, the graph's argmax included): not the planning, cache copies or sampling. */
   seconds: number
   batch: number
   tokens: number

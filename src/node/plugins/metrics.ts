@@ -149,7 +149,7 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
   const iterTokens = histogram('onnxd_iteration_tokens', iterHelp, BUCKETS.iterationTokens, PL)
   const iterTokensOld = histogram(deprecation('onnxd_iteration_tokens').name, deprecatedHelp(deprecation('onnxd_iteration_tokens'), iterHelp), BUCKETS.iterationTokens, PL)
   const batchSize = histogram('onnxd_batch_size', 'Histogram of sequences (rows) per engine step.', BUCKETS.batchSize, PL)
-  const stepSeconds = histogram('onnxd_batch_step_seconds', 'Histogram of one engine step (forward pass and sampling) in seconds.', BUCKETS.stepSeconds, PL)
+  const stepSeconds = histogram('onnxd_batch_step_seconds', "Histogram of one engine step's forward pass (ONNX Runtime's run, with the graph's argmax on greedy steps) in seconds; the scheduling, cache copies and sampling around it are not in it.", BUCKETS.stepSeconds, PL)
 
   const promptTokens = new Counter({ name: 'onnxd_prompt_tokens_total', help: 'Number of prompt tokens processed.', labelNames: L, registers })
   const genTokens = new Counter({ name: 'onnxd_generation_tokens_total', help: 'Number of generation tokens produced.', labelNames: L, registers })
