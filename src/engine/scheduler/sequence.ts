@@ -296,7 +296,8 @@ export class Sequence {
     const gaps: number[] = []
     for (let i = 1; i < t.length; i++) gaps.push((t[i] - t[i - 1]) / 1000)
     return {
-      finishReason: reason === 'done' ? (this.finishReason ?? 'stop') : reason,
+      // Done without a finish reason: it failed (a token outside its grammar), and counts as an error, not a stop.
+      finishReason: reason === 'done' ? (this.finishReason ?? 'error') : reason,
       promptTokens: this.promptIds.length,
       completionTokens: this.generated.length,
       prefixQueryTokens: this.cachedTokens === null ? 0 : this.promptIds.length,
