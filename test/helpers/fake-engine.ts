@@ -133,6 +133,7 @@ export const READY_HEALTH: PoolHealth = {
   // What a CPU node runs by default (model/runtime.ts defaultRuntime).
   runtime: 'capi',
   contextLength: 2048,
+  configuredWorkers: 1,
   workers: [{ threadId: 1, ready: true, heartbeatAgeMs: 0, stats: null }],
   running: 0,
   waiting: 0,

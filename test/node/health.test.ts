@@ -21,6 +21,8 @@ describe('GET /health', () => {
         kvUsedBytes: 16 * 1024 * 1024,
         kvBudgetBytes: 64 * 1024 * 1024,
         restarts: 1,
+        // Three configured, two serving: the third is being replaced (restarts 1).
+        configuredWorkers: 3,
         workers: [
           { threadId: 1, ready: true, heartbeatAgeMs: 3, stats: null },
           { threadId: 2, ready: true, heartbeatAgeMs: 4, stats: null },
@@ -34,7 +36,7 @@ describe('GET /health', () => {
       models: ['onnxd-tiny'],
       provider: 'cpu',
       runtime: 'capi',
-      workers: { total: 2, ready: 2 },
+      workers: { total: 3, ready: 2 },
       running: 3,
       waiting: 2,
       capacity: 315,

@@ -188,13 +188,15 @@ describe('GET /metrics', () => {
   })
 
   it('collects gauges and onnxd_info from pool health at scrape time', async () => {
-    node = testNode({ health: { running: 4, waiting: 7, kvUsedBytes: 1024, kvBudgetBytes: 4096, provider: 'cuda', runtime: 'js' } })
+    // Two workers configured, one serving (the other loading or being replaced).
+    node = testNode({ health: { running: 4, waiting: 7, kvUsedBytes: 1024, kvBudgetBytes: 4096, provider: 'cuda', runtime: 'js', configuredWorkers: 2 } })
     let text = await scrape(node)
     expect(sample(text, 'onnxd_num_requests_running{model_name="onnxd-tiny"}')).toBe(4)
     expect(sample(text, 'onnxd_num_requests_waiting{model_name="onnxd-tiny"}')).toBe(7)
     expect(sample(text, 'onnxd_kv_cache_usage_perc{model_name="onnxd-tiny"}')).toBe(0.25)
     expect(sample(text, 'onnxd_kv_cache_used_bytes{model_name="onnxd-tiny"}')).toBe(1024)
     expect(sample(text, 'onnxd_workers_ready{model_name="onnxd-tiny"}')).toBe(1)
+    expect(sample(text, 'onnxd_workers{model_name="onnxd-tiny"}')).toBe(2)
     // The metrics were created for cpu; the running provider (a fallback, say) wins, as one series.
     expect(sample(text, 'onnxd_info{model_name="onnxd-tiny",provider="cuda",runtime="js"}')).toBe(1)
     expect(text).not.toContain('provider="cpu"')

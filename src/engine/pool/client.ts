@@ -58,6 +58,9 @@ export interface PoolHealth {
   /** The API the workers' steps run on (what they report once loaded; the configured one until then). */
   runtime: Runtime
   contextLength: number | null
+  /** Worker threads the pool is configured to run (`--workers`), loaded or not. */
+  configuredWorkers: number
+  /** The live workers that have loaded the model, each ready unless it is being replaced. */
   workers: WorkerHealth[]
   running: number
   waiting: number

@@ -389,6 +389,7 @@ export class EnginePool implements EngineClient {
       provider: this.info?.provider ?? this.opts.provider ?? 'cpu',
       runtime: this.info?.runtime ?? intendedRuntime(this.opts.runtime, this.opts.provider ?? 'cpu'),
       contextLength: this.info?.contextLength ?? null,
+      configuredWorkers: this.nWorkers,
       workers,
       running: sum((s) => s.running + s.prefilling),
       waiting: sum((s) => s.waiting),

@@ -116,10 +116,10 @@ export function createMetrics(registry: Registry, modelName: string, provider: s
   gauge('onnxd_kv_cache_used_bytes', 'KV-cache bytes in use over all workers.', (h) => h.kvUsedBytes)
   gauge('onnxd_prefix_cache_bytes', 'Prefix-cache bytes over all workers (within the KV budget, evicted as requests need the room).', (h) => h.prefixCacheBytes)
   gauge('onnxd_kv_cache_budget_bytes', 'KV-cache bytes budgeted over all workers.', (h) => h.kvBudgetBytes)
-  const workersHelp = 'Engine worker threads configured.'
-  gauge('onnxd_workers', workersHelp, (h) => h.workers.length)
-  gauge(deprecation('onnxd_workers').name, deprecatedHelp(deprecation('onnxd_workers'), workersHelp), (h) => h.workers.length)
-  gauge('onnxd_workers_ready', 'Engine worker threads with the model loaded.', (h) => h.workers.filter((w) => w.ready).length)
+  const workersHelp = 'Engine worker threads configured (--workers), loaded or not: onnxd_workers_ready below it means some are loading or being replaced.'
+  gauge('onnxd_workers', workersHelp, (h) => h.configuredWorkers)
+  gauge(deprecation('onnxd_workers').name, deprecatedHelp(deprecation('onnxd_workers'), workersHelp), (h) => h.configuredWorkers)
+  gauge('onnxd_workers_ready', 'Engine worker threads with the model loaded and not being replaced.', (h) => h.workers.filter((w) => w.ready).length)
 
   new Gauge({
     name: 'onnxd_info',

@@ -15,7 +15,7 @@ export function healthBody(h: PoolHealth, draining: boolean, chatTemplate?: bool
     models: h.model ? [h.model] : [],
     provider: h.provider,
     runtime: h.runtime,
-    workers: { total: h.workers.length, ready: h.workers.filter((w) => w.ready).length },
+    workers: { total: h.configuredWorkers, ready: h.workers.filter((w) => w.ready).length },
     running: h.running,
     waiting: h.waiting,
     // A router should send nothing to a node that is not ready, whatever slots its workers have free.
@@ -70,6 +70,7 @@ function unknownHealth(f: HealthRouteDeps['fallback']): PoolHealth {
     provider: f.provider as PoolHealth['provider'],
     runtime: f.runtime,
     contextLength: null,
+    configuredWorkers: 0,
     workers: [],
     running: 0,
     waiting: 0,
