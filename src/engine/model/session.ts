@@ -306,7 +306,7 @@ export class DecoderSession {
           config,
           intraOpThreads: opts.intraOpThreads,
           libraryPath: opts.capiLibraryPath,
-          ...(provider === 'webgpu' ? { ep: { name: 'WebGPU', options: opts.webgpuOptions }, deviceMemory: 'WebGPU_Buf', graphCapture } : {}),
+          ...(provider === 'webgpu' ? { ep: { name: 'WebGPU', options: webgpuOptions ?? undefined }, deviceMemory: 'WebGPU_Buf', graphCapture } : {}),
         })
       } catch (e) {
         if (needsCapi) throw new OnnxdError('config', `--${needsCapi}: runtime 'capi' cannot load ${bundle.onnxPath} on ${provider}: ${(e as Error).message}`)
@@ -494,12 +494,11 @@ export class DecoderSession {
     try {
       const out = await this.gated(() => (fetches ? session.run(feeds, fetches) : session.run(feeds)))
       // Every fetched output comes back as a fresh JS buffer. The feeds go in as JS tensors: on a GPU provider each
-      // is copied to it, the past included; on the CPU ORT reads the past in place over the cache, so only the
-      // others count.
-      const inPlace = this.provider === 'cpu' ? new Set(sig.kv.pastNames) : new Set<string>()
+      // is copied to it, the past included; on the CPU ORT reads the past in place over the cache, so it does not count.
       let fed = 0
       let fetched = 0
-      for (const [n, t] of Object.entries(feeds)) if (!inPlace.has(n)) fed += (t.data as ArrayBufferView).byteLength
+      for (const t of Object.values(feeds)) fed += (t.data as ArrayBufferView).byteLength
+      if (this.provider === 'cpu') for (const p of x.past) fed -= p.data.byteLength
       for (const t of Object.values(out)) fetched += (t.data as ArrayBufferView).byteLength
       this.traffic = { in: fed, out: fetched }
       return out
