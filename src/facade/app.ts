@@ -11,6 +11,7 @@ import type { FacadeContext } from './context.js'
 import { hardenHttp, httpServerOptions, LOG_REDACT } from '../shared/http-server.js'
 import { RequestTracing, type Tracing } from '../shared/tracing.js'
 import { facadeErrorHandler, facadeNotFoundHandler } from './errors.js'
+import { specSchemaError } from '../shared/http-errors.js'
 import { rateLimitHeaders, RateLimiter } from './limits/rate-limit.js'
 import { Admission } from './limits/admission.js'
 import { SequenceLimiter } from './limits/sequences.js'
@@ -66,6 +67,8 @@ export async function buildFacade(options: FacadeOptions, deps: Partial<FacadeDe
     bodyLimit: options.bodyLimit,
     // Bodies are checked as sent: a number is not a string.
     ajv: { customOptions: { coerceTypes: false } },
+    // A field of the wrong type is a 422, a missing one a 400 (the spec's rules).
+    schemaErrorFormatter: specSchemaError,
     // One log line per request (below), not fastify's two: logging is a large part of the cost of a request.
     logController: new LogController({ disableRequestLogging: true }),
   })

@@ -1,7 +1,7 @@
 // The one error-to-HTTP policy of the node and the facade: an OnnxdError as status, the spec's error object and
 // Retry-After (toHttpError, sendError), with statuses and types from the table in ./errors.ts; the error object
 // as a response schema; fastify's own client errors in the spec's words. Imports: shared errors, fastify types.
-import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyError, FastifyReply, FastifyRequest, FastifySchemaValidationError } from 'fastify'
 import { Type } from '@sinclair/typebox'
 import { clip, codeForStatus, errorBody, errorStatus, isOnnxdError, OnnxdError, type ErrorBody, type ErrorCode } from './errors.js'
 
@@ -79,9 +79,8 @@ export const ErrorBodySchema = Type.Object({
 export const MAX_PARAM_LENGTH = 256
 
 /** One sentence naming the field: "Missing required field 'model'", "Unknown field 'foo'", "'max_tokens' must be integer". */
-function validationMessage(e: FastifyError): string {
-  const v = e.validation?.[0]
-  if (!v) return e.message
+function validationMessage(v: FastifySchemaValidationError | undefined, fallback: string): string {
+  if (!v) return fallback
   // Paths and property names can be the client's own keys: quoted cut short, like any value of theirs.
   const path = v.instancePath ? clip(v.instancePath.slice(1).replace(/\//g, '.')) : ''
   const params = v.params as { missingProperty?: string; additionalProperty?: string }
@@ -94,6 +93,19 @@ function validationMessage(e: FastifyError): string {
   }
   if (!path) return `The request body ${message}`
   return `'${path}' ${message}`
+}
+
+/**
+ * The `/v1` facade's schema failures, by the spec's two rules (Endpoints, 1 and 2): a body that is not an object or
+ * lacks a required field is a 400; a field it has, holding a value of the wrong type, is a 422 (`{"model": 7}`).
+ * The facade's route schemas hold only the required fields and their types; every other value is checked after them
+ * (422). The node's internal contract keeps 400 for any shape error of its body (fromFastifyError; docs/errors.md).
+ * Fastify's `schemaErrorFormatter`.
+ */
+export function specSchemaError(errors: FastifySchemaValidationError[], context: string): OnnxdError {
+  const v = errors[0]
+  const shape = context === 'body' && (v === undefined || v.keyword === 'required' || v.instancePath === '')
+  return new OnnxdError(shape ? 'invalid_request' : 'invalid_value', validationMessage(v, 'The request is invalid'))
 }
 
 /**
@@ -119,7 +131,7 @@ export function fromFastifyError(e: FastifyError, bodyLimit?: number): OnnxdErro
       return new OnnxdError('payload_too_large', `The request body exceeds the limit${bodyLimit ? ` of ${bodyLimit} bytes` : ''}`)
     case 'FST_ERR_VALIDATION': {
       const context = (e as FastifyError & { validationContext?: string }).validationContext
-      return new OnnxdError(context === undefined || context === 'body' ? 'invalid_request' : 'invalid_value', validationMessage(e))
+      return new OnnxdError(context === undefined || context === 'body' ? 'invalid_request' : 'invalid_value', validationMessage(e.validation?.[0], e.message))
     }
   }
   if (e instanceof SyntaxError) return new OnnxdError('invalid_request', 'The request body is not valid JSON')

@@ -116,13 +116,16 @@ describe('400 invalid_request_error', () => {
     const fx = await setup()
     expectError(await post(fx, { model: MODEL, messages: [{ role: 'user' }] }), 400, 'invalid_request_error', /Missing required field 'messages.0.content'/)
   })
-  it('a model that is not a string', async () => {
-    const fx = await setup()
-    expectError(await post(fx, { model: 7, messages: [] }), 400, 'invalid_request_error', /'model' must be string/)
-  })
 })
 
 describe('422 invalid_request_error', () => {
+  it('a required field present with a value of the wrong type (the spec: valid JSON, invalid values)', async () => {
+    const fx = await setup()
+    expectError(await post(fx, { model: 7, messages: [] }), 422, 'invalid_request_error', /'model' must be string/)
+    expectError(await post(fx, { model: MODEL, messages: 'hi' }), 422, 'invalid_request_error', /'messages' must be array/)
+    expectError(await post(fx, { model: MODEL, messages: ['hi'] }), 422, 'invalid_request_error', /'messages.0' must be object/)
+    expect(fx.nodes[0]!.requests).toHaveLength(0)
+  })
   it('unknown model', async () => {
     const fx = await setup()
     expectError(await post(fx, chatBody({ model: 'gpt-9' })), 422, 'invalid_request_error', /The model 'gpt-9' does not exist/)

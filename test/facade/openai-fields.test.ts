@@ -152,6 +152,20 @@ describe('/v1/completions refuses what it cannot honour', () => {
   })
 })
 
+describe('a body lacking a required field is a 400 before any of its values is a 422 (the spec\'s order)', () => {
+  it('whatever unknown field it also has', async () => {
+    for (const [url, payload, field] of [
+      ['/v1/completions', { model: MODEL, prompt: null, suffix: 'x' }, 'prompt'],
+      ['/v1/responses', { model: MODEL, foo: 1 }, 'input'],
+      ['/v1/responses', { model: MODEL, input: null, temperature: 9 }, 'input'],
+    ] as const) {
+      const res = await post(url, payload)
+      expect(res.statusCode, `${url} ${JSON.stringify(payload)}`).toBe(400)
+      expect(res.json().error).toEqual({ type: 'invalid_request_error', code: 400, message: `Missing required field '${field}'` })
+    }
+  })
+})
+
 describe('the official openai client', () => {
   let client: OpenAI
   beforeAll(async () => {

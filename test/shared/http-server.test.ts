@@ -168,7 +168,8 @@ describe.each(SERVERS)('$name', (s) => {
       expect((await c.next()).status).toBe(100)
       await c.write(body)
       const r = await c.next()
-      expect(r.status).toBe(400)
+      // A model of the wrong type: the node's contract calls it a malformed body, the spec (the facade) a bad value.
+      expect(r.status).toBe(s.name === 'facade' ? 422 : 400)
       errorOf(r)
     } finally {
       c.close()

@@ -83,10 +83,11 @@ function checkPromptForm(prompt: unknown): void {
 
 /** Checks values; throws 422 naming the first bad field. Null optional values count as absent, as with OpenAI. */
 export function parseCompletionParams(body: Record<string, unknown>): CompletionParams {
+  // A missing field is the body's fault (400), before any value is looked at (422): the spec's order.
+  if (body.prompt === undefined || body.prompt === null) throw new OnnxdError('invalid_request', "Missing required field 'prompt'")
   const value = honouredFields(body, 'completions', HONOURED_FIELDS)
   value.stream_options = checkStreamOptions(value.stream_options, value.stream)
   if (value.stream_options === undefined) delete value.stream_options
-  if (value.prompt === undefined) throw new OnnxdError('invalid_request', "Missing required field 'prompt'")
   checkPromptForm(value.prompt)
   if (!checker.Check(value)) throw firstInvalid(checker, value)
   // Here `logprobs` is a count (chat's logprobs: true with top_logprobs), not chat's flag.

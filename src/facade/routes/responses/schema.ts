@@ -186,8 +186,9 @@ function checkTools(p: ResponseParams): void {
  * cannot give the model, then the values of the fields it honours. Null optional values count as absent.
  */
 export function parseResponseParams(body: Record<string, unknown>): ResponseParams {
+  // A missing field is the body's fault (400), before any value is looked at (422): the spec's order.
+  if (body.input === undefined || body.input === null) throw new OnnxdError('invalid_request', "Missing required field 'input'")
   const value = honouredFields(body, 'responses', HONOURED_FIELDS)
-  if (value.input === undefined) throw new OnnxdError('invalid_request', "Missing required field 'input'")
   checkRefused(value)
   const p = checkedValues<ResponseParams>(checker, value)
   checkTools(p)
