@@ -21,7 +21,7 @@ export class SequenceLimiter {
     const limit = this.perKey
     if (limit === 0) return () => {}
     if (n > limit) {
-      throw new OnnxdError('invalid_value', `This request needs ${n} sequences (one per choice and prompt); an API key may run at most ${limit} at once`, { param: 'n' })
+      throw new OnnxdError('invalid_value', `Invalid value for 'n': this request needs ${n} sequences (one per choice and prompt); an API key may run at most ${limit} at once`, { param: 'n' })
     }
     const now = this.held.get(keyId) ?? 0
     if (now + n > limit) {
