@@ -3,14 +3,14 @@
 // Imports: facade options, store.
 import type { Store } from '../store/interfaces.js'
 import { openStore } from '../facade/stores.js'
-import { FACADE_FLAGS, facadeFlags, loadFacadeOptions, readFacadeConfig, type Env, type FacadeOptions } from '../facade/options.js'
+import { FACADE_FLAGS, FACADE_SECRETS, facadeFlags, loadFacadeOptions, readFacadeConfig, type Env, type FacadeOptions } from '../facade/options.js'
 
 /**
  * The facade's command-line flags: one per option, all read as strings, except the JWT secret's (a secret on a
  * command line is visible to every user of the host: ONNXD_JWT_SECRET or the config file only).
  */
 export const FACADE_ARG_FLAGS: readonly string[] = Object.entries(FACADE_FLAGS)
-  .filter(([field]) => field !== 'jwtSecret')
+  .filter(([field]) => !(FACADE_SECRETS as readonly string[]).includes(field))
   .map(([, flag]) => flag)
 
 export function operatorOptions(values: Record<string, unknown>, env: Env): FacadeOptions {

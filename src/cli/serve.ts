@@ -3,10 +3,11 @@
 // The command's flags and signals; the node is src/node/server.ts, the facade src/facade/server.ts.
 import { parseArgs } from 'node:util'
 import { nodeArgOptions, type ArgOption } from '../node/flags.js'
-import { loadNodeOptions, NODE_FLAGS, nodeFlags, readNodeConfig } from '../node/options.js'
+import { loadNodeOptions, NODE_FLAGS, nodeFlags, readNodeConfig, type NodeOptions } from '../node/options.js'
 import { serveNode } from '../node/server.js'
 import { FACADE_ARG_FLAGS, operatorOptions } from './operator.js'
 import { startFacade, type RunningFacade } from '../facade/server.js'
+import type { FacadeOptions } from '../facade/options.js'
 import { checkProductionSecret } from '../facade/auth/secret-strength.js'
 import { withShutdownSignals } from '../shared/signals.js'
 import { openTracing } from '../shared/tracing.js'
@@ -15,13 +16,15 @@ const USAGE = `usage: onnxd serve [--model DIR|OWNER/NAME] [--port N] [--host H]
 
 Starts a worker node (default 127.0.0.1:8081) and the public /v1 facade (default 127.0.0.1:8080) in front of it.
 --port/--host (ONNXD_PORT/ONNXD_HOST) are the facade's; --node-port/--node-host (ONNXD_NODE_PORT/ONNXD_NODE_HOST)
-the node's. Every other flag of \`onnxd node\` and \`onnxd facade\` works here too; see docs/configuration.md.
+the node's; --log-level and --body-limit apply to both. Every other flag of \`onnxd node\` and \`onnxd facade\` works
+here too, but --nodes (the facade's node is this one); see docs/configuration.md.
 `
 
-/** The facade's flags that are not also the node's: the shared names (--port, --host, --log-level, --body-limit) are set below. */
+/** The facade's flags that are not also the node's: the shared names (--port, --host, --log-level, --body-limit) are set below, --nodes is this node. */
 const FACADE_ONLY = FACADE_ARG_FLAGS.filter((f) => !['port', 'host', 'nodes', 'log-level', 'body-limit'].includes(f))
 
-export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+/** The two halves' options from serve's flags, environment and config file; null for --help. */
+export function serveOptions(argv: string[], env: NodeJS.ProcessEnv): { node: NodeOptions; facade: FacadeOptions } | null {
   const str = { type: 'string' } as const
   const options: Record<string, ArgOption> = {
     config: str,
@@ -34,22 +37,29 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env):
   }
   for (const flag of FACADE_ONLY) options[flag] = str
   const { values } = parseArgs({ args: argv, options, strict: true, allowPositionals: false })
-  if (values.help === true) {
-    process.stdout.write(USAGE)
-    return 0
-  }
+  if (values.help === true) return null
   const config = typeof values.config === 'string' ? values.config : undefined
 
   const nodeValues: Record<string, unknown> = {}
   for (const flag of Object.values(NODE_FLAGS)) if (flag !== 'port' && flag !== 'host') nodeValues[flag] = values[flag]
   nodeValues.port = values['node-port']
   nodeValues.host = values['node-host']
-  const nodeOpts = loadNodeOptions(env, nodeFlags(nodeValues), readNodeConfig(config))
+  const node = loadNodeOptions(env, nodeFlags(nodeValues), readNodeConfig(config))
 
-  const facadeValues: Record<string, unknown> = { config, port: values.port, host: values.host, 'log-level': values['log-level'] }
+  // --log-level and --body-limit are both halves': the facade's limit is the one clients meet.
+  const facadeValues: Record<string, unknown> = { config, port: values.port, host: values.host, 'log-level': values['log-level'], 'body-limit': values['body-limit'] }
   for (const flag of FACADE_ONLY) facadeValues[flag] = values[flag]
-  facadeValues.nodes = `http://${nodeOpts.host}:${nodeOpts.port}`
-  const facadeOpts = operatorOptions(facadeValues, env)
+  facadeValues.nodes = `http://${node.host}:${node.port}`
+  return { node, facade: operatorOptions(facadeValues, env) }
+}
+
+export async function run(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const opts = serveOptions(argv, env)
+  if (opts === null) {
+    process.stdout.write(USAGE)
+    return 0
+  }
+  const { node: nodeOpts, facade: facadeOpts } = opts
   // Before the node builds or loads anything: a production facade with a placeholder or guessable secret does not start.
   await checkProductionSecret(facadeOpts.jwtSecret, env)
 

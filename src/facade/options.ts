@@ -3,7 +3,7 @@
 // Imports: shared options and config file, the PostgreSQL store's default pool size, typebox.
 import { Type, type Static } from '@sinclair/typebox'
 import { LOG_LEVELS, readConfigSection } from '../shared/config-file.js'
-import { flagInput, loadOptions, optionFlags, type Env, type OptionsSpec } from '../shared/options.js'
+import { flagInput, loadOptions, optionFlags, optionName, type Env, type OptionsSpec } from '../shared/options.js'
 import { DEFAULT_MAX_CONNECTIONS } from '../store/postgres.js'
 
 const Url = Type.String({ pattern: '^https?://[^\\s/]+', description: 'an http(s) URL' })
@@ -102,6 +102,9 @@ export type FacadeOptions = Static<typeof FacadeOptions>
 
 type Field = keyof FacadeOptions
 
+/** Options that are secrets: no flag (ONNXD_JWT_SECRET or the config file only), and never quoted in a problem. */
+export const FACADE_SECRETS: readonly Field[] = ['jwtSecret']
+
 /** The environment variable of each option. */
 export const FACADE_ENV: Record<Field, string> = {
   port: 'ONNXD_PORT',
@@ -165,19 +168,22 @@ const SPEC: OptionsSpec<typeof FacadeOptions> = {
     defaultPrice: json('{"prompt":0.5,"completion":1.5}'),
   },
   normalize: { nodes: withoutTrailingSlashes },
+  secrets: FACADE_SECRETS,
   check: (v, env) => {
     const problems: string[] = []
+    const name = (field: Field): string => optionName(FACADE_ENV, field, FACADE_SECRETS)
+    // The URLs are not quoted: they can carry a password.
     if (typeof v.databaseUrl === 'string' && !/^postgres(ql)?:\/\/./.test(v.databaseUrl)) {
-      problems.push('databaseUrl (ONNXD_DATABASE_URL): must be a postgres:// URL')
+      problems.push(`${name('databaseUrl')}: must be a postgres:// URL`)
     }
     if (typeof v.redisUrl === 'string' && !/^rediss?:\/\/./.test(v.redisUrl)) {
-      problems.push('redisUrl (ONNXD_REDIS_URL): must be a redis:// or rediss:// URL')
+      problems.push(`${name('redisUrl')}: must be a redis:// or rediss:// URL`)
     }
     if (v.jwksUrl !== undefined && v.jwksFile !== undefined) {
-      problems.push(`jwksUrl (ONNXD_JWKS_URL) and jwksFile (ONNXD_JWKS_FILE) are exclusive: set one`)
+      problems.push(`${name('jwksUrl')} and ${name('jwksFile')} are exclusive: set one`)
     }
     if (env.NODE_ENV === 'production' && v.jwtSecret === undefined && v.jwksUrl === undefined && v.jwksFile === undefined) {
-      problems.push('jwtSecret (ONNXD_JWT_SECRET) is required when NODE_ENV=production (or configure ONNXD_JWKS_URL / ONNXD_JWKS_FILE)')
+      problems.push(`${name('jwtSecret')} is required when NODE_ENV=production (or configure ONNXD_JWKS_URL / ONNXD_JWKS_FILE)`)
     }
     return problems
   },

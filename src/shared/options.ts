@@ -21,6 +21,11 @@ export interface OptionsSpec<S extends TObject> {
   normalize?: Partial<Record<keyof Static<S>, (value: unknown) => unknown>>
   /** Rules across options. Runs on every load, also when some options are invalid, so each rule checks its inputs. */
   check?: (value: Readonly<Record<string, unknown>>, env: Env) => string[]
+  /**
+   * Options that hold secrets: they have no flag (a command line is visible to every user of the host), and a
+   * problem names them without their flag and never quotes their value.
+   */
+  secrets?: readonly (keyof Static<S> & string)[]
 }
 
 /** The command-line flag of each option, without dashes (`device-id` for deviceId). */
@@ -37,10 +42,11 @@ export function flagInput<K extends string>(flags: Record<K, string>, values: Re
   return out
 }
 
-/** An option as problems name it: `workers (ONNXD_WORKERS, --workers)`. */
-export function optionName(env: Record<string, string>, field: string): string {
+/** An option as problems name it: `workers (ONNXD_WORKERS, --workers)`; a secret without its flag (it has none). */
+export function optionName(env: Record<string, string>, field: string, secrets: readonly string[] = []): string {
   const name = env[field]
-  return name === undefined ? field : `${field} (${name}, --${optionFlags({ [field]: name })[field]})`
+  if (name === undefined) return field
+  return secrets.includes(field) ? `${field} (${name})` : `${field} (${name}, --${optionFlags({ [field]: name })[field]})`
 }
 
 const INTEGER = /^[+-]?\d+$/
@@ -107,6 +113,8 @@ export function loadOptions<S extends TObject>(
   const problems: string[] = []
   const envNames = spec.env as Record<string, string>
   const flagNames = optionFlags(envNames)
+  const secrets: readonly string[] = spec.secrets ?? []
+  const given = (field: string, v: unknown): string => (secrets.includes(field) ? '(a secret: not shown)' : JSON.stringify(v))
   const fromString = (field: Field, raw: string, source: string): unknown => {
     const parse = spec.parse?.[field]
     const schema = spec.schema.properties[field]
@@ -114,7 +122,7 @@ export function loadOptions<S extends TObject>(
     try {
       return parse(raw)
     } catch (e) {
-      problems.push(`${field} (${source}): ${(e as Error).message}. Given: ${JSON.stringify(clip(raw, 80))}`)
+      problems.push(`${field} (${source}): ${(e as Error).message}. Given: ${given(field, clip(raw, 80))}`)
       return undefined
     }
   }
@@ -144,7 +152,7 @@ export function loadOptions<S extends TObject>(
       continue
     }
     const what = requirement(e.schema, e.value) ?? e.message
-    problems.push(`${optionName(envNames, field)}${rest.length > 0 ? ` at ${e.path}` : ''}: ${what}. Given: ${JSON.stringify(e.value)}`)
+    problems.push(`${optionName(envNames, field, secrets)}${rest.length > 0 ? ` at ${e.path}` : ''}: ${what}. Given: ${given(field, e.value)}`)
   }
   problems.push(...(spec.check?.(value, env) ?? []))
   if (problems.length > 0) {

@@ -111,8 +111,8 @@ describe('operator CLI', () => {
     expect((await cli(facadeCmd, ['--help'])).stdout).toMatch(/usage: onnxd facade/)
     await expect(cli(facadeCmd, ['--port', 'eighty', '--data-dir', tmp()])).rejects.toThrow(/port \(ONNXD_PORT, --port\)/)
     // Every option docs/configuration.md lists with a flag is a flag of the command (not an "unknown option" from parseArgs).
-    await expect(cli(facadeCmd, ['--database-url', 'mysql://x', '--data-dir', tmp()])).rejects.toThrow(/databaseUrl \(ONNXD_DATABASE_URL\): must be a postgres/)
-    await expect(cli(facadeCmd, ['--redis-url', 'http://x', '--data-dir', tmp()])).rejects.toThrow(/redisUrl \(ONNXD_REDIS_URL\)/)
+    await expect(cli(facadeCmd, ['--database-url', 'mysql://x', '--data-dir', tmp()])).rejects.toThrow(/databaseUrl \(ONNXD_DATABASE_URL, --database-url\): must be a postgres/)
+    await expect(cli(facadeCmd, ['--redis-url', 'http://x', '--data-dir', tmp()])).rejects.toThrow(/redisUrl \(ONNXD_REDIS_URL, --redis-url\)/)
     await expect(cli(facadeCmd, ['--affinity-prefix-chars=-1', '--dns-interval-ms', '5', '--data-dir', tmp()])).rejects.toThrow(
       /affinityPrefixChars .*dnsIntervalMs|dnsIntervalMs[\s\S]*affinityPrefixChars|affinityPrefixChars[\s\S]*dnsIntervalMs/,
     )

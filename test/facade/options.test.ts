@@ -60,7 +60,23 @@ describe('loadFacadeOptions', () => {
     expect(() => loadFacadeOptions({ ONNXD_JWKS_URL: 'https://idp/jwks', ONNXD_JWKS_FILE: '/x' })).toThrow(/exclusive/)
     expect(() => loadFacadeOptions({ NODE_ENV: 'production' })).toThrow(/ONNXD_JWT_SECRET\) is required when NODE_ENV=production/)
     expect(loadFacadeOptions({ NODE_ENV: 'production', ONNXD_JWT_SECRET: 's'.repeat(32) }).jwtSecret).toBe('s'.repeat(32))
-    expect(() => loadFacadeOptions({ ONNXD_JWT_SECRET: 'short' })).toThrow(/jwtSecret/)
+    expect(() => loadFacadeOptions({ ONNXD_JWKS_URL: 'https://idp/jwks', ONNXD_JWKS_FILE: '/x' })).toThrow(
+      'jwksUrl (ONNXD_JWKS_URL, --jwks-url) and jwksFile (ONNXD_JWKS_FILE, --jwks-file) are exclusive',
+    )
+    expect(() => loadFacadeOptions({ ONNXD_DATABASE_URL: 'mysql://u:pw@db/x' })).toThrow('databaseUrl (ONNXD_DATABASE_URL, --database-url): must be a postgres:// URL')
+  })
+
+  it('names the JWT secret without a flag (it has none) and never quotes it', () => {
+    let msg = ''
+    try {
+      loadFacadeOptions({ ONNXD_JWT_SECRET: 'hunter2-short' })
+    } catch (e) {
+      msg = (e as Error).message
+    }
+    expect(msg).toContain('jwtSecret (ONNXD_JWT_SECRET): must be at least 32 characters. Given: (a secret: not shown)')
+    expect(msg).not.toContain('hunter2')
+    expect(msg).not.toContain('--jwt-secret')
+    expect(() => loadFacadeOptions({ NODE_ENV: 'production' })).toThrow(/^(?![\s\S]*--jwt-secret)[\s\S]*jwtSecret \(ONNXD_JWT_SECRET\) is required/)
   })
 
   it('converts strings strictly, as the node does: "1.5" is not an integer, a file\'s "1" is not a number', () => {

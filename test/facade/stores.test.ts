@@ -43,8 +43,8 @@ describe('facade store selection', () => {
       }
       return null
     })()
-    expect(err?.message).toMatch(/ONNXD_DATABASE_URL\): must be a postgres:\/\/ URL/)
-    expect(err?.message).toMatch(/ONNXD_REDIS_URL\): must be a redis:\/\/ or rediss:\/\/ URL/)
+    expect(err?.message).toMatch(/ONNXD_DATABASE_URL, --database-url\): must be a postgres:\/\/ URL/)
+    expect(err?.message).toMatch(/ONNXD_REDIS_URL, --redis-url\): must be a redis:\/\/ or rediss:\/\/ URL/)
     expect(err?.message).not.toMatch(/hunter/)
   })
 
