@@ -36,7 +36,7 @@ export const NodeOptions = Type.Object(
     deviceId: Type.Integer({ minimum: 0, default: 0 }),
     /** Run on CPU when the requested GPU provider is missing, instead of failing start-up. */
     allowCpuFallback: Type.Boolean({ default: false }),
-    /** Which ORT API runs the steps: auto (capi on CPU, js on GPU), onnxruntime-node's JS API, or ORT's C API (CPU; falls back to js where it cannot load). */
+    /** Which ORT API runs the steps: auto (runtime.ts defaultRuntime: capi on cpu and webgpu, js on cuda and tensorrt), onnxruntime-node's JS API, or ORT's C API (falls back to js where it cannot load or run the graph). */
     runtime: Type.Union(
       RUNTIME_CHOICES.map((r) => Type.Literal(r)),
       { default: 'auto' },

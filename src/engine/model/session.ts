@@ -29,7 +29,7 @@ export interface SessionOptions {
   allLogits?: boolean
   /**
    * Run steps through onnxruntime-node's JS API ('js') or ORT's C API ('capi', capi-session.ts); 'auto', the default,
-   * is runtime.ts's defaultRuntime for the provider ('capi' on CPU, 'js' on the others), without a warning.
+   * is runtime.ts's defaultRuntime for the provider ('capi' on cpu and webgpu, 'js' on cuda and tensorrt), without a warning.
    */
   runtime?: RuntimeChoice
   /** The libonnxruntime runtime 'capi' loads (default: onnxruntime-node's own); tests point it elsewhere. */
