@@ -110,7 +110,8 @@ export function specSchemaError(errors: FastifySchemaValidationError[], context:
 
 /**
  * Fastify's own client errors in the spec's words; null for anything else. A body's shape (required fields, their
- * basic types, unknown fields) is a 400; query and path values are 422. `bodyLimit` names the limit in 413s.
+ * basic types, unknown fields) is a 400, as the node's contract says (the facade formats its own: specSchemaError);
+ * query and path values are 422. `bodyLimit` names the limit in 413s.
  * Messages never carry the client's value: fastify's own messages for these quote the whole URL or content type.
  */
 export function fromFastifyError(e: FastifyError, bodyLimit?: number): OnnxdError | null {
