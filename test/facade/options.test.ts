@@ -57,7 +57,6 @@ describe('loadFacadeOptions', () => {
   })
 
   it('checks cross-field rules: one JWKS source, a secret in production', () => {
-    expect(() => loadFacadeOptions({ ONNXD_JWKS_URL: 'https://idp/jwks', ONNXD_JWKS_FILE: '/x' })).toThrow(/exclusive/)
     expect(() => loadFacadeOptions({ NODE_ENV: 'production' })).toThrow(/ONNXD_JWT_SECRET\) is required when NODE_ENV=production/)
     expect(loadFacadeOptions({ NODE_ENV: 'production', ONNXD_JWT_SECRET: 's'.repeat(32) }).jwtSecret).toBe('s'.repeat(32))
     expect(() => loadFacadeOptions({ ONNXD_JWKS_URL: 'https://idp/jwks', ONNXD_JWKS_FILE: '/x' })).toThrow(
