@@ -105,6 +105,19 @@ interface LlamaRun {
 /** Tokens one request of the workload can hold (prompt and output), for llama.cpp's per-sequence context. */
 const contextPerRequest = (cfg: BenchConfig): number => (cfg.prompts ? 4096 : cfg.sharedPrefixLen + maxLength(cfg.promptLen) + maxLength(cfg.outputLen) + 16)
 
+/**
+ * The flags of a node the bench starts on `dir`: the target's runtime, weights and prefix caching. The unbatched
+ * reference is the baseline target's node (`spec`) with at most one sequence running, so that `vs_unbatched` compares
+ * batching alone.
+ */
+export function nodeArgs(cfg: Pick<BenchConfig, 'provider' | 'nodeArgs'>, dir: string, port: number, spec: TargetSpec | null, unbatched: boolean): string[] {
+  const args = ['--model', dir, '--port', String(port), '--host', '127.0.0.1', '--log-level', 'warn', ...(spec ? ['--runtime', spec.runtime] : []), ...(cfg.provider === 'cpu' ? [] : ['--provider', cfg.provider]), ...cfg.nodeArgs]
+  if (spec && !spec.prefixCaching) args.push('--no-prefix-caching')
+  if (spec && spec.dtype !== 'fp32') args.push('--dtype', spec.dtype)
+  if (unbatched) args.push('--max-running', '1')
+  return args
+}
+
 /** Starts (or reaches) one target and learns the model id it serves. */
 async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, agent: Agent, spec: TargetSpec | null, llama: LlamaRun | null = null): Promise<Driven> {
   let child: Child | null = null
@@ -121,10 +134,7 @@ async function reach(kind: ScenarioName, cfg: BenchConfig, dir: string | null, a
     url = child.url
   } else if (t.kind === 'spawn' || kind === 'unbatched') {
     const port = await freePort()
-    const args = ['--model', dir!, '--port', String(port), '--host', '127.0.0.1', '--log-level', 'warn', ...(spec ? ['--runtime', spec.runtime] : []), ...(cfg.provider === 'cpu' ? [] : ['--provider', cfg.provider]), ...cfg.nodeArgs]
-    if (spec && !spec.prefixCaching) args.push('--no-prefix-caching')
-    if (spec && spec.dtype !== 'fp32') args.push('--dtype', spec.dtype)
-    if (kind === 'unbatched') args.push('--max-running', '1')
+    const args = nodeArgs(cfg, dir!, port, spec, kind === 'unbatched')
     child = await spawnTarget({ entry: './node-main', args, what: kind === 'unbatched' ? 'the unbatched node' : 'the onnxd node', readyTimeoutS: cfg.readyTimeoutS, agent, port })
     url = child.url
   } else url = t.url
@@ -169,7 +179,16 @@ interface Load {
 }
 
 /** Starts one target and sends it its untimed warm-up requests. */
-async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'>, spec: TargetSpec | null, levels: number[], llama: LlamaRun | null = null): Promise<Running> {
+async function start(
+  kind: ScenarioName,
+  x: Load,
+  b: Pick<Bundle, 'dir' | 'form'>,
+  spec: TargetSpec | null,
+  levels: number[],
+  llama: LlamaRun | null = null,
+  /** What the node it starts serves, when not a target's own (the unbatched reference: the baseline's). */
+  serves: TargetSpec | null = spec,
+): Promise<Running> {
   const dir = b.dir
   const { cfg, form, log } = x
   const agent = createAgent(Math.max(...levels, cfg.warmup))
@@ -177,7 +196,7 @@ async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'
   log.step(`${name}: starting`)
   let d: Driven
   try {
-    d = await reach(kind, cfg, dir, agent, spec, llama)
+    d = await reach(kind, cfg, dir, agent, serves, llama)
   } catch (e) {
     await agent.close()
     throw e
@@ -193,17 +212,20 @@ async function start(kind: ScenarioName, x: Load, b: Pick<Bundle, 'dir' | 'form'
     await agent.close()
     throw e
   }
+  const serving = (t: TargetSpec): string => `${t.attention} attention, runtime ${t.runtime}, ${t.dtype} weights${t.prefixCaching ? '' : ', prefix caching off'}`
   const label =
     kind === 'onnxd'
-      ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? `started by the bench${spec ? `: ${spec.attention} attention, runtime ${spec.runtime}, ${spec.dtype} weights${spec.prefixCaching ? '' : ', prefix caching off'}` : ''}` : d.ep.url})`
-      : llama
+      ? `onnxd ${d.ep.protocol === 'openai' ? 'facade' : 'node'} (${cfg.target.kind === 'spawn' ? `started by the bench${spec ? `: ${serving(spec)}` : ''}` : d.ep.url})`
+      : kind === 'unbatched' && serves
+        ? `${LABELS[kind]}: the baseline's node (${serving(serves)})`
+        : llama
         ? `${LABELS[kind]}: ${llama.spec.type.toUpperCase()} GGUF of the same weights, ${llama.spec.threads} thread${llama.spec.threads > 1 ? 's' : ''}${llama.spec.gpu === 'none' ? '' : `, ${llama.spec.gpu} build, every layer on the GPU`}, prompt cache ${llama.spec.promptCache ? 'on' : 'off'}`
         : LABELS[kind]
   const deadline = kind === 'onnxd' || kind === 'llama.cpp' ? cfg.durationS : cfg.refDurationS
   const out: ScenarioResult = {
     name: kind,
     target: name,
-    ...(spec ? { attention: b.form ?? spec.attention, runtime: d.runtime ?? spec.runtime, dtype: spec.dtype, prefix_caching: spec.prefixCaching } : {}),
+    ...(serves ? { attention: b.form ?? serves.attention, runtime: d.runtime ?? serves.runtime, dtype: serves.dtype, prefix_caching: serves.prefixCaching } : {}),
     ...(llama ? { gguf_type: llama.spec.type, threads: llama.spec.threads, prompt_cache: llama.spec.promptCache } : {}),
     label,
     url: d.ep.url,
@@ -270,10 +292,10 @@ async function stopAll(rs: Running[]): Promise<void> {
   }
 }
 
-/** Drives one reference target (unbatched node, peer) through its levels. */
-async function drive(kind: ScenarioName, x: Load, dir: string | null): Promise<ScenarioResult> {
+/** Drives one reference target (the unbatched node, serving as `serves`; the peer) through its levels. */
+async function drive(kind: ScenarioName, x: Load, dir: string | null, serves: TargetSpec | null): Promise<ScenarioResult> {
   const levels = kind === 'peer' ? x.cfg.peerConcurrency : x.cfg.concurrency
-  const r = await start(kind, x, { dir, form: null }, null, levels)
+  const r = await start(kind, x, { dir, form: null }, null, levels, null, serves)
   try {
     for (const c of [...levels].sort((a, b) => a - b)) await level(r, c, x)
     return r.out
@@ -520,7 +542,7 @@ export async function runBench(cfg: BenchConfig): Promise<BenchResult> {
   const reference = async (kind: 'unbatched' | 'peer', on: boolean, off: string): Promise<void> => {
     if (!on) return void scenarios.push({ name: kind, label: LABELS[kind], ...skipped(off) })
     try {
-      scenarios.push(await drive(kind, x, kind === 'peer' ? await peerDir() : dir))
+      scenarios.push(await drive(kind, x, kind === 'peer' ? await peerDir() : dir, kind === 'unbatched' ? baseSpec : null))
     } catch (e) {
       const msg = (e as Error).message
       const reason = /transformers\.js is not installed/.test(msg) ? 'transformers.js (@huggingface/transformers) is not installed' : `failed: ${msg.split('\n').slice(0, 6).join(' | ')}`

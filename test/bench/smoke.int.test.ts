@@ -65,6 +65,11 @@ describe('onnxd bench --smoke', () => {
         }
       else for (const l of s.levels) expect(l.ort_beside).toBeUndefined()
     }
+    // The unbatched node is the target's own node with one sequence at a time: vs_unbatched is batching alone.
+    const [target, unbatched] = ['onnxd', 'unbatched'].map((n) => r.scenarios.find((s) => s.name === n)!)
+    const serves = (s: BenchReport['scenarios'][number]) => (isSkipped(s) ? null : { attention: s.attention, runtime: s.runtime, dtype: s.dtype, prefix_caching: s.prefix_caching })
+    expect(serves(unbatched!)).toEqual(serves(target!))
+    expect(serves(unbatched!)?.dtype).toBe('fp32')
 
     // The ORT references, and the ratios against each.
     if (isSkipped(r.references.ort_ceiling) || isSkipped(r.references.matmul_peak)) throw new Error('references skipped')
