@@ -16,12 +16,16 @@ import { formatLength, parseLength, readPromptFile, type LengthDist, type Prompt
 
 export type ScenarioKind = 'standard' | 'long' | 'chat'
 
-/** The weight forms an onnxd target can serve: the builder's float32 model.onnx, or one of its variants. */
-export const TARGET_DTYPES = ['fp32', ...WEIGHT_DTYPES] as const
+/** The weight forms an onnxd target can serve: the builder's float32 model.onnx, or one of its variants; `q4-as-int8`
+ * is the q4 file served with --nbits-as-int8 (its 4-bit weights on ORT's int8 kernels). */
+export const TARGET_DTYPES = ['fp32', ...WEIGHT_DTYPES, 'q4-as-int8'] as const
 export type TargetDtype = (typeof TARGET_DTYPES)[number]
 
+/** The file a target's weight form is served from (the bundle's --dtype), and whether the node converts it (--nbits-as-int8). */
+export const servedFile = (d: TargetDtype): { dtype: Exclude<TargetDtype, 'q4-as-int8'>; nbitsAsInt8: boolean } => (d === 'q4-as-int8' ? { dtype: 'q4', nbitsAsInt8: true } : { dtype: d, nbitsAsInt8: false })
+
 /** The GGUF type llama.cpp users run in place of each onnxd weight form. */
-export const GGUF_PAIR: Partial<Record<TargetDtype, GgufType>> = { fp32: 'f32', fp16: 'f16', int8: 'q8_0', q4: 'q4_0' }
+export const GGUF_PAIR: Partial<Record<TargetDtype, GgufType>> = { fp32: 'f32', fp16: 'f16', int8: 'q8_0', q4: 'q4_0', 'q4-as-int8': 'q4_0' }
 
 /** One onnxd target the bench starts: a preset built in one graph form and weight form, served with one step runtime. */
 export interface TargetSpec {
@@ -152,7 +156,8 @@ targets (each a node the bench starts on the preset; at each level they run one 
   --attention LIST       graph forms to build and serve: gqa, plain (default: gqa, the builder's default)
   --runtime LIST         step runtimes: js, capi (default: the node's, capi on CPU; long: js,capi; chat: capi)
   --prefix-caching LIST  on, off: nodes with prefix caching on and/or off (default: on; chat: on,off)
-  --dtype LIST           weight forms to build and serve: fp32, q4, int8, fp16 (default fp32)
+  --dtype LIST           weight forms to build and serve: fp32, q4, int8, fp16, q4-as-int8 (the q4 file served with
+                         --nbits-as-int8) (default fp32)
   --baseline KEY         the target every target's output tok/s is divided by, as FORM/RT[/DTYPE][/no-prefix-cache]
                          (default gqa/capi; long: gqa/js; chat: gqa/capi/no-prefix-cache; js for capi on a GPU)
   --provider NAME        execution provider of the nodes it starts and of the ORT ceiling: cpu (default), webgpu,

@@ -67,11 +67,14 @@ export interface QualityOptions {
   tokens?: number
   seed?: number
   intraOpThreads?: number
+  /** The --dtype file's 4-bit weights served as int8 (the node's --nbits-as-int8). */
+  nbitsAsInt8?: boolean
 }
 
 export interface QualityReport extends Agreement {
   dir: string
   dtype: Dtype
+  nbitsAsInt8: boolean
   prompts: number
   promptTokens: number
   tokens: number
@@ -94,7 +97,7 @@ export async function measureQuality(dir: string, opts: QualityOptions): Promise
   const common = { allLogits: true, ...(opts.intraOpThreads ? { intraOpThreads: opts.intraOpThreads } : {}) }
   const ref = await loadModel(dir, { ...common, dtype: 'fp32' })
   try {
-    const test = await loadModel(dir, { ...common, dtype: opts.dtype })
+    const test = await loadModel(dir, { ...common, dtype: opts.dtype, nbitsAsInt8: opts.nbitsAsInt8 })
     try {
       if (test.vocab !== ref.vocab) throw new Error(`${opts.dtype} model has ${test.vocab} logits, the fp32 one ${ref.vocab}`)
       const V = ref.vocab
@@ -118,7 +121,7 @@ export async function measureQuality(dir: string, opts: QualityOptions): Promise
         agreeSum += r.agreement * r.positions
         klSum += r.meanKl * r.positions
       }
-      return { dir, dtype: opts.dtype, prompts, promptTokens, tokens, positions, agreement: agreeSum / positions, meanKl: klSum / positions }
+      return { dir, dtype: opts.dtype, nbitsAsInt8: opts.nbitsAsInt8 ?? false, prompts, promptTokens, tokens, positions, agreement: agreeSum / positions, meanKl: klSum / positions }
     } finally {
       await test.session.dispose()
     }

@@ -8,7 +8,6 @@ import { writeFileSync } from 'node:fs'
 import { basename, join } from 'node:path'
 import type { Agent } from 'undici'
 import { DEFAULT_BATCHER, readBundle } from '../engine/bench-surface.js'
-import type { Dtype } from '../shared/model.js'
 import { existsSync } from 'node:fs'
 import { BUILDER_VERSION, configJson, presetOf, type Attention } from '../builder/index.js'
 import { ensureBundle, ensureGguf } from './bundles.js'
@@ -18,7 +17,7 @@ import { engineTime, scrapeStepTotals } from './engine-metrics.js'
 import { runLevel } from './loadgen.js'
 import { levelFigures } from './metrics.js'
 import { flopsPerToken, readModelInfo, type ModelInfo } from './model-info.js'
-import { describeConfig, requestsFor, type BenchConfig, type LlamaSpec, type TargetSpec } from './options.js'
+import { describeConfig, requestsFor, servedFile, type BenchConfig, type LlamaSpec, type TargetDtype, type TargetSpec } from './options.js'
 import { Progress } from './progress.js'
 import { measureCapiCeiling, profileCapiDecode, usesGroupQueryAttention } from './refs/capi.js'
 import { measureCeiling, measureMatmulPeak, profileDecode, type DecodeCeiling, type PrefillTiming } from './refs/ort.js'
@@ -73,7 +72,10 @@ async function bundles(cfg: BenchConfig, log: Progress): Promise<{ byForm: Map<A
     const shape = configJson(presetOf(t.preset), { preset: t.preset, seed: 0 })
     const forms = [...new Set(cfg.targets.map((x) => x.attention))]
     for (const form of forms) {
-      const variants = [...new Set(cfg.targets.flatMap((x) => (x.attention === form && x.dtype !== 'fp32' ? [x.dtype] : [])))]
+      const variants = [...new Set(cfg.targets.flatMap((x) => {
+        const { dtype } = servedFile(x.dtype)
+        return x.attention === form && dtype !== 'fp32' ? [dtype] : []
+      }))]
       const dir = await ensureBundle(cfg.modelsDir, t.preset, form, (s) => log.step(s), variants)
       log.step(`model: preset ${t.preset} (${form} attention) in ${dir}`)
       byForm.set(form, { dir, form, model: readModelInfo(dir, shape) })
@@ -113,7 +115,9 @@ const contextPerRequest = (cfg: BenchConfig): number => (cfg.prompts ? 4096 : cf
 export function nodeArgs(cfg: Pick<BenchConfig, 'provider' | 'nodeArgs'>, dir: string, port: number, spec: TargetSpec | null, unbatched: boolean): string[] {
   const args = ['--model', dir, '--port', String(port), '--host', '127.0.0.1', '--log-level', 'warn', ...(spec ? ['--runtime', spec.runtime] : []), ...(cfg.provider === 'cpu' ? [] : ['--provider', cfg.provider]), ...cfg.nodeArgs]
   if (spec && !spec.prefixCaching) args.push('--no-prefix-caching')
-  if (spec && spec.dtype !== 'fp32') args.push('--dtype', spec.dtype)
+  const served = spec && servedFile(spec.dtype)
+  if (served && served.dtype !== 'fp32') args.push('--dtype', served.dtype)
+  if (served?.nbitsAsInt8) args.push('--nbits-as-int8')
   if (unbatched) args.push('--max-running', '1')
   return args
 }
@@ -374,22 +378,25 @@ const ceilingOff = (cfg: BenchConfig): string | null =>
  * cache on the device on webgpu), else through onnxruntime-node's session.run. */
 interface OrtFile {
   onnxPath: string
+  /** Its 4-bit weights on int8 kernels, as the target's node runs them (--nbits-as-int8). */
+  nbitsAsInt8: boolean
   capi: boolean
   api: string
 }
 
-function ortFile(cfg: BenchConfig, model: ModelInfo, dtype: Dtype): OrtFile {
+function ortFile(cfg: BenchConfig, model: ModelInfo, form: TargetDtype): OrtFile {
+  const { dtype, nbitsAsInt8 } = servedFile(form)
   const onnxPath = dtype === 'fp32' ? model.onnxPath : readBundle(model.dir, { dtype }).onnxPath
   const capi = (cfg.provider === 'cpu' || cfg.provider === 'webgpu') && usesGroupQueryAttention(onnxPath)
   const api = capi ? `ORT's C API, presents bound onto the past${cfg.provider === 'webgpu' ? ' in device memory, on webgpu' : ''}` : `onnxruntime-node session.run${cfg.provider === 'cpu' ? '' : ` on ${cfg.provider}`}`
-  return { onnxPath, capi, api }
+  return { onnxPath, nbitsAsInt8, capi, api: nbitsAsInt8 ? `${api}, 4-bit weights as int8` : api }
 }
 
 /** ORT alone's decode steps at `batches` over `past` and one prefill, on `f`, timed as refs/ time them: prefill as the
  * engine runs it, as many prompts per run as its default token budget holds. */
 function ortTimer(cfg: BenchConfig, f: OrtFile, len: Lengths, past: number, batches: number[], log: Progress) {
   const prefillRows = Math.max(1, Math.min(Math.max(...cfg.concurrency), Math.floor(DEFAULT_BATCHER.maxBatchedTokens / len.prompt)))
-  const o = { onnxPath: f.onnxPath, batches, past, prompt: len.prompt, prefillRows, threads: cfg.threads, provider: cfg.provider, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
+  const o = { onnxPath: f.onnxPath, nbitsAsInt8: f.nbitsAsInt8, batches, past, prompt: len.prompt, prefillRows, threads: cfg.threads, provider: cfg.provider, greedy: cfg.temperature === 0, budget: cfg.refBudget, onStep: (s: string) => log.step(`  ${s}`) }
   return {
     o,
     measure: async (spread?: number): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming; spread: DecodeCeiling[] }> =>
@@ -438,7 +445,7 @@ async function besideLevel(x: Load, f: OrtFile, c: number, r: Running, run: () =
 
 /** The ORT decode ceiling of one bundle over one weight dtype's file: through the C API with presents on the past
  * for a GroupQueryAttention graph (refs/capi.ts), else through onnxruntime-node (refs/ort.ts). */
-async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, dtype: Dtype, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<CeilingReference | Skipped> {
+async function ceilingOf(cfg: BenchConfig, model: ModelInfo | null, dtype: TargetDtype, len: Lengths, past: number, when: 'before' | 'after', log: Progress): Promise<CeilingReference | Skipped> {
   const off = ceilingOff(cfg)
   if (off) return skipped(off)
   if (!model) return skipped('no local model bundle: pass --model DIR')

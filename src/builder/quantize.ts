@@ -14,6 +14,7 @@
 // Imports: graph.ts (the graph and weight types) and the engine's ONNX protobuf codec (element types).
 import { AttrType, DataType, type Node, type Tensor, type ValueInfo } from '../engine/model/onnx-proto.js'
 import { attrI, type DecoderGraph, type StoredTensor, type WeightSpec } from './graph.js'
+import { int8MatMul, quantizeActivation, roundHalfEven } from '../engine/model/int8-weights.js'
 
 export const WEIGHT_DTYPES = ['q4', 'int8', 'fp16'] as const
 export type WeightDtype = (typeof WEIGHT_DTYPES)[number]
@@ -166,12 +167,7 @@ export function quantizeInt8(v: Float32Array, top = 127): { q: Int8Array; scale:
   for (let i = 0; i < v.length; i++) amax = Math.max(amax, Math.abs(v[i]))
   const scale = Math.fround(amax / top) || 1
   const q = new Int8Array(v.length)
-  for (let i = 0; i < v.length; i++) {
-    const x = v[i] / scale
-    let r = Math.round(x)
-    if (r - x === 0.5 && r % 2 !== 0) r -= 1 // numpy rounds halves to even
-    q[i] = Math.max(-top, Math.min(top, r))
-  }
+  for (let i = 0; i < v.length; i++) q[i] = Math.max(-top, Math.min(top, roundHalfEven(v[i] / scale)))
   return { q, scale }
 }
 
@@ -243,12 +239,7 @@ export function quantizeInt8PerChannel(v: Float32Array, rows: number, cols: numb
     for (let i = 0; i < len; i++) amax = Math.max(amax, Math.abs(v[at(i, c)]))
     const scale = Math.fround(amax / top) || 1
     scales[c] = scale
-    for (let i = 0; i < len; i++) {
-      const x = v[at(i, c)] / scale
-      let r = Math.round(x)
-      if (r - x === 0.5 && r % 2 !== 0) r -= 1
-      q[at(i, c)] = Math.max(-top, Math.min(top, r))
-    }
+    for (let i = 0; i < len; i++) q[at(i, c)] = Math.max(-top, Math.min(top, roundHalfEven(v[at(i, c)] / scale)))
   }
   return { q, scales }
 }
@@ -305,17 +296,13 @@ function int8Graph(graph: DecoderGraph, form: Int8Form): DecoderGraph {
     if (!source) return [node]
     const weight = byWeight.has(b) ? toInt8(b) : b
     const added: Node[] = []
+    const aq = { q: `${a}_quantized`, scale: `${a}_scale`, zeroPoint: `${a}_zero_point` }
     // One DynamicQuantizeLinear per activation, shared by every MatMul reading it (q/k/v, gate/up).
     if (!quantizedInputs.has(a)) {
       quantizedInputs.add(a)
-      added.push({ name: `${a}_QuantizeLinear`, op_type: 'DynamicQuantizeLinear', input: [a], output: [`${a}_quantized`, `${a}_scale`, `${a}_zero_point`] })
+      added.push(quantizeActivation(`${a}_QuantizeLinear`, a, aq))
     }
-    added.push(
-      { name: `${node.name}_quant`, op_type: 'MatMulInteger', input: [`${a}_quantized`, weight, `${a}_zero_point`, `${source}_zero_point`], output: [`${out}_quantized`] },
-      { name: `${node.name}_quant_output_scale_cast`, op_type: 'Cast', input: [`${out}_quantized`], output: [`${out}_quantized_cast_output`], attribute: [attrI('to', DataType.FLOAT)] },
-      { name: `${node.name}_quant_scales_mul`, op_type: 'Mul', input: [`${a}_scale`, `${source}_scale`], output: [`${out}_scales_mul`] },
-      { name: `${node.name}_quant_output_scale_mul`, op_type: 'Mul', input: [`${out}_quantized_cast_output`, `${out}_scales_mul`], output: [out] },
-    )
+    added.push(...int8MatMul(node.name, aq, { q: weight, scale: `${source}_scale`, zeroPoint: `${source}_zero_point` }, out))
     return added
   })
   return { ...graph, nodes, weights: [...weights.values()] }

@@ -74,7 +74,7 @@ export async function serveNode(opts: NodeOptions, shutdown: Promise<NodeJS.Sign
   if (loaded === 'ready') {
     await hooks.onReady?.()
     const h = engine.health()
-    app.log.info({ model: h.model, provider: h.provider, context_length: h.contextLength, url: `http://${opts.host}:${opts.port}` }, 'node ready')
+    app.log.info({ model: h.model, provider: h.provider, ...(h.weights ? { weights: h.weights } : {}), context_length: h.contextLength, url: `http://${opts.host}:${opts.port}` }, 'node ready')
   }
   const signal = loaded === 'ready' ? await shutdown : loaded
   app.log.info({ signal, in_flight: app.node.inFlight(), grace_ms: opts.drainTimeoutMs }, 'draining')

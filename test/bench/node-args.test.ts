@@ -13,6 +13,11 @@ describe('onnxd bench: the nodes it starts', () => {
     expect(nodeArgs(cfg, '/m', 9000, int8, false)).toEqual(['--model', '/m', '--port', '9000', '--host', '127.0.0.1', '--log-level', 'warn', '--runtime', 'capi', '--intra-op-threads=2', '--no-prefix-caching', '--dtype', 'int8'])
   })
 
+  it('q4-as-int8 serves the q4 file with --nbits-as-int8', () => {
+    const q4i8: TargetSpec = { ...int8, dtype: 'q4-as-int8', prefixCaching: true }
+    expect(nodeArgs(cfg, '/m', 9000, q4i8, false).slice(-3)).toEqual(['--dtype', 'q4', '--nbits-as-int8'])
+  })
+
   it('the unbatched reference is the same node with at most one sequence running', () => {
     const target = nodeArgs(cfg, '/m', 9001, int8, false)
     const unbatched = nodeArgs(cfg, '/m', 9001, int8, true)

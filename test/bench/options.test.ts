@@ -92,6 +92,10 @@ describe('benchConfig', () => {
     expect(c.targets.map((t) => t.dtype)).toEqual(['fp32', 'q4', 'int8', 'fp16'])
     expect(c.llamaCpp.map((l) => l.name)).toEqual(['llama.cpp f32 t1', 'llama.cpp q4_0 t1', 'llama.cpp q8_0 t1', 'llama.cpp f16 t1'])
     expect(benchConfig(['--dtype', 'q4', '--runtime', 'capi', '--baseline', 'gqa/capi/q4']).baseline).toBeNull()
+    // The q4 file served with --nbits-as-int8 is a form of its own, held against Q4_0 as the q4 file is (one server).
+    const i8 = benchConfig(['--runtime', 'capi', '--dtype', 'q4,q4-as-int8'])
+    expect(i8.targets.map((x) => x.name)).toEqual(['onnxd gqa/capi/q4', 'onnxd gqa/capi/q4-as-int8'])
+    expect(i8.llamaCpp.map((l) => l.name)).toEqual(['llama.cpp q4_0 t1'])
     expect(benchConfig(['--dtype', 'fp32,q4', '--runtime', 'capi', '--baseline', 'gqa/capi/q4']).baseline).toBe('onnxd gqa/capi/q4')
     const t = benchConfig(['--llama-cpp', 'q4_0', '--llama-threads', '1,2'])
     expect(t.llamaCpp).toEqual([
@@ -115,7 +119,7 @@ describe('benchConfig', () => {
     expect(benchConfig(['--scenario', 'long', '--llama-cpp', 'f32']).llamaCpp.map((l) => l.name)).toEqual(['llama.cpp f32 t1'])
     expect(benchConfig(['--url', 'http://n:1']).llamaCppOff).toMatch(/pass --model DIR/)
     expect(() => benchConfig(['--dtype', 'q3', '--llama-cpp', 'q5_k', '--llama-threads', '0'])).toThrow(
-      /--dtype must be a comma-separated list of fp32, q4, int8, fp16\. Given: q3[\s\S]*--llama-cpp must be a comma-separated list of f32, f16, q8_0, q4_0\. Given: q5_k[\s\S]*--llama-threads must be a comma-separated list of positive integers/,
+      /--dtype must be a comma-separated list of fp32, q4, int8, fp16, q4-as-int8\. Given: q3[\s\S]*--llama-cpp must be a comma-separated list of f32, f16, q8_0, q4_0\. Given: q5_k[\s\S]*--llama-threads must be a comma-separated list of positive integers/,
     )
     expect(() => benchConfig(['--no-llama-cpp', '--llama-cpp', 'f32'])).toThrow(/exclusive/)
     expect(() => benchConfig(['--model', 'm', '--dtype', 'q4'])).toThrow(/--dtype builds the preset[\s\S]*not with --model/)

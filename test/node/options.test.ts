@@ -29,6 +29,7 @@ describe('loadNodeOptions', () => {
       allowCpuFallback: false,
       runtime: 'auto',
       graphCapture: false,
+      nbitsAsInt8: false,
       workers: 1,
       intraOpThreads: 0,
       maxRunning: 64,
@@ -137,8 +138,8 @@ describe('loadNodeOptions', () => {
 
   it('has an env variable and a flag for every option', () => {
     for (const [field, env] of Object.entries(NODE_ENV)) {
-      expect(env, field).toMatch(/^ONNXD_[A-Z_]+$/)
-      expect(NODE_FLAGS[field as keyof typeof NODE_FLAGS], field).toMatch(/^[a-z][a-z-]*$/)
+      expect(env, field).toMatch(/^ONNXD_[A-Z][A-Z0-9_]*$/)
+      expect(NODE_FLAGS[field as keyof typeof NODE_FLAGS], field).toMatch(/^[a-z][a-z0-9-]*$/)
     }
   })
 })
@@ -155,6 +156,7 @@ describe('toPoolOptions', () => {
       allowCpuFallback: false,
       runtime: 'auto',
       graphCapture: false,
+      nbitsAsInt8: false,
       workers: 1,
       intraOpThreads: 0,
       maxRunning: 64,
@@ -173,6 +175,8 @@ describe('toPoolOptions', () => {
     expect(toPoolOptions(loadNodeOptions({ ONNXD_NO_PREFIX_CACHING: '1' }, {}, {}, sys)).prefixCaching).toBe(false)
     expect(toPoolOptions(loadNodeOptions({}, nodeFlags({ 'max-model-len': '512', 'graph-capture': true }), {}, sys))).toMatchObject({ maxModelLen: 512, graphCapture: true })
     expect(toPoolOptions(loadNodeOptions({}, nodeFlags({ 'no-prefix-caching': true }), {}, sys)).prefixCaching).toBe(false)
+    expect(toPoolOptions(loadNodeOptions({ ONNXD_DTYPE: 'q4', ONNXD_NBITS_AS_INT8: '1' }, {}, {}, sys))).toMatchObject({ dtype: 'q4', nbitsAsInt8: true })
+    expect(toPoolOptions(loadNodeOptions({}, nodeFlags({ 'nbits-as-int8': true }), {}, sys)).nbitsAsInt8).toBe(true)
     // WebGPU provider options, key=value comma-separated, as ORT's keys and values.
     expect(toPoolOptions(loadNodeOptions({ ONNXD_PROVIDER: 'webgpu', ONNXD_WEBGPU_OPTIONS: 'validationMode=disabled, powerPreference=high-performance' }, {}, {}, sys)).webgpuOptions).toEqual({
       validationMode: 'disabled',

@@ -9,9 +9,9 @@
 // past_key_values.* it takes. On the CPU a second session, with ORT's profiler on, then runs a few decode steps at
 // each batch and says where ORT's own step goes, by operator type (profile.ts). Imports: the engine's graph
 // preparation, C API and runner (its per-thread API), through its bench surface.
-import { closeSync, openSync, readFileSync, readSync, rmSync } from 'node:fs'
-import { externalDataConfig, loadCApi, LOGITS_AT_INPUT, ModelProto, NativeBuffer, prepareDecoderGraph, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
-import { spreadLengths, time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
+import { closeSync, openSync, readSync, rmSync } from 'node:fs'
+import { externalDataConfig, loadCApi, LOGITS_AT_INPUT, ModelProto, NativeBuffer, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
+import { preparedGraph, spreadLengths, time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
 import { decodeOpsOf, profilePrefix, PROFILE_WARMUP, PROFILED_STEPS, type DecodeOps } from './profile.js'
 
 const ELEM: Record<number, ElementType> = { 1: 'float32', 6: 'int32', 7: 'int64', 10: 'float16' }
@@ -158,10 +158,10 @@ export interface CapiSteps {
 }
 
 /** Opens ORT alone's session on the graph at `onnxPath`, prepared as the engine prepares it. */
-export function openCapiSteps(o: { onnxPath: string; threads: number; provider?: string; profilePrefix?: string }): CapiSteps {
+export function openCapiSteps(o: { onnxPath: string; threads: number; provider?: string; profilePrefix?: string; nbitsAsInt8?: boolean }): CapiSteps {
   const api = loadCApi()
   if (!api) throw new Error("ORT's C API cannot load here (see the warning above)")
-  const g = prepareDecoderGraph(readFileSync(o.onnxPath))
+  const g = preparedGraph(o.onnxPath, o.nbitsAsInt8)
   const inputs = inputsOf(g.model)
   const webgpu = o.provider === 'webgpu'
   if ((o.provider ?? 'cpu') !== 'cpu' && !webgpu) throw new Error(`the C-API ceiling runs on cpu and webgpu, not ${o.provider}`)
@@ -184,7 +184,7 @@ export function openCapiSteps(o: { onnxPath: string; threads: number; provider?:
 }
 
 /** ORT alone's decode step at each of `o.batches` by operator type, from a session of its own with ORT's profiler on. */
-export function profileCapiDecode(o: Pick<CeilingOptions, 'onnxPath' | 'threads' | 'batches' | 'past' | 'greedy'>): DecodeOps[] {
+export function profileCapiDecode(o: Pick<CeilingOptions, 'onnxPath' | 'threads' | 'batches' | 'past' | 'greedy' | 'nbitsAsInt8'>): DecodeOps[] {
   const ort = openCapiSteps({ ...o, profilePrefix: profilePrefix() })
   let file: string | null = null
   try {

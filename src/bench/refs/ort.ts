@@ -10,7 +10,7 @@
 import { readdirSync, readFileSync, rmSync } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
 import * as ort from 'onnxruntime-node'
-import { DataType, encodeModel, externalDataConfig, LOGITS_AT_INPUT, prepareDecoderGraph } from '../../engine/bench-surface.js'
+import { DataType, encodeModel, externalDataConfig, LOGITS_AT_INPUT, prepareDecoderGraph, type PreparedGraph } from '../../engine/bench-surface.js'
 import { median, rsd } from '../stats.js'
 import { decodeOpsOf, profilePrefix, PROFILE_WARMUP, PROFILED_STEPS, type DecodeOps } from './profile.js'
 
@@ -162,21 +162,27 @@ export interface CeilingOptions {
   greedy: boolean
   budget: TimingBudget
   onStep?(what: string): void
+  /** The file's 4-bit weights on int8 kernels, as a node with --nbits-as-int8 runs them. */
+  nbitsAsInt8?: boolean
 }
+
+/** The graph onnxd runs for `onnxPath` (prepareDecoderGraph's rewrites, --nbits-as-int8's with `nbitsAsInt8`). */
+export const preparedGraph = (onnxPath: string, nbitsAsInt8 = false): PreparedGraph =>
+  prepareDecoderGraph(readFileSync(onnxPath), nbitsAsInt8 ? { nbitsAsInt8: { dir: dirname(onnxPath) } } : {})
 
 /**
  * A session over the graph onnxd runs for `onnxPath` (prepareDecoderGraph's rewrites), with what a decode step fetches:
  * each row's next token when greedy and the graph has it, else every output.
  */
-async function openCeiling(onnxPath: string, greedy: boolean, options: ort.InferenceSession.SessionOptions): Promise<{ s: ort.InferenceSession; fetches: readonly string[] }> {
-  const g = prepareDecoderGraph(readFileSync(onnxPath))
+async function openCeiling(onnxPath: string, greedy: boolean, options: ort.InferenceSession.SessionOptions, nbitsAsInt8?: boolean): Promise<{ s: ort.InferenceSession; fetches: readonly string[] }> {
+  const g = preparedGraph(onnxPath, nbitsAsInt8)
   const s = g.rewritten ? await ort.InferenceSession.create(g.model, { ...options, extra: externalDataConfig(onnxPath) }) : await ort.InferenceSession.create(onnxPath, options)
   return { s, fetches: greedy && g.nextToken ? s.outputNames.filter((n) => n !== 'logits') : s.outputNames }
 }
 
 export async function measureCeiling(o: CeilingOptions): Promise<{ decode: DecodeCeiling[]; prefill: PrefillTiming }> {
   const provider = o.provider ?? 'cpu'
-  const { s, fetches } = await openCeiling(o.onnxPath, o.greedy, sessionOptions(o.threads, provider))
+  const { s, fetches } = await openCeiling(o.onnxPath, o.greedy, sessionOptions(o.threads, provider), o.nbitsAsInt8)
   try {
     const l = layout(s)
     o.onStep?.(`prefill ${o.prefillRows} x ${o.prompt}`)
@@ -204,10 +210,10 @@ export async function measureCeiling(o: CeilingOptions): Promise<{ decode: Decod
  * ceiling runs here), from a session of its own with ORT's profiler on. onnxruntime-node's endProfiling() names no
  * file: the trace is the one file under this process's prefix, removed after reading.
  */
-export async function profileDecode(o: Pick<CeilingOptions, 'onnxPath' | 'threads' | 'batches' | 'past' | 'greedy'>): Promise<DecodeOps[]> {
+export async function profileDecode(o: Pick<CeilingOptions, 'onnxPath' | 'threads' | 'batches' | 'past' | 'greedy' | 'nbitsAsInt8'>): Promise<DecodeOps[]> {
   const prefix = profilePrefix()
   const traces = (): string[] => readdirSync(dirname(prefix)).filter((f) => f.startsWith(basename(prefix))).map((f) => join(dirname(prefix), f))
-  const { s, fetches } = await openCeiling(o.onnxPath, o.greedy, { ...sessionOptions(o.threads), enableProfiling: true, profileFilePrefix: prefix })
+  const { s, fetches } = await openCeiling(o.onnxPath, o.greedy, { ...sessionOptions(o.threads), enableProfiling: true, profileFilePrefix: prefix }, o.nbitsAsInt8)
   try {
     const l = layout(s)
     for (const batch of o.batches) {

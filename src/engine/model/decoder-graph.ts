@@ -20,114 +20,15 @@
 //   go, and the mask goes too unless something else still reads it. The engine knows the lengths already.
 // - On the device, a plain graph's mask computed from the rows' lengths (maskFromLengths, applied by session.ts for
 //   the C-API runtime on a GPU provider only): a decode step hands the device O(batch) bytes.
+// - With --nbits-as-int8, a 4-bit file's MatMulNBits in quantize_dynamic's int8 form (int8-weights.ts), before the
+//   others, so that the head is found in its int8 form.
 //
 // Only the graph's node and output lists are decoded; everything else (initializers of an inline-weights export
 // included) is copied through as raw protobuf bytes.
 import { dirname } from 'node:path'
-import protobuf from 'protobufjs'
-import { AttrType, DataType, NodeProto, OperatorSetIdProto, ValueInfoProto, type Dim, type Node } from './onnx-proto.js'
-
-interface Field {
-  no: number
-  /** The whole field, tag included. */
-  start: number
-  end: number
-  /** The payload of a length-delimited field. */
-  data: Uint8Array | null
-}
-
-function fieldsOf(buf: Uint8Array): Field[] {
-  const r = protobuf.Reader.create(buf)
-  const out: Field[] = []
-  while (r.pos < r.len) {
-    const start = r.pos
-    const tag = r.uint32()
-    const wire = tag & 7
-    let data: Uint8Array | null = null
-    if (wire === 2) {
-      const len = r.uint32()
-      data = buf.subarray(r.pos, r.pos + len)
-      r.skip(len)
-    } else r.skipType(wire)
-    out.push({ no: tag >>> 3, start, end: r.pos, data })
-  }
-  return out
-}
-
-function lengthDelimited(no: number, payload: Uint8Array): Uint8Array {
-  const head = protobuf.Writer.create().uint32((no << 3) | 2).uint32(payload.length).finish()
-  const out = new Uint8Array(head.length + payload.length)
-  out.set(head)
-  out.set(payload, head.length)
-  return out
-}
-
-function concatBytes(parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0))
-  let at = 0
-  for (const p of parts) {
-    out.set(p, at)
-    at += p.length
-  }
-  return out
-}
-
-const GRAPH = 7
-const NODE = 1
-const INITIALIZER = 5
-const INPUT = 11
-/** TensorProto.name. */
-const TENSOR_NAME = 8
-const OUTPUT = 12
-/** TensorProto.DataType INT32 (onnx-proto's DataType lists the ones the builder writes). */
-const INT32 = 6
-
-interface GraphView {
-  top: Field[]
-  graph: Field
-  fields: Field[]
-  /** Each node output's producing node, and the node's field. */
-  producer: Map<string, { node: Node; field: Field }>
-  /** Every name a top-level node reads. */
-  consumed: Set<string>
-  /** Some node carries a subgraph (If, Loop, Scan), whose nodes may read outer names that `consumed` misses. */
-  subgraphs: boolean
-}
-
-/** Null when the bytes are not a model protobuf; ONNX Runtime then reports the broken file itself. */
-function readGraph(model: Uint8Array): GraphView | null {
-  try {
-    return decodeGraph(model)
-  } catch {
-    return null
-  }
-}
-
-function decodeGraph(model: Uint8Array): GraphView | null {
-  const top = fieldsOf(model)
-  const graph = top.find((f) => f.no === GRAPH && f.data)
-  if (!graph) return null
-  const fields = fieldsOf(graph.data!)
-  const producer = new Map<string, { node: Node; field: Field }>()
-  const consumed = new Set<string>()
-  let subgraphs = false
-  for (const field of fields) {
-    if (field.no !== NODE) continue
-    const node = NodeProto.toObject(NodeProto.decode(field.data!), { longs: Number, defaults: true }) as Node
-    for (const o of node.output) producer.set(o, { node, field })
-    for (const i of node.input) consumed.add(i)
-    if (node.attribute?.some((a) => a.type === AttrType.GRAPH || a.type === AttrType.GRAPHS)) subgraphs = true
-  }
-  return { top, graph, fields, producer, consumed, subgraphs }
-}
-
-/** The model with each graph field that `edit` answers for replaced by the fields it returns (encoded, tag included). */
-function writeGraph(model: Uint8Array, v: GraphView, edit: (f: Field) => Uint8Array[] | undefined): Uint8Array {
-  const graph = concatBytes(v.fields.flatMap((f) => edit(f) ?? [v.graph.data!.subarray(f.start, f.end)]))
-  return concatBytes(v.top.map((f) => (f === v.graph ? lengthDelimited(GRAPH, graph) : model.subarray(f.start, f.end))))
-}
-
-const encodeNode = (n: object): Uint8Array => lengthDelimited(NODE, NodeProto.encode(NodeProto.fromObject(n)).finish())
+import { AttrType, DataType, NodeProto, ValueInfoProto, type Dim, type Node } from './onnx-proto.js'
+import { nbitsAsInt8 } from './int8-weights.js'
+import { defaultOpset, encodeNode, fieldsOf, INITIALIZER, INPUT, INT32, lengthDelimited, NODE, nodeOf, OUTPUT, readGraph, TENSOR_NAME, writeGraph, type Field, type GraphView } from './graph-bytes.js'
 
 /** The graph's output names, in order. */
 export function graphOutputNames(model: Uint8Array): string[] {
@@ -257,7 +158,6 @@ export function greedyTokens(model: Uint8Array, logits: string): Uint8Array | nu
 export const SEQLENS_K_INPUT = 'onnxd_seqlens_k'
 export const TOTAL_LENGTH_INPUT = 'onnxd_total_sequence_length'
 
-const nodeOf = (f: Field): Node => NodeProto.toObject(NodeProto.decode(f.data!), { longs: Number, defaults: true }) as Node
 const nameOf = (f: Field): string => (ValueInfoProto.toObject(ValueInfoProto.decode(f.data!)) as { name: string }).name
 
 /**
@@ -363,17 +263,6 @@ export function feedAttentionLengths(model: Uint8Array, mask = 'attention_mask')
  */
 export const MASK_INPUTS = { kept: 'onnxd_mask_kept', width: 'onnxd_mask_width', from: 'onnxd_mask_new_from' } as const
 
-/** The default-domain opset a model imports (0 when it names none). */
-function defaultOpset(v: GraphView): number {
-  const OPSET_IMPORT = 8
-  for (const f of v.top) {
-    if (f.no !== OPSET_IMPORT || !f.data) continue
-    const o = OperatorSetIdProto.toObject(OperatorSetIdProto.decode(f.data), { longs: Number, defaults: true }) as { domain: string; version: number }
-    if (o.domain === '' || o.domain === 'ai.onnx') return o.version
-  }
-  return 0
-}
-
 /**
  * Rewrites `model` so that its attention `mask` ([batch, width]) is computed in the graph, on the step's provider,
  * from the three int32 inputs of MASK_INPUTS: mask[r, k] = 1 where k < kept[r] (the row's cached tokens) or
@@ -457,16 +346,21 @@ export interface PreparedGraph {
   nextToken: string | null
   /** GroupQueryAttention reads its lengths from SEQLENS_K_INPUT and TOTAL_LENGTH_INPUT (feedAttentionLengths). */
   lengthsFed: boolean
+  /** With `nbitsAsInt8`: how many MatMulNBits nodes run as int8, and those left as they are, with why (null: none in the graph). */
+  int8: { converted: number; kept: string[] } | null
 }
 
 /**
  * The decoder graph onnxd runs for an exported one: HF cache outputs `present.<i>.key|value` reduced to the new
  * rows, logits computed at the positions each step names (unless `allLogits`), with their greedy next tokens
- * beside them, and GroupQueryAttention's lengths as inputs. Each rewrite applies only where the graph has the
+ * beside them, and GroupQueryAttention's lengths as inputs; with `nbitsAsInt8`, its 4-bit MatMuls in int8 form
+ * (int8-weights.ts; `dir` holds the model's external data). Each rewrite applies only where the graph has the
  * expected shape.
  */
-export function prepareDecoderGraph(exported: Uint8Array, opts: { allLogits?: boolean } = {}): PreparedGraph {
+export function prepareDecoderGraph(exported: Uint8Array, opts: { allLogits?: boolean; nbitsAsInt8?: { dir: string } } = {}): PreparedGraph {
   let model = exported
+  const int8 = opts.nbitsAsInt8 ? nbitsAsInt8(model, opts.nbitsAsInt8.dir) : null
+  if (int8) model = int8.model
   const pastOf = new Map(
     graphOutputNames(exported).flatMap((n): Array<[string, string]> => {
       const m = /^present\.(\d+)\.(key|value)$/.exec(n)
@@ -481,5 +375,5 @@ export function prepareDecoderGraph(exported: Uint8Array, opts: { allLogits?: bo
   if (next) model = next
   const lengths = feedAttentionLengths(model)
   if (lengths) model = lengths.model
-  return { model, rewritten: model !== exported, kvOutputs: kv?.outputs ?? null, logitsAt: last ? LOGITS_AT_INPUT : null, nextToken: next ? NEXT_TOKEN_OUTPUT : null, lengthsFed: lengths !== null }
+  return { model, rewritten: model !== exported, kvOutputs: kv?.outputs ?? null, logitsAt: last ? LOGITS_AT_INPUT : null, nextToken: next ? NEXT_TOKEN_OUTPUT : null, lengthsFed: lengths !== null, int8: int8 && { converted: int8.converted, kept: int8.kept } }
 }

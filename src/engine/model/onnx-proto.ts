@@ -130,6 +130,7 @@ export const ModelProto = root.lookupType('onnx.ModelProto')
 export const NodeProto = root.lookupType('onnx.NodeProto')
 export const ValueInfoProto = root.lookupType('onnx.ValueInfoProto')
 export const OperatorSetIdProto = root.lookupType('onnx.OperatorSetIdProto')
+export const TensorProto = root.lookupType('onnx.TensorProto')
 
 /** TensorProto.DataType values the builder uses. */
 export const DataType = { FLOAT: 1, UINT8: 2, INT8: 3, INT32: 6, INT64: 7, BOOL: 9, FLOAT16: 10 } as const

@@ -11,7 +11,7 @@ import type { Provider } from '../../shared/model.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
 import { emptyPast, type ForwardInput, type ForwardOutput, type GreedyOutput, type IntDtype, type KvData, type KvTensor, type Signature, type StepTraffic } from './step-io.js'
-import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, maskFromLengths, prepareDecoderGraph } from './decoder-graph.js'
+import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, maskFromLengths, prepareDecoderGraph, type PreparedGraph } from './decoder-graph.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 import { CapiRunner } from './capi-session.js'
 import type { DeviceKv, DevicePoolLimits } from './device-kv.js'
@@ -41,6 +41,12 @@ export interface SessionOptions {
    * GroupQueryAttention graph; refused (a config error saying why) anywhere else.
    */
   graphCapture?: boolean
+  /**
+   * Serve a 4-bit export's MatMulNBits weights on ORT's int8 kernels (int8-weights.ts): faster at batch on CPUs
+   * where ORT's 4-bit kernel is the slower one, at twice the 4-bit form's memory. CPU only; refused (a config error)
+   * where the served file has no MatMulNBits this can read.
+   */
+  nbitsAsInt8?: boolean
 }
 
 /**
@@ -186,6 +192,22 @@ const intTensor = (dtype: IntDtype, src: ArrayLike<number>, dims: number[]): ort
   return new ort.Tensor('int64', a, dims)
 }
 
+/** prepareDecoderGraph's rewrites of the file at `onnxPath`, with --nbits-as-int8's refusals. */
+function prepared(onnxPath: string, opts: SessionOptions): PreparedGraph {
+  let g: PreparedGraph
+  try {
+    g = prepareDecoderGraph(readFileSync(onnxPath), { allLogits: opts.allLogits, ...(opts.nbitsAsInt8 ? { nbitsAsInt8: { dir: dirname(onnxPath) } } : {}) })
+  } catch (e) {
+    if (e instanceof RangeError) throw new OnnxdError('config', `--nbits-as-int8: ${onnxPath}: ${e.message}`)
+    throw e
+  }
+  if (opts.nbitsAsInt8 && !g.int8?.converted) {
+    const why = g.int8?.kept.length ? `: ${g.int8.kept.slice(0, 3).join('; ')}` : ''
+    throw new OnnxdError('config', `--nbits-as-int8: ${onnxPath} has no 4-bit (com.microsoft MatMulNBits) weights it can serve as int8${why}`)
+  }
+  return g
+}
+
 /** A step's outputs by name: the JS API's tensors, or views over the C runner's buffers. */
 type StepOutputs = Record<string, { data: unknown; dims: readonly number[] }>
 
@@ -212,6 +234,7 @@ export class DecoderSession {
       throw new OnnxdError('config', `deviceId applies to cuda and tensorrt: onnxruntime-node's webgpu provider picks its own adapter (restrict Vulkan's devices instead, e.g. VK_DRIVER_FILES). Given: ${opts.deviceId}`)
     }
     if (opts.graphCapture && (opts.provider ?? 'cpu') !== 'webgpu') throw new OnnxdError('config', `--graph-capture cannot run on provider ${opts.provider ?? 'cpu'} (it is WebGPU's)`)
+    if (opts.nbitsAsInt8 && (opts.provider ?? 'cpu') !== 'cpu') throw new OnnxdError('config', `--nbits-as-int8 is for the CPU provider, not ${opts.provider} (a GPU provider runs MatMulNBits itself)`)
     if (!providerInstalled(provider)) {
       if (!opts.allowCpuFallback) {
         throw new OnnxdError('config', `execution provider '${provider}' is not installed: ${INSTALL_HINT[provider as Exclude<Provider, 'cpu'>]}. To start on CPU instead, set ONNXD_ALLOW_CPU_FALLBACK=1.`)
@@ -238,7 +261,7 @@ export class DecoderSession {
       logSeverityLevel: 3,
     }
     // The graph as onnxd runs it: only the new KV rows and the last position's logits leave a step (decoder-graph.ts).
-    const g = prepareDecoderGraph(readFileSync(bundle.onnxPath), { allLogits: opts.allLogits })
+    const g = prepared(bundle.onnxPath, opts)
     // ORT's thread pool keeps its default: intra-op threads spin-wait for work after each parallel section and for a
     // while after a run returns, so the next step finds them awake. onnxd once stopped that spinning when a run returned
     // (`session.force_spinning_stop`), when the engine copied the KV cache between steps; with the cache kept in place
@@ -319,6 +342,7 @@ export class DecoderSession {
       }
     }
     const s = new DecoderSession(capi ? null : session, sig, provider, capi)
+    if (g.int8) s.weights = `${g.int8.converted} MatMulNBits served as int8${g.int8.kept.length ? `; kept as 4-bit: ${g.int8.kept.join('; ')}` : ''}`
     // GroupQueryAttention takes new tokens on top of any cache, and a plain graph kept on the device was probed for
     // it above (takesChunksOverPast); a device cache has no host past to probe with.
     s.chunkedPrefill = capi?.pool ? true : await s.probeChunkedPrefill()
@@ -513,6 +537,9 @@ export class DecoderSession {
    * engine/pool/gate.ts). Set by the worker thread once the model has loaded.
    */
   gate: { enter(): boolean; exit(): void } | null = null
+
+  /** How the weights are served where that differs from the file (--nbits-as-int8), for the node's start log; null otherwise. */
+  weights: string | null = null
 
   /**
    * Runs `start` (an ORT run) with the gate held exactly around the native call. onnxruntime-node defers that call

@@ -29,6 +29,8 @@ export interface PoolOptions extends Partial<BatcherOptions> {
   maxModelLen?: number
   /** WebGPU graph capture of the decode step (model/captured-step.ts); refused where it cannot run. */
   graphCapture?: boolean
+  /** 4-bit (MatMulNBits) weights served on ORT's int8 kernels (model/int8-weights.ts); CPU only. */
+  nbitsAsInt8?: boolean
   /** WebGPU provider options passed on to ORT (model/runtime.ts WEBGPU_OPTIONS); refused where they cannot apply. */
   webgpuOptions?: Readonly<Record<string, string>>
   /** A worker whose step loop shows no sign of life for this long is unhealthy. */
@@ -57,6 +59,8 @@ export interface PoolHealth {
   provider: Provider
   /** The API the workers' steps run on (what they report once loaded; the configured one until then). */
   runtime: Runtime
+  /** How the weights are served where that differs from the file (--nbits-as-int8); absent otherwise. */
+  weights?: string
   contextLength: number | null
   /** Worker threads the pool is configured to run (`--workers`), loaded or not. */
   configuredWorkers: number

@@ -55,7 +55,7 @@ export class EnginePool implements EngineClient {
   private readonly heartbeatTimeoutMs: number
   private readonly stallTimeoutMs: number
   private readonly engineOptions: EngineOptions
-  private info: { model: string; contextLength: number; provider: Provider; runtime: Runtime } | null = null
+  private info: { model: string; contextLength: number; provider: Provider; runtime: Runtime; weights: string | null } | null = null
   private bound: PromptBound | null = null
   private draining = false
   private closing = false
@@ -90,6 +90,7 @@ export class EnginePool implements EngineClient {
       allowCpuFallback: opts.allowCpuFallback,
       runtime: opts.runtime,
       graphCapture: opts.graphCapture,
+      nbitsAsInt8: opts.nbitsAsInt8,
       webgpuOptions: opts.webgpuOptions,
       maxModelLen: opts.maxModelLen,
       // One worker on CPU uses every core; several split them.
@@ -180,7 +181,7 @@ export class EnginePool implements EngineClient {
     switch (m.type) {
       case 'ready':
         this.workers.set(m.threadId, { ready: true, stats: m.stats })
-        this.info = { model: m.model, contextLength: m.contextLength, provider: m.provider as Provider, runtime: m.runtime }
+        this.info = { model: m.model, contextLength: m.contextLength, provider: m.provider as Provider, runtime: m.runtime, weights: m.weights }
         this.settleReady()
         break
       case 'failed':
@@ -388,6 +389,7 @@ export class EnginePool implements EngineClient {
       model: this.info?.model ?? this.opts.modelId ?? '',
       provider: this.info?.provider ?? this.opts.provider ?? 'cpu',
       runtime: this.info?.runtime ?? intendedRuntime(this.opts.runtime, this.opts.provider ?? 'cpu'),
+      ...(this.info?.weights ? { weights: this.info.weights } : {}),
       contextLength: this.info?.contextLength ?? null,
       configuredWorkers: this.nWorkers,
       workers,

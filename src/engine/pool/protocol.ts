@@ -45,7 +45,7 @@ export type PortCommand = { type: 'cancel' }
 
 /** Worker -> main, on the broadcast channel. */
 export type Broadcast =
-  | { type: 'ready'; threadId: number; model: string; contextLength: number; provider: string; runtime: Runtime; stats: EngineStats }
+  | { type: 'ready'; threadId: number; model: string; contextLength: number; provider: string; runtime: Runtime; weights: string | null; stats: EngineStats }
   | { type: 'failed'; threadId: number; error: string }
   | { type: 'stats'; threadId: number; stats: EngineStats }
   /**

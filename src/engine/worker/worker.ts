@@ -61,7 +61,7 @@ async function init(): Promise<(t: Task) => Promise<null>> {
   // While a forward step blocks this thread the timer cannot fire: stale stats are what make a hung worker visible.
   setInterval(stats, 250).unref()
   // The first stats ride with 'ready': a /health answered between two messages would see no capacity yet.
-  post({ type: 'ready', threadId, model: engine.model.id, contextLength: engine.model.contextLength, provider: engine.model.session.provider, runtime: engine.model.session.runtime, stats: engine.stats() })
+  post({ type: 'ready', threadId, model: engine.model.id, contextLength: engine.model.contextLength, provider: engine.model.session.provider, runtime: engine.model.session.runtime, weights: engine.model.session.weights, stats: engine.stats() })
 
   return async (t: Task): Promise<null> => {
     if (t.kind === 'crash' && data.faultInjection) process.exit(1)
