@@ -12,6 +12,7 @@ import { prepareDecoderGraph } from '../../../src/engine/model/decoder-graph.js'
 import { nbitsAsInt8, nbitsToInt8 } from '../../../src/engine/model/int8-weights.js'
 import { DataLocation, DataType, encodeModel, type Node, type Tensor } from '../../../src/engine/model/onnx-proto.js'
 import { Engine } from '../../../src/engine/engine.js'
+import { createEnginePool } from '../../../src/engine/pool/pool.js'
 import { measureQuality } from '../../../src/bench/quality.js'
 import { isOnnxdError } from '../../../src/shared/errors.js'
 import { runRequest } from '../../helpers/engine-run.js'
@@ -177,6 +178,23 @@ describe('served', () => {
       expect(r.ids).toHaveLength(12)
     } finally {
       await engine.close()
+    }
+  })
+
+  it("the pool's workers serve it and its health says how (the node's start log line reads it)", async () => {
+    const pool = createEnginePool({ modelDir: q4, dtype: 'q4', nbitsAsInt8: true, workers: 1, intraOpThreads: 1 })
+    try {
+      await pool.ready()
+      expect(pool.health()).toMatchObject({ status: 'ready', weights: `${LINEAR} MatMulNBits served as int8` })
+    } finally {
+      await pool.close()
+    }
+    const plain = createEnginePool({ modelDir: q4, dtype: 'q4', workers: 1, intraOpThreads: 1 })
+    try {
+      await plain.ready()
+      expect(plain.health().weights).toBeUndefined()
+    } finally {
+      await plain.close()
     }
   })
 
