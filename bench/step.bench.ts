@@ -13,7 +13,8 @@
 // round: ORT's GroupQueryAttention runs such a batch slower than one of equal rows.
 //
 //   npx tsx bench/step.bench.ts [--batches 16,64] [--past 144] [--spread 0] [--steps 3] [--threads 1] [--rounds 2] [--ort]
-//     LABEL=DIR:DTYPE ...     (e.g. gqa-q4=.cache/models/onnxd-135m-gqa:q4 plain-int8=.cache/models/onnxd-135m:int8)
+//     LABEL=DIR:DTYPE ...     (e.g. gqa-q4=.cache/models/onnxd-135m-gqa:q4 plain-int8=.cache/models/onnxd-135m:int8;
+//                             DTYPE q4-as-int8 is the q4 file with --nbits-as-int8)
 import { loadavg } from 'node:os'
 import { parseArgs } from 'node:util'
 import { KV_CHUNK, loadModel, readBundle, type LoadedModel } from '../src/engine/bench-surface.js'
@@ -22,6 +23,7 @@ import { spreadLengths } from '../src/bench/refs/ort.js'
 import { measureCeiling } from '../src/bench/refs/ort.js'
 import { openCapiSteps, usesGroupQueryAttention, type CapiSteps } from '../src/bench/refs/capi.js'
 import type { Dtype } from '../src/shared/model.js'
+import { servedFile, TARGET_DTYPES, type TargetDtype } from '../src/bench/options.js'
 import { median, writeReport } from './lib/report.js'
 
 const { values, positionals } = parseArgs({
@@ -40,11 +42,12 @@ const batches = values.batches.split(',').map(Number)
 const [past, steps, threads, rounds] = [values.past, values.steps, values.threads, values.rounds].map(Number)
 const spreads = values.spread.split(',').map(Number)
 const forms = positionals.map((p) => {
-  const m = /^([^=]+)=(.+):(\w+)$/.exec(p)
-  if (!m) throw new Error(`${p}: expected LABEL=DIR:DTYPE`)
-  const dtype = m[3] as Dtype
+  const m = /^([^=]+)=(.+):([\w-]+)$/.exec(p)
+  if (!m || !(TARGET_DTYPES as readonly string[]).includes(m[3])) throw new Error(`${p}: expected LABEL=DIR:DTYPE, DTYPE one of ${TARGET_DTYPES.join(', ')}`)
+  // A bench weight form: a bundle dtype, or q4-as-int8 (the q4 file with --nbits-as-int8).
+  const { dtype, nbitsAsInt8 } = servedFile(m[3] as TargetDtype)
   // The ONNX file the engine serves for that dtype, found by its own rule.
-  return { label: m[1], dir: m[2], dtype, onnxPath: readBundle(m[2], { dtype }).onnxPath }
+  return { label: m[1], dir: m[2], dtype: dtype as Dtype, nbitsAsInt8, onnxPath: readBundle(m[2], { dtype }).onnxPath }
 })
 if (!forms.length || [past, steps, threads, rounds, ...batches, ...spreads].some((n) => !Number.isInteger(n) || n < 0) || spreads.some((w) => Math.floor(w / 2) > past)) {
   process.stderr.write('usage: npx tsx bench/step.bench.ts [--batches 16,64] [--past 144] [--spread 0] [--steps 3] [--threads 1] [--rounds 2] [--ort] LABEL=DIR:DTYPE ...\n')
@@ -85,8 +88,8 @@ const cells: Cell[] = []
 const models = new Map<string, LoadedModel>()
 const refs = new Map<string, CapiSteps>()
 for (const f of forms) {
-  models.set(f.label, await loadModel(f.dir, { runtime: 'capi', intraOpThreads: threads, dtype: f.dtype }))
-  if (values.ort && usesGroupQueryAttention(f.onnxPath)) refs.set(f.label, openCapiSteps({ onnxPath: f.onnxPath, threads }))
+  models.set(f.label, await loadModel(f.dir, { runtime: 'capi', intraOpThreads: threads, dtype: f.dtype, nbitsAsInt8: f.nbitsAsInt8 }))
+  if (values.ort && usesGroupQueryAttention(f.onnxPath)) refs.set(f.label, openCapiSteps({ onnxPath: f.onnxPath, threads, nbitsAsInt8: f.nbitsAsInt8 }))
 }
 try {
   for (let round = 0; round < rounds; round++) {
