@@ -28,7 +28,7 @@
 import { dirname } from 'node:path'
 import { AttrType, DataType, NodeProto, ValueInfoProto, type Dim, type Node } from './onnx-proto.js'
 import { nbitsAsInt8 } from './int8-weights.js'
-import { defaultOpset, encodeNode, fieldsOf, INITIALIZER, INPUT, INT32, lengthDelimited, NODE, nodeOf, OUTPUT, readGraph, TENSOR_NAME, writeGraph, type Field, type GraphView } from './graph-bytes.js'
+import { defaultOpset, encodeNode, INITIALIZER, INPUT, INT32, lengthDelimited, NODE, OUTPUT, readGraph, tensorName, writeGraph, type Field, type GraphView } from './graph-bytes.js'
 
 /** The graph's output names, in order. */
 export function graphOutputNames(model: Uint8Array): string[] {
@@ -91,8 +91,8 @@ function headReader(v: GraphView, head: { node: Node; field: Field }): { node: N
   // Its outputs must feed this head alone (the MatMulInteger and the product of the scales): cutting its input to
   // the last position must not reach other readers.
   const headNodes = new Set([mmi!.field, v.producer.get(head.node.input[1])?.field])
-  const readers = v.fields.filter((f) => f.no === NODE && nodeOf(f).input.some((i) => dql.node.output.includes(i)))
-  return readers.every((f) => headNodes.has(f)) ? dql : undefined
+  const readers = v.nodes.filter(({ node }) => node.input.some((i) => dql.node.output.includes(i)))
+  return readers.every(({ field }) => headNodes.has(field)) ? dql : undefined
 }
 
 /** The graph input positionLogits() adds: the positions within a step (int64 [n]) whose logits it computes, for every row. */
@@ -173,7 +173,7 @@ const nameOf = (f: Field): string => (ValueInfoProto.toObject(ValueInfoProto.dec
 export function feedAttentionLengths(model: Uint8Array, mask = 'attention_mask'): { model: Uint8Array; maskKept: boolean } | null {
   const v = readGraph(model)
   if (!v || v.subgraphs) return null
-  const nodes = v.fields.filter((f) => f.no === NODE).map((field) => ({ field, node: nodeOf(field) }))
+  const { nodes } = v
   const gqa = nodes.filter((n) => n.node.op_type === 'GroupQueryAttention' && n.node.domain === 'com.microsoft')
   if (gqa.length === 0) return null
   const seqlens = new Set(gqa.map((n) => n.node.input[5] ?? ''))
@@ -231,10 +231,6 @@ export function feedAttentionLengths(model: Uint8Array, mask = 'attention_mask')
   // Initializers only the pruned nodes read (ORT would warn at every load that it removes them).
   const unread = new Set<string>()
   for (const f of pruned) for (const i of byField.get(f)!.input) if (![...(readers.get(i) ?? [])].some((r) => !pruned.has(r))) unread.add(i)
-  const initializerName = (f: Field): string => {
-    const name = fieldsOf(f.data!).find((x) => x.no === TENSOR_NAME)?.data
-    return name ? new TextDecoder().decode(name) : ''
-  }
   const lastInput = inputs[inputs.length - 1]
   const info = (name: string, dims: Array<{ dim_param: string }>): Uint8Array =>
     lengthDelimited(INPUT, ValueInfoProto.encode(ValueInfoProto.fromObject({ name, type: { tensor_type: { elem_type: INT32, shape: { dim: dims } } } })).finish())
@@ -247,7 +243,7 @@ export function feedAttentionLengths(model: Uint8Array, mask = 'attention_mask')
       return [encodeNode({ ...node, input })]
     }
     if (f.no === INITIALIZER) {
-      const name = initializerName(f)
+      const name = tensorName(f)
       return unread.has(name) && !inputNames.has(name) ? [] : undefined
     }
     if (f.no !== INPUT) return undefined

@@ -63,6 +63,8 @@ export interface GraphView {
   top: Field[]
   graph: Field
   fields: Field[]
+  /** The top-level nodes, in order, each with its field (decoded once, defaults filled in). */
+  nodes: { node: Node; field: Field }[]
   /** Each node output's producing node, and the node's field. */
   producer: Map<string, { node: Node; field: Field }>
   /** Every name a top-level node reads. */
@@ -85,17 +87,16 @@ export function decodeGraph(model: Uint8Array): GraphView | null {
   const graph = top.find((f) => f.no === GRAPH && f.data)
   if (!graph) return null
   const fields = fieldsOf(graph.data!)
+  const nodes = fields.filter((f) => f.no === NODE).map((field) => ({ node: nodeOf(field), field }))
   const producer = new Map<string, { node: Node; field: Field }>()
   const consumed = new Set<string>()
   let subgraphs = false
-  for (const field of fields) {
-    if (field.no !== NODE) continue
-    const node = NodeProto.toObject(NodeProto.decode(field.data!), { longs: Number, defaults: true }) as Node
+  for (const { node, field } of nodes) {
     for (const o of node.output) producer.set(o, { node, field })
     for (const i of node.input) consumed.add(i)
     if (node.attribute?.some((a) => a.type === AttrType.GRAPH || a.type === AttrType.GRAPHS)) subgraphs = true
   }
-  return { top, graph, fields, producer, consumed, subgraphs }
+  return { top, graph, fields, nodes, producer, consumed, subgraphs }
 }
 
 /** The model with each graph field that `edit` answers for replaced by the fields it returns (encoded, tag included). */
@@ -107,6 +108,12 @@ export function writeGraph(model: Uint8Array, v: GraphView, edit: (f: Field) => 
 export const encodeNode = (n: object): Uint8Array => lengthDelimited(NODE, NodeProto.encode(NodeProto.fromObject(n)).finish())
 
 export const nodeOf = (f: Field): Node => NodeProto.toObject(NodeProto.decode(f.data!), { longs: Number, defaults: true }) as Node
+
+/** An initializer field's tensor name, read without decoding its data ('' when it has none). */
+export function tensorName(f: Field): string {
+  const name = fieldsOf(f.data!).find((x) => x.no === TENSOR_NAME)?.data
+  return name ? new TextDecoder().decode(name) : ''
+}
 
 /** The default-domain opset a model imports (0 when it names none). */
 export function defaultOpset(v: GraphView): number {

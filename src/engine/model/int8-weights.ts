@@ -16,7 +16,7 @@
 import { closeSync, openSync, readSync } from 'node:fs'
 import { isAbsolute, join, normalize, sep } from 'node:path'
 import { AttrType, DataLocation, DataType, TensorProto, type Node, type StringEntry } from './onnx-proto.js'
-import { defaultOpset, encodeNode, fieldsOf, INITIALIZER, lengthDelimited, NODE, nodeOf, readGraph, TENSOR_NAME, writeGraph, type Field } from './graph-bytes.js'
+import { defaultOpset, encodeNode, INITIALIZER, lengthDelimited, readGraph, tensorName, writeGraph, type Field } from './graph-bytes.js'
 
 /** Numpy's rounding (half to even), as onnxruntime.quantization rounds weights. */
 export function roundHalfEven(x: number): number {
@@ -97,8 +97,9 @@ function tensorBytes(t: DecodedTensor, dir: string): Uint8Array | string {
 }
 
 interface Weight {
-  /** int8 [K, N], row-major. */
+  /** int8 `dims` ([K, N]), row-major. */
   q: Int8Array
+  dims: [number, number]
   scale: number
 }
 
@@ -159,7 +160,7 @@ export function nbitsToInt8(K: number, N: number, bits: number, block: number, p
       }
     }
   }
-  return { q, scale }
+  return { q, dims: [K, N], scale }
 }
 
 export interface Int8Rewrite {
@@ -181,14 +182,8 @@ const attrOf = (n: Node, name: string): number | undefined => n.attribute?.find(
 export function nbitsAsInt8(model: Uint8Array, dir: string): Int8Rewrite | null {
   const v = readGraph(model)
   if (!v) return null
-  const initializers = new Map<string, Field>()
-  for (const f of v.fields) {
-    if (f.no !== INITIALIZER) continue
-    const name = fieldsOf(f.data!).find((x) => x.no === TENSOR_NAME)?.data
-    if (name) initializers.set(new TextDecoder().decode(name), f)
-  }
-  const nodes = v.fields.filter((f) => f.no === NODE).map((field) => ({ field, node: nodeOf(field) }))
-  const nbits = nodes.filter(({ node }) => node.op_type === 'MatMulNBits' && node.domain === MS_DOMAIN)
+  const initializers = new Map(v.fields.filter((f) => f.no === INITIALIZER).map((f) => [tensorName(f), f]))
+  const nbits = v.nodes.filter(({ node }) => node.op_type === 'MatMulNBits' && node.domain === MS_DOMAIN)
   if (!nbits.length || v.subgraphs || defaultOpset(v) < 11) return null
 
   const tensor = (name: string): DecodedTensor | undefined => {
@@ -233,12 +228,12 @@ export function nbitsAsInt8(model: Uint8Array, dir: string): Int8Rewrite | null 
   if (!converted.size) return { model, converted: 0, kept }
 
   // The initializers only converted nodes read go; the int8 ones take their place.
-  const readBy = (name: string): boolean => nodes.some(({ field, node }) => !converted.has(field) && node.input.includes(name))
+  const stillRead = new Set(v.nodes.flatMap(({ node, field }) => (converted.has(field) ? [] : node.input)))
   const dropped = new Set<Field>()
   for (const { node } of converted.values()) {
     for (const name of node.input.slice(1)) {
       const f = name ? initializers.get(name) : undefined
-      if (f && !readBy(name)) dropped.add(f)
+      if (f && !stillRead.has(name)) dropped.add(f)
     }
   }
   const operand = (w: string): Quantized => ({ q: `/onnxd/int8/${w}/int8`, scale: `/onnxd/int8/${w}/scale`, zeroPoint: `/onnxd/int8/${w}/zero_point` })
@@ -248,9 +243,8 @@ export function nbitsAsInt8(model: Uint8Array, dir: string): Int8Rewrite | null 
   let addedBytes = 0
   for (const [b, w] of weights) {
     const { q, scale, zeroPoint } = operand(b)
-    const node = [...converted.values()].find((c) => c.weight === b)!.node
     added.push(
-      initializer(q, [attrOf(node, 'K')!, attrOf(node, 'N')!], DataType.INT8, new Uint8Array(w.q.buffer)),
+      initializer(q, w.dims, DataType.INT8, new Uint8Array(w.q.buffer)),
       initializer(scale, [], DataType.FLOAT, new Uint8Array(Float32Array.of(w.scale).buffer)),
       initializer(zeroPoint, [], DataType.INT8, new Uint8Array(1)),
     )
