@@ -21,6 +21,9 @@ export { loadModel, type LoadedModel } from './model/load.js'
 export type { ForwardInput, KvRows, KvTensor } from './model/step-io.js'
 export { KV_CHUNK, KvCache, kvShapeOf } from './scheduler/kv.js'
 
+// The prefix cache fed as the batcher feeds it, timed apart (prefix-cache.bench: what caching a prompt's blocks costs).
+export { PrefixCache } from './scheduler/prefix-cache.js'
+
 // The structured-output kit, timed apart from the step loop (grammar.bench: mask time per token).
 export { Grammars, type TokenMask } from './generation/grammar.js'
 export { applyMask } from './generation/sampling.js'

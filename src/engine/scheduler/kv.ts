@@ -162,43 +162,45 @@ export class KvCache implements KvRows {
   }
 
   /**
-   * Copies of row `r`'s slots [from, from + n), one view per past tensor laid out [outer, heads, n, headDim]: written
-   * into `into` (views of that size, as an earlier call returned them), or else into new buffers.
+   * A copy of row `r`'s slots [from, from + n) in one buffer, laid out [tensor, outer, heads, n, headDim]: written
+   * into `into` (a buffer of that size, as an earlier call returned it), or else into a new one. One buffer per block
+   * rather than one per past tensor: a block of 135m is 60 tensors, and 60 small buffers a block made the prefix
+   * cache's inserts dearer (docs/benchmarks.md, "Between the steps at 64 streams").
    */
-  readSlots(r: number, from: number, n: number, into?: KvData[]): KvData[] {
+  readSlots(r: number, from: number, n: number, into?: KvData): KvData {
     const { outer: O, heads: H, headDim: D, dtype } = this.shape
     const size = O * H * n * D
-    // A buffer per tensor. One buffer per block (737 KB on 135m) was tried: 16 streams through the node served
-    // slower in four alternating pairs (4-13 %), for a cause not found.
-    const views = into ?? this.bufs.map(() => alloc(dtype, size))
-    if (into && (into.length !== this.bufs.length || into.some((v) => v.length !== size))) throw new Error('readSlots: views of another shape')
+    const block = into ?? alloc(dtype, size * this.bufs.length)
+    if (into && into.length !== size * this.bufs.length) throw new Error('readSlots: a buffer of another shape')
     this.bufs.forEach((src, i) => {
       for (let o = 0; o < O; o++) {
         for (let h = 0; h < H; h++) {
           const s = (((o * this.rowsCap + r) * H + h) * this.cap + from) * D
-          views[i].set(src.subarray(s, s + n * D), (o * H + h) * n * D)
+          block.set(src.subarray(s, s + n * D), i * size + (o * H + h) * n * D)
         }
       }
     })
-    return views
+    return block
   }
 
   /**
    * Fills the empty row `r` with a cached prefix: `blocks` of `blockLen` slots each, laid out as readSlots() gives
    * them. The row then holds blocks.length * blockLen tokens.
    */
-  loadPrefix(r: number, blocks: readonly KvData[][], blockLen: number): void {
+  loadPrefix(r: number, blocks: readonly KvData[], blockLen: number): void {
     if (this.lens[r] !== 0) throw new Error(`row ${r} is not empty`)
     const { outer: O, heads: H, headDim: D } = this.shape
     const len = blocks.length * blockLen
     this.fit(this.rows, Math.max(this.maxLen(), len))
     const n = blockLen * D
+    const size = O * H * n
     blocks.forEach((block, k) => {
       this.bufs.forEach((dst, i) => {
         for (let o = 0; o < O; o++) {
           for (let h = 0; h < H; h++) {
             const d = (((o * this.rowsCap + r) * H + h) * this.cap + k * blockLen) * D
-            dst.set(block[i].subarray((o * H + h) * n, (o * H + h + 1) * n), d)
+            const s = i * size + (o * H + h) * n
+            dst.set(block.subarray(s, s + n), d)
           }
         }
       })

@@ -5,7 +5,7 @@
 // on that token and the ones before it only. Blocks form a tree (a block's parent is the block before it); only
 // leaves are evicted, least recently used first, so every cached block stays reachable. The batcher counts the
 // blocks' bytes in its KV budget and evicts when admitted sequences need the room. A cache at its bound makes room for
-// a new block by evicting one and writing the new block into the evicted one's buffers: once full, a busy cache takes
+// a new block by evicting one and writing the new block into the evicted one's buffer: once full, a busy cache takes
 // no fresh memory (its pages are mapped already, and V8 sees no new external memory to collect for).
 import { createHash } from 'node:crypto'
 import type { KvData } from '../model/step-io.js'
@@ -17,8 +17,8 @@ interface Block {
   readonly key: string
   readonly tokens: Int32Array
   readonly parent: Block | null
-  /** One buffer per past tensor, the block's slots as [outer, heads, PREFIX_BLOCK, headDim]. */
-  readonly data: KvData[]
+  /** The block's slots of every past tensor, [tensor, outer, heads, PREFIX_BLOCK, headDim] (KvCache.readSlots). */
+  readonly data: KvData
   readonly bytes: number
   children: number
 }
@@ -26,7 +26,7 @@ interface Block {
 /** A cached prefix: its length in tokens and the KV data of its blocks, in order. */
 export interface PrefixHit {
   tokens: number
-  blocks: KvData[][]
+  blocks: KvData[]
 }
 
 export class PrefixCache {
@@ -82,9 +82,9 @@ export class PrefixCache {
    * Caches the whole blocks of `ids` not cached yet, holding at most `limit` bytes: at the bound, each new block
    * takes the buffer of the least recently used leaf it evicts; where none is left to evict, the rest of the prompt
    * is not cached. `read(from, n, into)` writes the KV data of the prompt's slots [from, from + n) into `into` (an
-   * evicted block's buffers) or, given none, into new ones; it is called only for blocks that are new.
+   * evicted block's buffer) or, given none, into a new one; it is called only for blocks that are new.
    */
-  insert(ids: readonly number[], read: (from: number, n: number, into?: KvData[]) => KvData[], limit = Infinity): void {
+  insert(ids: readonly number[], read: (from: number, n: number, into?: KvData) => KvData, limit = Infinity): void {
     const B = this.block
     const found = this.chain(ids, ids.length)
     // The chain found is used now: the evictions below take other leaves first.
@@ -95,14 +95,14 @@ export class PrefixCache {
       const key = this.keyOf(parent, tokens)
       // A block under the same key whose parent or tokens differ (a hash collision) stays; this chain stops here.
       if (this.blocks.has(key)) break
-      let into: KvData[] | undefined
+      let into: KvData | undefined
       if (this.blockBytes && this.held + this.blockBytes > limit) {
         // The parent, this chain's newest block, may be a leaf until its child is in: it is not the one evicted.
         into = this.evictLeaf(parent)?.data
         if (!into) break
       }
       const data = read(at, B, into)
-      const b: Block = { key, tokens, parent, data, bytes: data.reduce((s, d) => s + d.byteLength, 0), children: 0 }
+      const b: Block = { key, tokens, parent, data, bytes: data.byteLength, children: 0 }
       this.blockBytes ||= b.bytes
       if (parent) parent.children++
       this.blocks.set(key, b)

@@ -8,11 +8,11 @@ import type { KvData } from '../../../src/engine/model/step-io.js'
 
 const B = 4
 /** One tensor per block whose every value is the block's first token, so a hit says which blocks it copied. */
-const readOf = (ids: readonly number[], reads: number[] = []) => (from: number, n: number): KvData[] => {
+const readOf = (ids: readonly number[], reads: number[] = []) => (from: number, n: number): KvData => {
   reads.push(from)
-  return [new Float32Array(n).fill(ids[from])]
+  return new Float32Array(n).fill(ids[from])
 }
-const firstTokens = (blocks: KvData[][]): number[] => blocks.map((b) => b[0][0])
+const firstTokens = (blocks: KvData[]): number[] => blocks.map((b) => b[0])
 const seq = (from: number, n: number): number[] => Array.from({ length: n }, (_, i) => from + i)
 
 describe('PrefixCache', () => {
@@ -79,13 +79,11 @@ describe('PrefixCache', () => {
     const y = seq(10, 8)
     for (const p of [x, y]) c.insert(p, readOf(p))
     const before = [...c.lookup(x, 8).blocks] // x's chain is now the most recently used; y's the least
-    const intos: Array<KvData[] | undefined> = []
+    const intos: Array<KvData | undefined> = []
     const z = seq(20, 12)
     c.insert(z, (from, n, into) => {
       intos.push(into)
-      const out = into ?? [new Float32Array(n)]
-      out[0].fill(z[from])
-      return out
+      return (into ?? new Float32Array(n)).fill(z[from])
     }, 4 * bytes)
     // Three new blocks at a bound of four: one evicted leaf of y's, then y's first block (a leaf once its child
     // went), then x's leaf; every new block went into an evicted block's buffer.
@@ -93,7 +91,7 @@ describe('PrefixCache', () => {
     expect(c.bytes).toBe(4 * bytes)
     expect(c.lookup(y, 8).tokens).toBe(0)
     expect(c.lookup(x, 8).tokens).toBe(4)
-    expect(intos[2]?.[0]).toBe(before[1][0])
+    expect(intos[2]).toBe(before[1])
     expect(firstTokens(c.lookup(z, 12).blocks)).toEqual([20, 24, 28])
   })
 
@@ -138,6 +136,8 @@ describe('KvCache prefix copies', () => {
       expect(src.readSlots(1, 4, 4, into)).toBe(into)
       expect(into).toEqual(blocks[1])
       expect(() => src.readSlots(1, 0, 2, into)).toThrow(/another shape/)
+      // One buffer per block: every tensor's slots, tensor by tensor.
+      expect(blocks[0].length).toBe(shape.tensors * outer * H * 4 * D)
     })
   }
 })
