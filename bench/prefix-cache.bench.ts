@@ -36,7 +36,8 @@ new PerformanceObserver((list) => {
   }
 }).observe({ entryTypes: ['gc'] })
 
-// A prefill group's cache (GroupQueryAttention's layout), filled once: what its rows hold does not change the copies.
+// A prefill group's cache ([rows, heads, slots, headDim] per past tensor), filled once: what its rows hold does not
+// change the copies.
 const shape = { tensors: 2 * layers, outer: 1, heads, headDim, dtype: 'float32' as const, present: 'appended' as const }
 const present: KvTensor[] = Array.from({ length: shape.tensors }, () => ({ data: new Float32Array(group * heads * len * headDim).fill(0.5), dims: [group, heads, len, headDim] }))
 const rows = new KvCache(shape)

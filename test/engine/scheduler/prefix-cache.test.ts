@@ -7,7 +7,7 @@ import { KvCache, type KvShape } from '../../../src/engine/scheduler/kv.js'
 import type { KvData } from '../../../src/engine/model/step-io.js'
 
 const B = 4
-/** One tensor per block whose every value is the block's first token, so a hit says which blocks it copied. */
+/** A block whose every value is its first token, so a hit says which blocks it copied. */
 const readOf = (ids: readonly number[], reads: number[] = []) => (from: number, n: number): KvData => {
   reads.push(from)
   return new Float32Array(n).fill(ids[from])
