@@ -14,7 +14,7 @@
 // Imports: graph.ts (the graph and weight types) and the engine's ONNX protobuf codec (element types).
 import { AttrType, DataType, type Node, type Tensor, type ValueInfo } from '../engine/model/onnx-proto.js'
 import { attrI, type DecoderGraph, type StoredTensor, type WeightSpec } from './graph.js'
-import { int8MatMul, quantizeActivation, roundHalfEven } from '../engine/model/int8-weights.js'
+import { int8Level, int8MatMul, quantizeActivation, symmetricScale } from '../engine/model/int8-weights.js'
 
 export const WEIGHT_DTYPES = ['q4', 'int8', 'fp16'] as const
 export type WeightDtype = (typeof WEIGHT_DTYPES)[number]
@@ -165,9 +165,9 @@ export function quantizeQ4(K: number, N: number, at: (k: number, n: number) => n
 export function quantizeInt8(v: Float32Array, top = 127): { q: Int8Array; scale: number } {
   let amax = 0
   for (let i = 0; i < v.length; i++) amax = Math.max(amax, Math.abs(v[i]))
-  const scale = Math.fround(amax / top) || 1
+  const scale = symmetricScale(amax, top)
   const q = new Int8Array(v.length)
-  for (let i = 0; i < v.length; i++) q[i] = Math.max(-top, Math.min(top, roundHalfEven(v[i] / scale)))
+  for (let i = 0; i < v.length; i++) q[i] = int8Level(v[i], scale, top)
   return { q, scale }
 }
 
@@ -237,9 +237,9 @@ export function quantizeInt8PerChannel(v: Float32Array, rows: number, cols: numb
   for (let c = 0; c < n; c++) {
     let amax = 0
     for (let i = 0; i < len; i++) amax = Math.max(amax, Math.abs(v[at(i, c)]))
-    const scale = Math.fround(amax / top) || 1
+    const scale = symmetricScale(amax, top)
     scales[c] = scale
-    for (let i = 0; i < len; i++) q[at(i, c)] = Math.max(-top, Math.min(top, roundHalfEven(v[at(i, c)] / scale)))
+    for (let i = 0; i < len; i++) q[at(i, c)] = int8Level(v[at(i, c)], scale, top)
   }
   return { q, scales }
 }

@@ -31,7 +31,7 @@ export { applyMask } from './generation/sampling.js'
 // The graph exactly as the engine runs it, and ORT's C API as the engine calls it: the ORT references (refs/: ORT
 // alone doing the engine's work, the decode ceiling) must run the same graph, and the context sweep counts the bytes
 // bound to the C-API runner's IoBinding.
-export { externalDataConfig, LOGITS_AT_INPUT, prepareDecoderGraph, type PreparedGraph } from './model/decoder-graph.js'
+export { externalDataConfig, LOGITS_AT_INPUT, prepareDecoderFile, type PreparedGraph } from './model/decoder-graph.js'
 export { DataType, ModelProto, encodeModel, type ValueInfo } from './model/onnx-proto.js'
 export { loadCApi } from './model/capi-session.js'
 export { Binding, NativeBuffer, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor } from './model/ort-capi.js'

@@ -10,8 +10,8 @@
 // each batch and says where ORT's own step goes, by operator type (profile.ts). Imports: the engine's graph
 // preparation, C API and runner (its per-thread API), through its bench surface.
 import { closeSync, openSync, readSync, rmSync } from 'node:fs'
-import { externalDataConfig, loadCApi, LOGITS_AT_INPUT, ModelProto, NativeBuffer, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
-import { preparedGraph, spreadLengths, time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
+import { externalDataConfig, loadCApi, LOGITS_AT_INPUT, ModelProto, NativeBuffer, prepareDecoderFile, type CSession, type DeviceAllocator, type DeviceTensor, type ElementType, type Tensor, type ValueInfo } from '../../engine/bench-surface.js'
+import { spreadLengths, time, type CeilingOptions, type StepTiming, type DecodeCeiling, type PrefillTiming } from './ort.js'
 import { decodeOpsOf, profilePrefix, PROFILE_WARMUP, PROFILED_STEPS, type DecodeOps } from './profile.js'
 
 const ELEM: Record<number, ElementType> = { 1: 'float32', 6: 'int32', 7: 'int64', 10: 'float16' }
@@ -161,7 +161,7 @@ export interface CapiSteps {
 export function openCapiSteps(o: { onnxPath: string; threads: number; provider?: string; profilePrefix?: string; nbitsAsInt8?: boolean }): CapiSteps {
   const api = loadCApi()
   if (!api) throw new Error("ORT's C API cannot load here (see the warning above)")
-  const g = preparedGraph(o.onnxPath, o.nbitsAsInt8)
+  const g = prepareDecoderFile(o.onnxPath, { nbitsAsInt8: o.nbitsAsInt8 })
   const inputs = inputsOf(g.model)
   const webgpu = o.provider === 'webgpu'
   if ((o.provider ?? 'cpu') !== 'cpu' && !webgpu) throw new Error(`the C-API ceiling runs on cpu and webgpu, not ${o.provider}`)

@@ -7,10 +7,10 @@
 // exported one with prepareDecoderGraph's rewrites) and fetches what the engine fetches (with greedy decoding,
 // each row's next token rather than the logits), so the ceiling is the best this graph gives in ORT, not the
 // export's slower full-cache outputs. profileDecode runs the same steps with ORT's profiler on (profile.ts).
-import { readdirSync, readFileSync, rmSync } from 'node:fs'
+import { readdirSync, rmSync } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
 import * as ort from 'onnxruntime-node'
-import { DataType, encodeModel, externalDataConfig, LOGITS_AT_INPUT, prepareDecoderGraph, type PreparedGraph } from '../../engine/bench-surface.js'
+import { DataType, encodeModel, externalDataConfig, LOGITS_AT_INPUT, prepareDecoderFile } from '../../engine/bench-surface.js'
 import { median, rsd } from '../stats.js'
 import { decodeOpsOf, profilePrefix, PROFILE_WARMUP, PROFILED_STEPS, type DecodeOps } from './profile.js'
 
@@ -166,16 +166,12 @@ export interface CeilingOptions {
   nbitsAsInt8?: boolean
 }
 
-/** The graph onnxd runs for `onnxPath` (prepareDecoderGraph's rewrites, --nbits-as-int8's with `nbitsAsInt8`). */
-export const preparedGraph = (onnxPath: string, nbitsAsInt8 = false): PreparedGraph =>
-  prepareDecoderGraph(readFileSync(onnxPath), nbitsAsInt8 ? { nbitsAsInt8: { dir: dirname(onnxPath) } } : {})
-
 /**
- * A session over the graph onnxd runs for `onnxPath` (prepareDecoderGraph's rewrites), with what a decode step fetches:
+ * A session over the graph onnxd runs for `onnxPath` (prepareDecoderFile's rewrites), with what a decode step fetches:
  * each row's next token when greedy and the graph has it, else every output.
  */
 async function openCeiling(onnxPath: string, greedy: boolean, options: ort.InferenceSession.SessionOptions, nbitsAsInt8?: boolean): Promise<{ s: ort.InferenceSession; fetches: readonly string[] }> {
-  const g = preparedGraph(onnxPath, nbitsAsInt8)
+  const g = prepareDecoderFile(onnxPath, { nbitsAsInt8 })
   const s = g.rewritten ? await ort.InferenceSession.create(g.model, { ...options, extra: externalDataConfig(onnxPath) }) : await ort.InferenceSession.create(onnxPath, options)
   return { s, fetches: greedy && g.nextToken ? s.outputNames.filter((n) => n !== 'logits') : s.outputNames }
 }

@@ -25,6 +25,7 @@
 //
 // Only the graph's node and output lists are decoded; everything else (initializers of an inline-weights export
 // included) is copied through as raw protobuf bytes.
+import { readFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { AttrType, DataType, NodeProto, ValueInfoProto, type Dim, type Node } from './onnx-proto.js'
 import { nbitsAsInt8 } from './int8-weights.js'
@@ -344,6 +345,14 @@ export interface PreparedGraph {
   lengthsFed: boolean
   /** With `nbitsAsInt8`: how many MatMulNBits nodes run as int8, and those left as they are, with why (null: none in the graph). */
   int8: { converted: number; kept: string[] } | null
+}
+
+/**
+ * prepareDecoderGraph over the file at `onnxPath`, its external data (and so --nbits-as-int8's 4-bit weights) beside
+ * it: the graph onnxd runs for that file.
+ */
+export function prepareDecoderFile(onnxPath: string, opts: { allLogits?: boolean; nbitsAsInt8?: boolean } = {}): PreparedGraph {
+  return prepareDecoderGraph(readFileSync(onnxPath), { allLogits: opts.allLogits, ...(opts.nbitsAsInt8 ? { nbitsAsInt8: { dir: dirname(onnxPath) } } : {}) })
 }
 
 /**

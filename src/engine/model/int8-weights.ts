@@ -24,6 +24,12 @@ export function roundHalfEven(x: number): number {
   return r - x === 0.5 && r % 2 !== 0 ? r - 1 : r
 }
 
+/** quantize_dynamic's symmetric int8 scale for values whose largest magnitude is `amax` (levels -top..top). */
+export const symmetricScale = (amax: number, top = 127): number => Math.fround(amax / top) || 1
+
+/** `x`'s int8 level at `scale`: rounded as numpy rounds, held to -top..top. */
+export const int8Level = (x: number, scale: number, top = 127): number => Math.max(-top, Math.min(top, roundHalfEven(x / scale)))
+
 /** An int8 operand of quantize_dynamic's form: the int8 tensor, its float scale and its zero point. */
 export interface Quantized {
   q: string
@@ -106,7 +112,7 @@ interface Weight {
 /**
  * MatMulNBits' weights (B [N, blocks, block * bits / 8], scales [N * blocks], zero points [N, ceil(blocks * bits / 8)]
  * packed as B, default 2^(bits - 1)) as per-tensor symmetric int8 [K, N]: scale = the largest dequantized magnitude
- * / 127, q = round-half-even(value / scale). No float copy of the matrix is made.
+ * / 127, q = round-half-even(value / scale) (symmetricScale, int8Level). No float copy of the matrix is made.
  */
 export function nbitsToInt8(K: number, N: number, bits: number, block: number, packed: Uint8Array, scales: Float32Array, zeros: Uint8Array | null): Weight {
   const blocks = Math.ceil(K / block)
@@ -139,7 +145,7 @@ export function nbitsToInt8(K: number, N: number, bits: number, block: number, p
       amax = Math.max(amax, Math.max(z - lo, hi - z) * Math.abs(scales[n * blocks + b]))
     }
   }
-  const scale = Math.fround(amax / 127) || 1
+  const scale = symmetricScale(amax)
   const q = new Int8Array(K * N)
   // A 4-bit block's 16 levels map to int8 through a table built once per block; columns go in tiles of 64, so that a
   // block's rows of a tile are written while their cache lines are held.
@@ -152,9 +158,9 @@ export function nbitsToInt8(K: number, N: number, bits: number, block: number, p
         const z = zeroOf(n, b)
         const sc = scales[n * blocks + b]
         const base = (n * blocks + b) * blob
-        if (bits === 8) for (let j = 0; j < len; j++) q[(k0 + j) * N + n] = Math.max(-127, Math.min(127, roundHalfEven(((level(base, j) - z) * sc) / scale)))
+        if (bits === 8) for (let j = 0; j < len; j++) q[(k0 + j) * N + n] = int8Level((level(base, j) - z) * sc, scale)
         else {
-          for (let l = 0; l < table.length; l++) table[l] = Math.max(-127, Math.min(127, roundHalfEven(((l - z) * sc) / scale)))
+          for (let l = 0; l < table.length; l++) table[l] = int8Level((l - z) * sc, scale)
           for (let j = 0; j < len; j++) q[(k0 + j) * N + n] = table[level(base, j)]
         }
       }

@@ -2,7 +2,7 @@
 // discovers its signature from the session metadata, and runs one forward step over a padded batch. Outside the
 // engine only the benchmark's ORT references import it (src/bench/refs/ort.ts, listed as the one exception in
 // test/architecture.test.ts, and the script bench/engine.bench.ts), to time ORT without onnxd.
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { createRequire } from 'node:module'
 import * as ort from 'onnxruntime-node'
@@ -11,7 +11,7 @@ import type { Provider } from '../../shared/model.js'
 import type { Bundle } from './bundle.js'
 import { toFloat32 } from './fp16.js'
 import { emptyPast, type ForwardInput, type ForwardOutput, type GreedyOutput, type IntDtype, type KvData, type KvTensor, type Signature, type StepTraffic } from './step-io.js'
-import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, maskFromLengths, prepareDecoderGraph, type PreparedGraph } from './decoder-graph.js'
+import { SEQLENS_K_INPUT, TOTAL_LENGTH_INPUT, externalDataConfig, maskFromLengths, prepareDecoderFile, type PreparedGraph } from './decoder-graph.js'
 import { rowLengths, seqlensK } from './step-lengths.js'
 import { CapiRunner } from './capi-session.js'
 import type { DeviceKv, DevicePoolLimits } from './device-kv.js'
@@ -192,11 +192,11 @@ const intTensor = (dtype: IntDtype, src: ArrayLike<number>, dims: number[]): ort
   return new ort.Tensor('int64', a, dims)
 }
 
-/** prepareDecoderGraph's rewrites of the file at `onnxPath`, with --nbits-as-int8's refusals. */
+/** prepareDecoderFile's rewrites of the file at `onnxPath`, with --nbits-as-int8's refusals. */
 function prepared(onnxPath: string, opts: SessionOptions): PreparedGraph {
   let g: PreparedGraph
   try {
-    g = prepareDecoderGraph(readFileSync(onnxPath), { allLogits: opts.allLogits, ...(opts.nbitsAsInt8 ? { nbitsAsInt8: { dir: dirname(onnxPath) } } : {}) })
+    g = prepareDecoderFile(onnxPath, { allLogits: opts.allLogits, nbitsAsInt8: opts.nbitsAsInt8 })
   } catch (e) {
     if (e instanceof RangeError) throw new OnnxdError('config', `--nbits-as-int8: ${onnxPath}: ${e.message}`)
     throw e
